@@ -1,0 +1,98 @@
+// Package dynamotest gives tests a real DynamoDB: DynamoDB Local, AWS's own emulator.
+//
+// The endpoint is TERRET_TEST_DYNAMODB_ENDPOINT when set (`make test` starts one shared
+// server and sets it); otherwise the first test that asks starts DynamoDB Local for the
+// test binary. Tests get tables under unique names, so packages and tests run in parallel.
+// When no DynamoDB can be had, tests are skipped — except under CI=true, where that is a
+// failure: CI never passes by skipping the store.
+package dynamotest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+
+	terretws "github.com/terret/terret-ws"
+	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/tables"
+)
+
+// EnvEndpoint names the variable holding an already running DynamoDB endpoint.
+const EnvEndpoint = "TERRET_TEST_DYNAMODB_ENDPOINT"
+
+var (
+	once     sync.Once
+	endpoint string
+	startErr error
+)
+
+// Endpoint returns the DynamoDB endpoint for tests, starting DynamoDB Local if needed.
+func Endpoint(t testing.TB) string {
+	t.Helper()
+	once.Do(func() {
+		if e := os.Getenv(EnvEndpoint); e != "" {
+			endpoint = e
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		srv, err := dynamolocal.Start(ctx, dynamolocal.Options{})
+		if err != nil {
+			startErr = err
+			return
+		}
+		endpoint = srv.Endpoint()
+		// Children of this test binary (multi-process tests) reuse this server.
+		os.Setenv(EnvEndpoint, endpoint)
+	})
+	if startErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("dynamotest: no DynamoDB for tests under CI: %v", startErr)
+		}
+		t.Skipf("dynamotest: no DynamoDB (%v); run `make test`", startErr)
+	}
+	return endpoint
+}
+
+// Client returns a DynamoDB client for the test endpoint.
+func Client(t testing.TB) *dynamodb.Client {
+	t.Helper()
+	return dynamolocal.Client(Endpoint(t))
+}
+
+// StreamsClient returns a DynamoDB Streams client for the test endpoint.
+func StreamsClient(t testing.TB) *dynamodbstreams.Client {
+	t.Helper()
+	return dynamolocal.StreamsClient(Endpoint(t))
+}
+
+// UniqueName returns prefix followed by a random suffix, for table names and ids.
+func UniqueName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// CreateTables creates every table of template.yaml under fresh unique names and
+// returns the names by logical id (LogTable, ConnectionsTable, …).
+func CreateTables(t testing.TB) tables.Names {
+	t.Helper()
+	defs, err := tables.Parse(terretws.Template)
+	if err != nil {
+		t.Fatalf("dynamotest: %v", err)
+	}
+	names := tables.NamesWithPrefix(defs, UniqueName("t")+"-")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tables.Ensure(ctx, Client(t), defs, names); err != nil {
+		t.Fatalf("dynamotest: %v", err)
+	}
+	return names
+}

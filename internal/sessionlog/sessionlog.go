@@ -1,0 +1,404 @@
+// Package sessionlog is the durable session log: one DynamoDB item per event, keyed by
+// (session_id, seq). Appends are conditional puts, so seq starts at 0, is gapless and
+// never duplicated, however many writers in however many processes append at once.
+//
+// Gaplessness follows from one rule: a writer only ever puts seq n+1 after it has seen
+// seq n exist (read back from the table, or written by itself), and the put is
+// conditional on seq n+1 not existing yet. Events are never deleted, so a conflict only
+// means another writer got n+1 first; the loser re-reads the tip and tries again.
+//
+// Cost: one append of an event under 1 KB is one PutItem, 1 write request unit, when the
+// writer's cached tip is current (a single active writer, as during a turn); a writer
+// whose cache is stale pays one strongly consistent Query (1 read unit) per conflict.
+package sessionlog
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// MaxEnvelopeBytes bounds the JSON envelope of one event. An event is delivered as one
+// WebSocket frame, and API Gateway delivers at most 128 KiB per message, so a larger
+// envelope could never reach a client; Append refuses it with ErrTooLarge. Producers of
+// unbounded content (tool results, model text) must bound it before appending — see
+// docs/events.md, "Size bound".
+const MaxEnvelopeBytes = 128 * 1024
+
+// TypeSessionCreated is the type of the event at seq 0 of every session.
+const TypeSessionCreated = "session/created"
+
+// Errors returned by this package.
+var (
+	ErrNotFound = errors.New("sessionlog: session not found")
+	ErrTooLarge = errors.New("sessionlog: event envelope exceeds 128 KiB")
+	ErrConflict = errors.New("sessionlog: seq already taken")
+	ErrInvalid  = errors.New("sessionlog: invalid event")
+)
+
+// Event is the durable envelope, serialized to clients as-is.
+type Event struct {
+	ID        string          `json:"id"`
+	SessionID string          `json:"session_id"`
+	Seq       int64           `json:"seq"`
+	At        string          `json:"at"`
+	Type      string          `json:"type"`
+	Payload   json.RawMessage `json:"payload"`
+}
+
+// TimeFormat is the envelope's `at`: UTC, ISO 8601, always six fractional digits.
+const TimeFormat = "2006-01-02T15:04:05.000000Z"
+
+// API is the part of the DynamoDB client the log uses.
+type API interface {
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// Log appends to and reads the log table. It is safe for concurrent use.
+type Log struct {
+	api   API
+	table string
+	now   func() time.Time
+
+	mu   sync.Mutex
+	tips map[string]int64 // highest seq this instance has seen exist, per session
+}
+
+// New returns a Log over table.
+func New(api API, table string) *Log {
+	return &Log{api: api, table: table, now: time.Now, tips: map[string]int64{}}
+}
+
+// Create appends session/created at seq 0 unless the session exists. It reports whether
+// this call created it; two racing first connects create it exactly once.
+func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err error) {
+	ev, err := l.newEvent(sessionID, 0, TypeSessionCreated, nil)
+	if err != nil {
+		return false, err
+	}
+	err = l.put(ctx, ev)
+	switch {
+	case errors.Is(err, ErrConflict):
+		l.observe(sessionID, 0)
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	l.observe(sessionID, 0)
+	return true, nil
+}
+
+// Append adds one event with the next free seq and returns it. payload is marshalled
+// to JSON (nil becomes {}; a json.RawMessage is taken as it is). It returns ErrNotFound
+// if the session has no session/created yet, ErrTooLarge if the envelope would exceed
+// MaxEnvelopeBytes, and ErrInvalid for an empty type or a payload that is not an object.
+func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (Event, error) {
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return Event{}, err
+	}
+	tip, ok := l.cached(sessionID)
+	if !ok {
+		if tip, err = l.Tip(ctx, sessionID); err != nil {
+			return Event{}, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		ev, err := l.newEvent(sessionID, tip+1, typ, raw)
+		if err != nil {
+			return Event{}, err
+		}
+		err = l.put(ctx, ev)
+		if err == nil {
+			l.observe(sessionID, ev.Seq)
+			return ev, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return Event{}, err
+		}
+		// Someone else took tip+1: it exists, so the tip is at least that. Back off
+		// with jitter first, so that writers in a burst stop colliding on each seq.
+		if err := backoff(ctx, attempt); err != nil {
+			return Event{}, err
+		}
+		if tip, err = l.Tip(ctx, sessionID); err != nil {
+			return Event{}, err
+		}
+	}
+}
+
+// AppendAt puts an event at exactly seq. It returns ErrConflict if seq is taken. The
+// caller must know seq-1 exists (it read or wrote it), or the log would get a gap; so
+// seq must be ≥ 1 — seq 0 is written only by Create.
+func (l *Log) AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (Event, error) {
+	if seq < 1 {
+		return Event{}, fmt.Errorf("%w: AppendAt seq %d", ErrInvalid, seq)
+	}
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return Event{}, err
+	}
+	ev, err := l.newEvent(sessionID, seq, typ, raw)
+	if err != nil {
+		return Event{}, err
+	}
+	if err := l.put(ctx, ev); err != nil {
+		if errors.Is(err, ErrConflict) {
+			l.observe(sessionID, seq)
+		}
+		return Event{}, err
+	}
+	l.observe(sessionID, seq)
+	return ev, nil
+}
+
+// Tip returns the highest seq of the session, read strongly consistent. It returns
+// ErrNotFound if the session has no events.
+func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
+	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
+		TableName:              aws.String(l.table),
+		KeyConditionExpression: aws.String("session_id = :s"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":s": &types.AttributeValueMemberS{Value: sessionID},
+		},
+		ProjectionExpression: aws.String("seq"),
+		ScanIndexForward:     aws.Bool(false),
+		Limit:                aws.Int32(1),
+		ConsistentRead:       aws.Bool(true),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sessionlog: tip of %s: %w", sessionID, err)
+	}
+	if len(out.Items) == 0 {
+		return 0, fmt.Errorf("%w: %s", ErrNotFound, sessionID)
+	}
+	seq, err := numberAttr(out.Items[0], "seq")
+	if err != nil {
+		return 0, err
+	}
+	l.observe(sessionID, seq)
+	return seq, nil
+}
+
+// Read returns up to limit events with seq ≥ from, in seq order, read strongly
+// consistent so an event whose append returned is always visible. It pages through
+// DynamoDB's 1 MB query pages internally. An empty result means from is past the tip.
+func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	var out []Event
+	var start map[string]types.AttributeValue
+	for len(out) < limit {
+		page, err := l.api.Query(ctx, &dynamodb.QueryInput{
+			TableName:              aws.String(l.table),
+			KeyConditionExpression: aws.String("session_id = :s AND seq >= :f"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":s": &types.AttributeValueMemberS{Value: sessionID},
+				":f": &types.AttributeValueMemberN{Value: strconv.FormatInt(from, 10)},
+			},
+			Limit:             aws.Int32(int32(min(limit-len(out), 1000))),
+			ConsistentRead:    aws.Bool(true),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return out, fmt.Errorf("sessionlog: read %s from %d: %w", sessionID, from, err)
+		}
+		for _, item := range page.Items {
+			ev, err := FromItem(item)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, ev)
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = page.LastEvaluatedKey
+	}
+	if n := len(out); n > 0 {
+		l.observe(sessionID, out[n-1].Seq)
+	}
+	return out, nil
+}
+
+// MarshalJSON writes the envelope with its fields in the spec's order.
+func (e Event) MarshalJSON() ([]byte, error) {
+	payload := e.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	type envelope Event // no MarshalJSON, same field order
+	env := envelope(e)
+	env.Payload = payload
+	return json.Marshal(env)
+}
+
+// Item is the DynamoDB item of the event. The payload is kept as its JSON text so the
+// envelope is delivered byte for byte as it was appended.
+func (e Event) Item() map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"session_id": &types.AttributeValueMemberS{Value: e.SessionID},
+		"seq":        &types.AttributeValueMemberN{Value: strconv.FormatInt(e.Seq, 10)},
+		"id":         &types.AttributeValueMemberS{Value: e.ID},
+		"at":         &types.AttributeValueMemberS{Value: e.At},
+		"type":       &types.AttributeValueMemberS{Value: e.Type},
+		"payload":    &types.AttributeValueMemberS{Value: string(e.Payload)},
+	}
+}
+
+// FromItem decodes an item of the log table. It returns ErrInvalid if an attribute is
+// missing or mistyped.
+func FromItem(item map[string]types.AttributeValue) (Event, error) {
+	var ev Event
+	var err error
+	str := func(name string) string {
+		if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: attribute %q missing or not a string", ErrInvalid, name)
+		}
+		return ""
+	}
+	ev.SessionID = str("session_id")
+	ev.ID = str("id")
+	ev.At = str("at")
+	ev.Type = str("type")
+	ev.Payload = json.RawMessage(str("payload"))
+	if err != nil {
+		return Event{}, err
+	}
+	if ev.Seq, err = numberAttr(item, "seq"); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}
+
+func numberAttr(item map[string]types.AttributeValue, name string) (int64, error) {
+	v, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("%w: attribute %q missing or not a number", ErrInvalid, name)
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: attribute %q: %v", ErrInvalid, name, err)
+	}
+	return n, nil
+}
+
+func (l *Log) put(ctx context.Context, ev Event) error {
+	_, err := l.api.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:           aws.String(l.table),
+		Item:                ev.Item(),
+		ConditionExpression: aws.String("attribute_not_exists(seq)"),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return fmt.Errorf("%w: %s seq %d", ErrConflict, ev.SessionID, ev.Seq)
+	}
+	if err != nil {
+		return fmt.Errorf("sessionlog: append %s seq %d: %w", ev.SessionID, ev.Seq, err)
+	}
+	return nil
+}
+
+func (l *Log) newEvent(sessionID string, seq int64, typ string, payload json.RawMessage) (Event, error) {
+	if sessionID == "" || typ == "" {
+		return Event{}, fmt.Errorf("%w: empty session id or type", ErrInvalid)
+	}
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	ev := Event{ID: newID(), SessionID: sessionID, Seq: seq, At: l.now().UTC().Format(TimeFormat), Type: typ, Payload: payload}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if len(b) > MaxEnvelopeBytes {
+		return Event{}, fmt.Errorf("%w: %s %s is %d bytes", ErrTooLarge, sessionID, typ, len(b))
+	}
+	return ev, nil
+}
+
+func encodePayload(payload any) (json.RawMessage, error) {
+	var raw json.RawMessage
+	switch p := payload.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, p); err != nil {
+			return nil, fmt.Errorf("%w: payload is not JSON: %v", ErrInvalid, err)
+		}
+		raw = buf.Bytes()
+	default:
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: payload: %v", ErrInvalid, err)
+		}
+		raw = b
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("%w: payload is not a JSON object", ErrInvalid)
+	}
+	return raw, nil
+}
+
+func (l *Log) cached(sessionID string) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.tips[sessionID]
+	return t, ok
+}
+
+// maxCachedTips bounds the tip cache of a long-lived instance; forgetting a tip only
+// costs one Query on the next append to that session.
+const maxCachedTips = 10000
+
+// observe records that seq exists. The cache only moves forward.
+func (l *Log) observe(sessionID string, seq int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.tips) >= maxCachedTips {
+		clear(l.tips)
+	}
+	if t, ok := l.tips[sessionID]; !ok || seq > t {
+		l.tips[sessionID] = seq
+	}
+}
+
+// backoff sleeps a random time up to 1 ms × 2^attempt, at most 25 ms.
+func backoff(ctx context.Context, attempt int) error {
+	ceiling := min(time.Millisecond<<min(attempt, 5), 25*time.Millisecond)
+	t := time.NewTimer(rand.N(ceiling + 1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("sessionlog: append: %w", ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
+}

