@@ -1,0 +1,233 @@
+// Package auth issues, checks and revokes the bearer tokens that open an agent's
+// socket. Tokens are scoped to one agent id and stored only as SHA-256 hashes, in one
+// item per agent (pk "tokens#<agent_id>") of the connections table, so that rotation is
+// one write and its stream record tells the deliver function which hashes were dropped.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Errors returned by this package.
+var (
+	ErrUnauthorized = errors.New("auth: unauthorized")
+	ErrBadAgentID   = errors.New("auth: invalid agent id")
+)
+
+// TokenPrefix starts every token, so that a leaked one is easy to recognise.
+const TokenPrefix = "tt_"
+
+var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ValidAgentID reports whether id may name an agent: 1–128 of [A-Za-z0-9._-].
+func ValidAgentID(id string) bool { return agentIDPattern.MatchString(id) }
+
+// Key is the pk of an agent's token item.
+func Key(agentID string) string { return "tokens#" + agentID }
+
+// AgentFromKey returns the agent id of a token item's pk, or "" if pk is not one.
+func AgentFromKey(pk string) string {
+	if id, ok := strings.CutPrefix(pk, "tokens#"); ok {
+		return id
+	}
+	return ""
+}
+
+// Hash is the stored form of a token: hex SHA-256.
+func Hash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// BearerToken extracts the token of an Authorization header value ("Bearer <token>",
+// scheme case-insensitive). It returns "" when there is none.
+func BearerToken(header string) string {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+// API is the part of the DynamoDB client the token store uses.
+type API interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// Store keeps token hashes in the connections table.
+type Store struct {
+	api   API
+	table string
+	now   func() time.Time
+}
+
+// New returns a Store over the connections table.
+func New(api API, table string) *Store { return &Store{api: api, table: table, now: time.Now} }
+
+func newToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// Create issues one more token for agentID; earlier tokens stay valid. It returns
+// ErrBadAgentID for an id ValidAgentID refuses.
+func (s *Store) Create(ctx context.Context, agentID string) (string, error) {
+	if !ValidAgentID(agentID) {
+		return "", fmt.Errorf("%w: %q", ErrBadAgentID, agentID)
+	}
+	tok := newToken()
+	now := &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)}
+	// Adding a key to a map needs the map to exist; creating the map must not wipe one
+	// that a concurrent Create made. Two conditional writes cover both cases.
+	for {
+		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(s.table),
+			Key:                       key(agentID),
+			UpdateExpression:          aws.String("SET hashes.#h = :t"),
+			ConditionExpression:       aws.String("attribute_exists(hashes)"),
+			ExpressionAttributeNames:  map[string]string{"#h": Hash(tok)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": now},
+		})
+		if err == nil {
+			return tok, nil
+		}
+		if !isConditionFailed(err) {
+			return "", fmt.Errorf("auth: create token for %s: %w", agentID, err)
+		}
+		_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:           aws.String(s.table),
+			Key:                 key(agentID),
+			UpdateExpression:    aws.String("SET hashes = :m"),
+			ConditionExpression: aws.String("attribute_not_exists(hashes)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":m": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{Hash(tok): now}},
+			},
+		})
+		if err == nil {
+			return tok, nil
+		}
+		if !isConditionFailed(err) {
+			return "", fmt.Errorf("auth: create token for %s: %w", agentID, err)
+		}
+	}
+}
+
+// Rotate replaces every token of agentID with one new token and returns it. Live
+// connections that presented a dropped token are closed by the deliver function, which
+// sees the change on the table's stream.
+func (s *Store) Rotate(ctx context.Context, agentID string) (string, error) {
+	if !ValidAgentID(agentID) {
+		return "", fmt.Errorf("%w: %q", ErrBadAgentID, agentID)
+	}
+	tok := newToken()
+	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(s.table),
+		Key:              key(agentID),
+		UpdateExpression: aws.String("SET hashes = :m"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":m": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+				Hash(tok): &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)},
+			}},
+		},
+	})
+	if err != nil {
+		return "", fmt.Errorf("auth: rotate tokens of %s: %w", agentID, err)
+	}
+	return tok, nil
+}
+
+// Revoke drops every token of agentID without issuing a new one.
+func (s *Store) Revoke(ctx context.Context, agentID string) error {
+	if !ValidAgentID(agentID) {
+		return fmt.Errorf("%w: %q", ErrBadAgentID, agentID)
+	}
+	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(s.table),
+		Key:              key(agentID),
+		UpdateExpression: aws.String("SET revoked_at = :t REMOVE hashes"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":t": &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("auth: revoke tokens of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// Check returns the hash of token if it is a current token of agentID, read strongly
+// consistent; otherwise ErrUnauthorized (also for an empty token or a bad agent id).
+func (s *Store) Check(ctx context.Context, agentID, token string) (string, error) {
+	if token == "" || !ValidAgentID(agentID) {
+		return "", ErrUnauthorized
+	}
+	h := Hash(token)
+	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(s.table),
+		Key:                      key(agentID),
+		ProjectionExpression:     aws.String("hashes.#h"),
+		ExpressionAttributeNames: map[string]string{"#h": h},
+		ConsistentRead:           aws.Bool(true),
+	})
+	if err != nil {
+		return "", fmt.Errorf("auth: check token of %s: %w", agentID, err)
+	}
+	if m, ok := out.Item["hashes"].(*types.AttributeValueMemberM); !ok || m.Value[h] == nil {
+		return "", ErrUnauthorized
+	}
+	return h, nil
+}
+
+// Condition is a transaction item that holds only while hash is a current token of
+// agentID, so a write in the same transaction cannot outlive a concurrent rotation.
+func (s *Store) Condition(agentID, hash string) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                aws.String(s.table),
+		Key:                      key(agentID),
+		ConditionExpression:      aws.String("attribute_exists(hashes.#h)"),
+		ExpressionAttributeNames: map[string]string{"#h": hash},
+	}}
+}
+
+// Dropped returns the hashes present in before and absent from after: the tokens a
+// rotation or revocation invalidated. before and after are the "hashes" map keys.
+func Dropped(before, after []string) []string {
+	keep := map[string]bool{}
+	for _, h := range after {
+		keep[h] = true
+	}
+	var out []string
+	for _, h := range before {
+		if !keep[h] {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func key(agentID string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: Key(agentID)}}
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}

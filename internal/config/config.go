@@ -1,0 +1,165 @@
+// Package config is the one reader of the environment. Every function's main calls
+// Load once at cold start; everything else receives values, never reads os.Getenv.
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+)
+
+// ErrInvalid reports a missing or malformed setting.
+var ErrInvalid = errors.New("config: invalid setting")
+
+// Config holds every setting of every function. A function uses the subset Vars names.
+type Config struct {
+	LogTable             string // LOG_TABLE
+	ConnectionsTable     string // CONNECTIONS_TABLE
+	AgentsTable          string // AGENTS_TABLE
+	ManagementEndpoint   string // WS_MANAGEMENT_ENDPOINT: https://{api}.execute-api.{region}.amazonaws.com/{stage}
+	DeliverFunction      string // DELIVER_FUNCTION
+	RunnerFunction       string // RUNNER_FUNCTION
+	ReplayLimit          int    // REPLAY_LIMIT, default 10000
+	MaxConcurrentReplays int    // MAX_CONCURRENT_REPLAYS, default 4
+	OutboundQueue        int    // OUTBOUND_QUEUE, default 1024
+	Approvals            bool   // APPROVALS, default false
+	MainModel            string // MAIN_MODEL, default "scripted"
+	TitlerModel          string // TITLER_MODEL, default "scripted"
+	AgentProfile         string // AGENT_PROFILE, optional
+	DynamoDBEndpoint     string // DYNAMODB_ENDPOINT, local only
+	LambdaEndpoint       string // LAMBDA_ENDPOINT, local only
+	LogLevel             string // LOG_LEVEL, default "info"
+}
+
+// Defaults are the spec's defaults.
+const (
+	DefaultReplayLimit          = 10000
+	DefaultMaxConcurrentReplays = 4
+	DefaultOutboundQueue        = 1024
+)
+
+// vars lists the environment each function reads; internal/stack checks that the
+// template sets every one of them.
+var vars = map[string][]string{
+	"connect":    {"LOG_TABLE", "CONNECTIONS_TABLE", "DELIVER_FUNCTION", "WS_MANAGEMENT_ENDPOINT"},
+	"message":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE"},
+	"disconnect": {"CONNECTIONS_TABLE"},
+	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
+	"runner":     {"LOG_TABLE", "AGENTS_TABLE", "RUNNER_FUNCTION", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE"},
+}
+
+// Vars returns the environment variables function reads (besides the optional
+// LOG_LEVEL, DYNAMODB_ENDPOINT and LAMBDA_ENDPOINT), or nil for an unknown function.
+func Vars(function string) []string { return append([]string(nil), vars[function]...) }
+
+// Load reads the configuration of function from the environment and checks that every
+// variable the function needs is set. It returns ErrInvalid naming the variable.
+func Load(function string) (Config, error) { return LoadFrom(function, os.Getenv) }
+
+// LoadFrom is Load with another source of variables.
+func LoadFrom(function string, getenv func(string) string) (Config, error) {
+	need, ok := vars[function]
+	if !ok {
+		return Config{}, fmt.Errorf("%w: unknown function %q", ErrInvalid, function)
+	}
+	required := map[string]bool{"LOG_TABLE": true, "CONNECTIONS_TABLE": true, "AGENTS_TABLE": true, "WS_MANAGEMENT_ENDPOINT": true, "DELIVER_FUNCTION": true, "RUNNER_FUNCTION": true}
+	for _, v := range need {
+		if required[v] && strings.TrimSpace(getenv(v)) == "" {
+			return Config{}, fmt.Errorf("%w: %s is not set", ErrInvalid, v)
+		}
+	}
+	c := Config{
+		LogTable:           getenv("LOG_TABLE"),
+		ConnectionsTable:   getenv("CONNECTIONS_TABLE"),
+		AgentsTable:        getenv("AGENTS_TABLE"),
+		ManagementEndpoint: getenv("WS_MANAGEMENT_ENDPOINT"),
+		DeliverFunction:    getenv("DELIVER_FUNCTION"),
+		RunnerFunction:     getenv("RUNNER_FUNCTION"),
+		MainModel:          orDefault(getenv("MAIN_MODEL"), "scripted"),
+		TitlerModel:        orDefault(getenv("TITLER_MODEL"), "scripted"),
+		AgentProfile:       getenv("AGENT_PROFILE"),
+		DynamoDBEndpoint:   getenv("DYNAMODB_ENDPOINT"),
+		LambdaEndpoint:     getenv("LAMBDA_ENDPOINT"),
+		LogLevel:           orDefault(getenv("LOG_LEVEL"), "info"),
+	}
+	var err error
+	if c.ReplayLimit, err = positive(getenv, "REPLAY_LIMIT", DefaultReplayLimit); err != nil {
+		return Config{}, err
+	}
+	if c.MaxConcurrentReplays, err = positive(getenv, "MAX_CONCURRENT_REPLAYS", DefaultMaxConcurrentReplays); err != nil {
+		return Config{}, err
+	}
+	if c.OutboundQueue, err = positive(getenv, "OUTBOUND_QUEUE", DefaultOutboundQueue); err != nil {
+		return Config{}, err
+	}
+	switch v := strings.ToLower(strings.TrimSpace(getenv("APPROVALS"))); v {
+	case "", "false", "0", "off":
+	case "true", "1", "on":
+		c.Approvals = true
+	default:
+		return Config{}, fmt.Errorf("%w: APPROVALS=%q, want true or false", ErrInvalid, v)
+	}
+	return c, nil
+}
+
+func orDefault(v, def string) string {
+	if strings.TrimSpace(v) == "" {
+		return def
+	}
+	return v
+}
+
+func positive(getenv func(string) string, name string, def int) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: %s=%q, want a positive integer", ErrInvalid, name, v)
+	}
+	return n, nil
+}
+
+// AWS loads the AWS configuration (credentials, region) the default way.
+func AWS(ctx context.Context) (aws.Config, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("config: load aws config: %w", err)
+	}
+	return cfg, nil
+}
+
+// DynamoDB returns a DynamoDB client, pointed at DynamoDBEndpoint when set.
+func (c Config) DynamoDB(awsCfg aws.Config) *dynamodb.Client {
+	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		if c.DynamoDBEndpoint != "" {
+			o.BaseEndpoint = aws.String(c.DynamoDBEndpoint)
+		}
+	})
+}
+
+// Management returns the @connections client for ManagementEndpoint.
+func (c Config) Management(awsCfg aws.Config) *apigatewaymanagementapi.Client {
+	return apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = aws.String(c.ManagementEndpoint)
+	})
+}
+
+// Lambda returns a Lambda client, pointed at LambdaEndpoint when set.
+func (c Config) Lambda(awsCfg aws.Config) *lambda.Client {
+	return lambda.NewFromConfig(awsCfg, func(o *lambda.Options) {
+		if c.LambdaEndpoint != "" {
+			o.BaseEndpoint = aws.String(c.LambdaEndpoint)
+		}
+	})
+}

@@ -1,0 +1,632 @@
+// Package connections keeps the connections table's records of who is connected:
+//
+//   - "conn#<connection_id>": one per accepted socket — its agent, the hash of the token
+//     it presented and its state (authorized, unauthorized, superseded, revoked, lagged).
+//     Every frame a socket sends is checked against it.
+//   - "agent#<agent_id>": the ownership record. It names the one connection that owns the
+//     agent's stream (one connection per agent) and carries that connection's delivery
+//     cursor and sender lease; see package delivery and docs/architecture.md.
+//
+// A connect writes both in one transaction that also checks the token is still current,
+// so a connect can never outlive a concurrent rotation unseen.
+package connections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Errors returned by this package.
+var (
+	ErrNotFound  = errors.New("connections: not found")
+	ErrNotOwner  = errors.New("connections: connection does not own the agent")
+	ErrTokenGone = errors.New("connections: token no longer current")
+	ErrLeaseHeld = errors.New("connections: lease held by another sender")
+	ErrLeaseLost = errors.New("connections: lease lost")
+)
+
+// State of a connection record.
+type State string
+
+// Connection states. Only StateAuthorized may send frames.
+const (
+	StateAuthorized   State = "authorized"
+	StateUnauthorized State = "unauthorized"
+	StateSuperseded   State = "superseded"
+	StateRevoked      State = "revoked"
+	StateLagged       State = "lagged"
+)
+
+// connTTL bounds how long a record of a socket outlives a lost $disconnect: API Gateway
+// closes every connection after 2 hours.
+const connTTL = 3 * time.Hour
+
+// Conn is the record of one socket.
+type Conn struct {
+	ID          string
+	AgentID     string
+	TokenHash   string
+	State       State
+	ConnectedAt time.Time
+}
+
+// Owner is an agent's ownership record: the owning connection and its delivery state.
+type Owner struct {
+	AgentID   string
+	ConnID    string
+	TokenHash string
+	// Sub counts subscribe frames of this connection; 0 means not subscribed yet.
+	Sub int64
+	// Next is the delivery cursor: the next seq to send.
+	Next int64
+	// From and Requested are the current subscription's replay start and the from_seq
+	// the client asked for; Truncated is set until replay_truncated has been sent.
+	From, Requested int64
+	Truncated       bool
+	// ReplayEnd is one past the tip when the subscription started: events below it are
+	// replay (flow-controlled, read under a replay slot), the rest are live tail.
+	ReplayEnd int64
+	HelloSent bool
+	// Lease names the sender that may post to the connection until LeaseUntil.
+	Lease      string
+	LeaseUntil time.Time
+	// Pending asks the lease holder to look at the log again before it lets go.
+	Pending bool
+}
+
+// API is the part of the DynamoDB client the store uses.
+type API interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// Store reads and writes connection and ownership records.
+type Store struct {
+	api   API
+	table string
+	now   func() time.Time
+}
+
+// New returns a Store over the connections table.
+func New(api API, table string) *Store { return &Store{api: api, table: table, now: time.Now} }
+
+func connKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": s("conn#" + id)}
+}
+
+func ownerKey(agentID string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": s("agent#" + agentID)}
+}
+
+// Reject records a socket that failed authentication, so its frames are refused until
+// the deliver function has told it unauthorized and closed it.
+func (st *Store) Reject(ctx context.Context, connID, agentID string) error {
+	_, err := st.api.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(st.table),
+		Item:      st.connItem(Conn{ID: connID, AgentID: agentID, State: StateUnauthorized}),
+	})
+	if err != nil {
+		return fmt.Errorf("connections: reject %s: %w", connID, err)
+	}
+	return nil
+}
+
+// Claim makes connID the owner of agentID, superseding any previous owner, and records
+// the socket — in one transaction with tokenCheck (see auth.Store.Condition), so it
+// fails with ErrTokenGone if the token was revoked meanwhile. It returns the superseded
+// connection id ("" when there was none).
+func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck types.TransactWriteItem) (superseded string, err error) {
+	for attempt := 0; attempt < 10; attempt++ {
+		prev, err := st.Owner(ctx, agentID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return "", err
+		}
+		owner := map[string]types.AttributeValue{
+			"pk":    s("agent#" + agentID),
+			"conn":  s(connID),
+			"tok":   s(tokenHash),
+			"sub":   n(0),
+			"next":  n(0),
+			"hello": &types.AttributeValueMemberBOOL{Value: false},
+		}
+		put := &types.Put{TableName: aws.String(st.table), Item: owner}
+		if prev.ConnID == "" {
+			put.ConditionExpression = aws.String("attribute_not_exists(pk)")
+		} else {
+			put.ConditionExpression = aws.String("conn = :prev")
+			put.ExpressionAttributeValues = map[string]types.AttributeValue{":prev": s(prev.ConnID)}
+		}
+		items := []types.TransactWriteItem{
+			tokenCheck,
+			{Put: put},
+			{Put: &types.Put{TableName: aws.String(st.table), Item: st.connItem(Conn{ID: connID, AgentID: agentID, TokenHash: tokenHash, State: StateAuthorized})}},
+		}
+		if prev.ConnID != "" && prev.ConnID != connID {
+			items = append(items, types.TransactWriteItem{Update: &types.Update{
+				TableName:                aws.String(st.table),
+				Key:                      connKey(prev.ConnID),
+				UpdateExpression:         aws.String("SET #st = :sup, expires_at = if_not_exists(expires_at, :exp)"),
+				ExpressionAttributeNames: map[string]string{"#st": "state"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":sup": s(string(StateSuperseded)), ":exp": n(st.now().Add(connTTL).Unix()),
+				},
+			}})
+		}
+		_, err = st.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			if prev.ConnID == connID {
+				return "", nil
+			}
+			return prev.ConnID, nil
+		}
+		var tce *types.TransactionCanceledException
+		if !errors.As(err, &tce) {
+			return "", fmt.Errorf("connections: claim %s for %s: %w", agentID, connID, err)
+		}
+		reasons := tce.CancellationReasons
+		if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
+			return "", fmt.Errorf("%w: %s", ErrTokenGone, agentID)
+		}
+		// Another connect changed the owner between our read and write (or a
+		// transaction conflict): read again and retry.
+		time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
+	}
+	return "", fmt.Errorf("connections: claim %s for %s: too much contention", agentID, connID)
+}
+
+// Conn returns the record of connID, read strongly consistent, or ErrNotFound.
+func (st *Store) Conn(ctx context.Context, connID string) (Conn, error) {
+	out, err := st.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.table), Key: connKey(connID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Conn{}, fmt.Errorf("connections: get %s: %w", connID, err)
+	}
+	if out.Item == nil {
+		return Conn{}, fmt.Errorf("%w: connection %s", ErrNotFound, connID)
+	}
+	return decodeConn(out.Item), nil
+}
+
+// SetState changes the state of connID's record if it exists.
+func (st *Store) SetState(ctx context.Context, connID string, state State) error {
+	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       connKey(connID),
+		UpdateExpression:          aws.String("SET #st = :st"),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeNames:  map[string]string{"#st": "state"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":st": s(string(state))},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("connections: set state of %s: %w", connID, err)
+	}
+	return nil
+}
+
+// Forget removes connID's record and, if connID still owns agentID, the ownership
+// record. A turn is never touched: the agent's life is independent of the socket.
+func (st *Store) Forget(ctx context.Context, connID, agentID string) error {
+	if _, err := st.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: connKey(connID)}); err != nil {
+		return fmt.Errorf("connections: delete %s: %w", connID, err)
+	}
+	if agentID == "" {
+		return nil
+	}
+	return st.Disown(ctx, agentID, connID)
+}
+
+// Disown removes agentID's ownership record if connID still owns it.
+func (st *Store) Disown(ctx context.Context, agentID, connID string) error {
+	_, err := st.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       ownerKey(agentID),
+		ConditionExpression:       aws.String("conn = :c"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(connID)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("connections: release %s from %s: %w", agentID, connID, err)
+	}
+	return nil
+}
+
+// Owner returns agentID's ownership record, read strongly consistent, or ErrNotFound.
+func (st *Store) Owner(ctx context.Context, agentID string) (Owner, error) {
+	out, err := st.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.table), Key: ownerKey(agentID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Owner{}, fmt.Errorf("connections: get owner of %s: %w", agentID, err)
+	}
+	if out.Item == nil {
+		return Owner{}, fmt.Errorf("%w: owner of %s", ErrNotFound, agentID)
+	}
+	return decodeOwner(out.Item), nil
+}
+
+// Subscription is what a subscribe frame sets.
+type Subscription struct {
+	From, Requested int64
+	Truncated       bool
+	ReplayEnd       int64
+}
+
+// Subscribe starts a new subscription of connID on agentID: the cursor moves to
+// sub.From and Pending is set, so a sender holding the lease for the replaced
+// subscription continues with this one before letting go. It returns ErrNotOwner if
+// connID does not own the agent.
+func (st *Store) Subscribe(ctx context.Context, agentID, connID string, sub Subscription) (Owner, error) {
+	out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.table),
+		Key:       ownerKey(agentID),
+		UpdateExpression: aws.String("SET #sub = #sub + :one, #next = :from, #from = :from, req = :req, " +
+			"trunc = :trunc, rend = :rend, pending = :true"),
+		ConditionExpression:      aws.String("conn = :c"),
+		ExpressionAttributeNames: map[string]string{"#sub": "sub", "#next": "next", "#from": "from"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":c": s(connID), ":one": n(1), ":from": n(sub.From), ":req": n(sub.Requested),
+			":trunc": &types.AttributeValueMemberBOOL{Value: sub.Truncated}, ":rend": n(sub.ReplayEnd),
+			":true": &types.AttributeValueMemberBOOL{Value: true},
+		},
+		ReturnValues: types.ReturnValueAllNew,
+	})
+	if isConditionFailed(err) {
+		return Owner{}, fmt.Errorf("%w: %s by %s", ErrNotOwner, agentID, connID)
+	}
+	if err != nil {
+		return Owner{}, fmt.Errorf("connections: subscribe %s on %s: %w", connID, agentID, err)
+	}
+	return decodeOwner(out.Attributes), nil
+}
+
+// Acquire takes the sender lease of agentID's owner connection for ttl, if it is free
+// or expired, and returns the record as it now is. A sender is needed while the owner
+// has not had hello or is subscribed. If the lease is held, Acquire returns the current
+// record with ErrLeaseHeld; ErrNotFound if there is no owner; ok=false (nil error) when
+// there is nothing to send (not subscribed, hello sent, or cursor already past upTo;
+// upTo < 0 means no bound).
+func (st *Store) Acquire(ctx context.Context, agentID, holder string, ttl time.Duration, upTo int64) (Owner, bool, error) {
+	now := st.now()
+	cond := "attribute_exists(conn) AND (attribute_not_exists(lease) OR lease_until < :now) AND (hello = :false OR #sub > :zero)"
+	names := map[string]string{"#sub": "sub"}
+	vals := map[string]types.AttributeValue{
+		":me": s(holder), ":now": n(now.UnixMilli()), ":until": n(now.Add(ttl).UnixMilli()),
+		":false": &types.AttributeValueMemberBOOL{Value: false}, ":zero": n(0),
+	}
+	if upTo >= 0 {
+		cond += " AND (hello = :false OR #next <= :upto OR pending = :true)"
+		vals[":upto"] = n(upTo)
+		vals[":true"] = &types.AttributeValueMemberBOOL{Value: true}
+		names["#next"] = "next"
+	}
+	out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(st.table),
+		Key:                                 ownerKey(agentID),
+		UpdateExpression:                    aws.String("SET lease = :me, lease_until = :until REMOVE pending"),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           vals,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return decodeOwner(out.Attributes), true, nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return Owner{}, false, fmt.Errorf("connections: acquire lease on %s: %w", agentID, err)
+	}
+	if ccf.Item == nil {
+		return Owner{}, false, fmt.Errorf("%w: owner of %s", ErrNotFound, agentID)
+	}
+	o := decodeOwner(ccf.Item)
+	if o.Lease != "" && !o.LeaseUntil.Before(now) {
+		return o, false, ErrLeaseHeld
+	}
+	return o, false, nil
+}
+
+// MarkPending asks the current lease holder of agentID to look at the log again before
+// it lets go. It returns false if no live lease is held (the caller should try Acquire).
+func (st *Store) MarkPending(ctx context.Context, agentID string) (bool, error) {
+	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       ownerKey(agentID),
+		UpdateExpression:          aws.String("SET pending = :true"),
+		ConditionExpression:       aws.String("attribute_exists(lease) AND lease_until >= :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(st.now().UnixMilli())},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("connections: mark pending on %s: %w", agentID, err)
+	}
+	return true, nil
+}
+
+// Progress is what a lease holder writes back.
+type Progress struct {
+	Next      int64
+	HelloSent bool
+	Truncated bool // still owed
+}
+
+// Checkpoint records progress made under the lease for subscription o.Sub of o.ConnID
+// and extends the lease by ttl. If the record moved under the holder (resubscribe), it
+// returns the new record and ErrLeaseLost is NOT returned as long as the holder still
+// holds the lease: the holder continues from the returned record. It returns
+// ErrLeaseLost if the lease or the ownership is gone.
+func (st *Store) Checkpoint(ctx context.Context, o Owner, holder string, p Progress, ttl time.Duration) (Owner, error) {
+	return st.write(ctx, o, holder, p, ttl, false)
+}
+
+// Release records progress and lets the lease go — unless Pending is set or the
+// subscription changed, in which case the lease is kept, Pending cleared, and the
+// current record returned with released=false so the holder looks at the log again.
+func (st *Store) Release(ctx context.Context, o Owner, holder string, p Progress) (cur Owner, released bool, err error) {
+	cur, err = st.write(ctx, o, holder, p, 0, true)
+	if err != nil {
+		return cur, false, err
+	}
+	return cur, cur.Lease == "", nil
+}
+
+func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, ttl time.Duration, release bool) (Owner, error) {
+	now := st.now()
+	for {
+		set := "SET #next = :next, hello = :hello, trunc = :trunc"
+		vals := map[string]types.AttributeValue{
+			":me": s(holder), ":c": s(o.ConnID), ":sub": n(o.Sub), ":next": n(p.Next),
+			":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent},
+			":trunc": &types.AttributeValueMemberBOOL{Value: p.Truncated},
+		}
+		update := set
+		cond := "lease = :me AND conn = :c AND #sub = :sub"
+		if release {
+			update += " REMOVE lease, lease_until"
+			cond += " AND attribute_not_exists(pending)"
+		} else {
+			update += ", lease_until = :until"
+			vals[":until"] = n(now.Add(ttl).UnixMilli())
+		}
+		out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           aws.String(st.table),
+			Key:                                 ownerKey(o.AgentID),
+			UpdateExpression:                    aws.String(update),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeNames:            map[string]string{"#next": "next", "#sub": "sub"},
+			ExpressionAttributeValues:           vals,
+			ReturnValues:                        types.ReturnValueAllNew,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		if err == nil {
+			return decodeOwner(out.Attributes), nil
+		}
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			return Owner{}, fmt.Errorf("connections: write progress on %s: %w", o.AgentID, err)
+		}
+		cur := decodeOwner(ccf.Item)
+		if ccf.Item == nil || cur.Lease != holder || cur.ConnID != o.ConnID {
+			return cur, fmt.Errorf("%w: %s", ErrLeaseLost, o.AgentID)
+		}
+		if cur.Sub != o.Sub {
+			// Resubscribed: the new subscription's cursor wins; keep the lease, clear
+			// pending (we are about to look), and hand the new record back.
+			out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(st.table),
+				Key:                       ownerKey(o.AgentID),
+				UpdateExpression:          aws.String("SET hello = :hello, lease_until = :until REMOVE pending"),
+				ConditionExpression:       aws.String("lease = :me AND conn = :c AND #sub = :sub"),
+				ExpressionAttributeNames:  map[string]string{"#sub": "sub"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID), ":sub": n(cur.Sub), ":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent || cur.HelloSent}, ":until": n(now.Add(leaseFloor(ttl)).UnixMilli())},
+				ReturnValues:              types.ReturnValueAllNew,
+			})
+			if isConditionFailed(err) {
+				continue // moved again: look again
+			}
+			if err != nil {
+				return Owner{}, fmt.Errorf("connections: adopt subscription on %s: %w", o.AgentID, err)
+			}
+			return decodeOwner(out.Attributes), nil
+		}
+		// Pending was set (release only): clear it, keep the lease, write the progress.
+		out, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(st.table),
+			Key:                       ownerKey(o.AgentID),
+			UpdateExpression:          aws.String(set + ", lease_until = :until REMOVE pending"),
+			ConditionExpression:       aws.String("lease = :me AND conn = :c AND #sub = :sub"),
+			ExpressionAttributeNames:  map[string]string{"#next": "next", "#sub": "sub"},
+			ExpressionAttributeValues: withUntil(vals, n(now.Add(leaseFloor(ttl)).UnixMilli())),
+			ReturnValues:              types.ReturnValueAllNew,
+		})
+		if isConditionFailed(err) {
+			continue
+		}
+		if err != nil {
+			return Owner{}, fmt.Errorf("connections: clear pending on %s: %w", o.AgentID, err)
+		}
+		return decodeOwner(out.Attributes), nil
+	}
+}
+
+// leaseFloor is the lease extension used when a release turns into more work.
+func leaseFloor(ttl time.Duration) time.Duration {
+	if ttl <= 0 {
+		return DefaultLease
+	}
+	return ttl
+}
+
+// DefaultLease is how long a sender may post to a connection before it must checkpoint.
+const DefaultLease = 30 * time.Second
+
+func withUntil(vals map[string]types.AttributeValue, until types.AttributeValue) map[string]types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(vals)+1)
+	for k, v := range vals {
+		out[k] = v
+	}
+	out[":until"] = until
+	return out
+}
+
+func (st *Store) connItem(c Conn) map[string]types.AttributeValue {
+	now := st.now()
+	item := map[string]types.AttributeValue{
+		"pk":           s("conn#" + c.ID),
+		"agent":        s(c.AgentID),
+		"state":        s(string(c.State)),
+		"connected_at": n(now.UnixMilli()),
+		"expires_at":   n(now.Add(connTTL).Unix()),
+	}
+	if c.TokenHash != "" {
+		item["tok"] = s(c.TokenHash)
+	}
+	return item
+}
+
+func decodeConn(item map[string]types.AttributeValue) Conn {
+	return Conn{
+		ID:          strings.TrimPrefix(str(item, "pk"), "conn#"),
+		AgentID:     str(item, "agent"),
+		TokenHash:   str(item, "tok"),
+		State:       State(str(item, "state")),
+		ConnectedAt: time.UnixMilli(num(item, "connected_at")),
+	}
+}
+
+func decodeOwner(item map[string]types.AttributeValue) Owner {
+	if item == nil {
+		return Owner{}
+	}
+	o := Owner{
+		AgentID:   strings.TrimPrefix(str(item, "pk"), "agent#"),
+		ConnID:    str(item, "conn"),
+		TokenHash: str(item, "tok"),
+		Sub:       num(item, "sub"),
+		Next:      num(item, "next"),
+		From:      num(item, "from"),
+		Requested: num(item, "req"),
+		Truncated: boolean(item, "trunc"),
+		ReplayEnd: num(item, "rend"),
+		HelloSent: boolean(item, "hello"),
+		Lease:     str(item, "lease"),
+		Pending:   boolean(item, "pending"),
+	}
+	if ms := num(item, "lease_until"); ms > 0 {
+		o.LeaseUntil = time.UnixMilli(ms)
+	}
+	return o
+}
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func n(v int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+
+func str(item map[string]types.AttributeValue, k string) string {
+	if v, ok := item[k].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func num(item map[string]types.AttributeValue, k string) int64 {
+	if v, ok := item[k].(*types.AttributeValueMemberN); ok {
+		i, _ := strconv.ParseInt(v.Value, 10, 64)
+		return i
+	}
+	return 0
+}
+
+func boolean(item map[string]types.AttributeValue, k string) bool {
+	v, ok := item[k].(*types.AttributeValueMemberBOOL)
+	return ok && v.Value
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+// Abandon records progress and lets the lease go even if Pending is set, for a holder
+// that must stop (its invocation is ending) and hands the work to a fresh one.
+func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress) error {
+	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                aws.String(st.table),
+		Key:                      ownerKey(o.AgentID),
+		UpdateExpression:         aws.String("SET #next = :next, hello = :hello, trunc = :trunc REMOVE lease, lease_until"),
+		ConditionExpression:      aws.String("lease = :me AND conn = :c AND #sub = :sub"),
+		ExpressionAttributeNames: map[string]string{"#next": "next", "#sub": "sub"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":me": s(holder), ":c": s(o.ConnID), ":sub": n(o.Sub), ":next": n(p.Next),
+			":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent}, ":trunc": &types.AttributeValueMemberBOOL{Value: p.Truncated},
+		},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
+	}
+	return nil
+}
+
+// Slots is a cluster-wide counting semaphore of n slots, items "slot#<i>" of the
+// connections table, each a lease with an expiry so a crashed holder frees its slot.
+// It bounds concurrent replay reads across every Lambda instance.
+type Slots struct {
+	store *Store
+	n     int
+	ttl   time.Duration
+}
+
+// NewSlots returns a semaphore of n slots with leases of ttl.
+func (st *Store) NewSlots(n int, ttl time.Duration) *Slots { return &Slots{store: st, n: n, ttl: ttl} }
+
+// TryAcquire takes a free slot, trying them from start on, and returns its index, or -1
+// if all n are held.
+func (sl *Slots) TryAcquire(ctx context.Context, holder string, start int) (int, error) {
+	now := sl.store.now()
+	for k := 0; k < sl.n; k++ {
+		i := (start + k) % sl.n
+		_, err := sl.store.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(sl.store.table),
+			Key:                       map[string]types.AttributeValue{"pk": s("slot#" + strconv.Itoa(i))},
+			UpdateExpression:          aws.String("SET holder = :me, until_ms = :until"),
+			ConditionExpression:       aws.String("attribute_not_exists(holder) OR until_ms < :now"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":until": n(now.Add(sl.ttl).UnixMilli()), ":now": n(now.UnixMilli())},
+		})
+		if err == nil {
+			return i, nil
+		}
+		if !isConditionFailed(err) {
+			return -1, fmt.Errorf("connections: acquire slot %d: %w", i, err)
+		}
+	}
+	return -1, nil
+}
+
+// Release frees slot i if holder still holds it.
+func (sl *Slots) Release(ctx context.Context, holder string, i int) error {
+	_, err := sl.store.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(sl.store.table),
+		Key:                       map[string]types.AttributeValue{"pk": s("slot#" + strconv.Itoa(i))},
+		UpdateExpression:          aws.String("REMOVE holder, until_ms"),
+		ConditionExpression:       aws.String("holder = :me"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("connections: release slot %d: %w", i, err)
+	}
+	return nil
+}

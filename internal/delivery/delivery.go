@@ -1,0 +1,547 @@
+// Package delivery pushes a session's log to the connection that owns the agent: hello,
+// replay from a subscription's from_seq, then the live tail — in seq order, with no gap
+// and no duplicate, although DynamoDB Streams delivers at least once and orders per item
+// only, Lambda runs many senders at once, and API Gateway does not order two concurrent
+// posts to one connection.
+//
+// The design (docs/architecture.md, "Delivery"): the ownership record carries a delivery
+// cursor (the next seq to send) and a short sender lease. Only the lease holder posts, one
+// frame at a time, each post awaited, so frames reach the socket in the order posted. The
+// log table is the source of truth; stream records and appenders only wake a sender. A
+// wake-up that finds the lease held sets Pending on the record; the holder cannot let go
+// while Pending is set, so it looks at the log again — no wake-up is ever lost, and no
+// one needs to poll.
+package delivery
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	gwtypes "github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// Errors returned by this package.
+var (
+	ErrGone = errors.New("delivery: connection gone")
+	ErrPost = errors.New("delivery: post failed")
+)
+
+// PostAPI is the part of the @connections client delivery uses.
+type PostAPI interface {
+	PostToConnection(context.Context, *apigatewaymanagementapi.PostToConnectionInput, ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.PostToConnectionOutput, error)
+	DeleteConnection(context.Context, *apigatewaymanagementapi.DeleteConnectionInput, ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.DeleteConnectionOutput, error)
+}
+
+var _ PostAPI = (*apigatewaymanagementapi.Client)(nil)
+
+// InvokeAPI is the part of the Lambda client used to hand work to a fresh invocation.
+type InvokeAPI interface {
+	Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+}
+
+var _ InvokeAPI = (*lambda.Client)(nil)
+
+// LogReader is the part of the session log delivery reads.
+type LogReader interface {
+	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
+	Tip(ctx context.Context, sessionID string) (int64, error)
+}
+
+var _ LogReader = (*sessionlog.Log)(nil)
+
+// Config tunes a Deliverer.
+type Config struct {
+	ReplayLimit          int           // events one subscribe may replay (spec default 10000)
+	MaxConcurrentReplays int           // replay reads at once across all instances (default 4)
+	OutboundQueue        int           // live events a connection may fall behind (default 1024)
+	DeliverFunction      string        // this function's name, for handing over work
+	Lease                time.Duration // sender lease; default connections.DefaultLease
+	ReplayPage           int           // events per replay read; default 1000
+	HelloGrace           time.Duration // how long a fresh connection may answer Gone; default 5s
+	HandoverMargin       time.Duration // stop this long before the invocation deadline; default 10s
+	Logger               *slog.Logger
+}
+
+// Deliverer sends logs to sockets. It is safe for concurrent use.
+type Deliverer struct {
+	cfg    Config
+	log    LogReader
+	store  *connections.Store
+	slots  *connections.Slots
+	posts  PostAPI
+	invoke InvokeAPI
+	logger *slog.Logger
+}
+
+// New returns a Deliverer. invoke may be nil where no handover is possible (tests).
+func New(cfg Config, log LogReader, store *connections.Store, posts PostAPI, invoke InvokeAPI) *Deliverer {
+	if cfg.Lease <= 0 {
+		cfg.Lease = connections.DefaultLease
+	}
+	if cfg.ReplayPage <= 0 {
+		cfg.ReplayPage = 1000
+	}
+	if cfg.ReplayLimit <= 0 {
+		cfg.ReplayLimit = 10000
+	}
+	if cfg.MaxConcurrentReplays <= 0 {
+		cfg.MaxConcurrentReplays = 4
+	}
+	if cfg.OutboundQueue <= 0 {
+		cfg.OutboundQueue = 1024
+	}
+	if cfg.HelloGrace <= 0 {
+		cfg.HelloGrace = 5 * time.Second
+	}
+	if cfg.HandoverMargin <= 0 {
+		cfg.HandoverMargin = 10 * time.Second
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Deliverer{
+		cfg: cfg, log: log, store: store, posts: posts, invoke: invoke, logger: logger,
+		slots: store.NewSlots(cfg.MaxConcurrentReplays, cfg.Lease),
+	}
+}
+
+func newHolder() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
+// limit (pulling from forward and owing replay_truncated) and moves the cursor. It
+// returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
+// Pump.
+func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64) error {
+	tip, err := d.log.Tip(ctx, agentID)
+	if err != nil {
+		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
+	}
+	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1}
+	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
+		sub.From, sub.Truncated = floor, true
+	}
+	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Pump sends whatever agentID's owner connection is owed, if no other sender is at it;
+// otherwise it leaves a Pending mark for that sender. hints are freshly appended events
+// (from a stream batch or an appender) that spare a log read when they are next in line;
+// they are only ever a shortcut, never the source of truth.
+func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog.Event) error {
+	hints = normalize(hints)
+	upTo := int64(-1)
+	if len(hints) > 0 {
+		upTo = hints[len(hints)-1].Seq
+	}
+	holder := newHolder()
+	for {
+		o, ok, err := d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo)
+		switch {
+		case errors.Is(err, connections.ErrNotFound):
+			return nil // nobody owns the agent: the log keeps the events for the next subscribe
+		case errors.Is(err, connections.ErrLeaseHeld):
+			if upTo >= 0 && o.HelloSent && o.Next > upTo {
+				return nil // already past every hinted event
+			}
+			marked, err := d.store.MarkPending(ctx, agentID)
+			if err != nil {
+				return err
+			}
+			if marked {
+				return nil
+			}
+			continue // the lease was let go meanwhile: try to take it
+		case err != nil:
+			return err
+		case !ok:
+			return nil
+		}
+		return d.send(ctx, o, holder, hints)
+	}
+}
+
+// send runs under the lease: hello if owed, then events from the cursor, until the log
+// has nothing more and the lease can be let go.
+func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event) (err error) {
+	p := connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated}
+	lg := d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID)
+	renewAt := time.Now().Add(d.cfg.Lease / 2)
+	released := false
+	defer func() {
+		if !released {
+			// Leave the progress made so that the next sender continues from it.
+			if aerr := d.store.Abandon(context.WithoutCancel(ctx), o, holder, p); aerr != nil {
+				lg.Error("abandon lease", "error", aerr)
+			}
+		}
+	}()
+	for {
+		if !p.HelloSent {
+			tip, err := d.log.Tip(ctx, o.AgentID)
+			if err != nil {
+				return err
+			}
+			if err := d.postHello(ctx, o.ConnID, protocol.Marshal(protocol.NewHello(o.AgentID, tip))); err != nil {
+				return d.postFailed(ctx, o, err)
+			}
+			p.HelloSent = true
+			if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
+				return err
+			}
+			renewAt = time.Now().Add(d.cfg.Lease / 2)
+		}
+		var batch []sessionlog.Event
+		fromHints := false
+		if o.Sub > 0 {
+			batch, fromHints = take(hints, p.Next)
+			hints = nil
+			if !fromHints {
+				if batch, err = d.read(ctx, o, p.Next); err != nil {
+					return err
+				}
+			}
+		}
+		if len(batch) > 0 {
+			live := p.Next >= o.ReplayEnd
+			if live && d.lagging(ctx, o, p.Next, batch) {
+				released = true // the record is gone with the connection
+				return d.Close(ctx, o, protocol.CodeLagged, "outbound queue overflowed: resubscribe from your last durable seq")
+			}
+			if p.Truncated && p.Next == o.From {
+				if err := d.post(ctx, o.ConnID, protocol.Marshal(protocol.NewReplayTruncated(o.Requested, o.From))); err != nil {
+					return d.postFailed(ctx, o, err)
+				}
+				p.Truncated = false
+			}
+			for _, ev := range batch {
+				b, err := json.Marshal(ev)
+				if err != nil {
+					return fmt.Errorf("delivery: encode %s seq %d: %w", ev.SessionID, ev.Seq, err)
+				}
+				if err := d.post(ctx, o.ConnID, b); err != nil {
+					return d.postFailed(ctx, o, err)
+				}
+				p.Next = ev.Seq + 1
+				if time.Now().After(renewAt) {
+					if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
+						return err
+					}
+					renewAt = time.Now().Add(d.cfg.Lease / 2)
+				}
+			}
+			if d.nearDeadline(ctx) {
+				return d.handover(ctx, o, holder, p, &released)
+			}
+			if !fromHints {
+				continue // there may be more in the log
+			}
+		}
+		cur, ok, err := d.store.Release(ctx, o, holder, p)
+		if err != nil {
+			if errors.Is(err, connections.ErrLeaseLost) {
+				released = true
+				return nil // superseded or expired: the new owner's sender takes over
+			}
+			return err
+		}
+		if ok {
+			released = true
+			return nil
+		}
+		// Pending or resubscribed: look at the log again under the same lease.
+		if cur.Sub != o.Sub {
+			p = connections.Progress{Next: cur.Next, HelloSent: p.HelloSent || cur.HelloSent, Truncated: cur.Truncated}
+		}
+		o = cur
+	}
+}
+
+// checkpoint writes p and, if the subscription moved, adopts the new one into p.
+func (d *Deliverer) checkpoint(ctx context.Context, o connections.Owner, holder string, p *connections.Progress) (connections.Owner, error) {
+	cur, err := d.store.Checkpoint(ctx, o, holder, *p, d.cfg.Lease)
+	if err != nil {
+		return o, err
+	}
+	if cur.Sub != o.Sub {
+		*p = connections.Progress{Next: cur.Next, HelloSent: p.HelloSent || cur.HelloSent, Truncated: cur.Truncated}
+	}
+	return cur, nil
+}
+
+// read returns the next events from the log. Replay reads (below ReplayEnd) hold one of
+// the cluster-wide replay slots for the duration of the read only; tail reads are never
+// gated.
+func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64) ([]sessionlog.Event, error) {
+	if next >= o.ReplayEnd {
+		return d.log.Read(ctx, o.AgentID, next, d.cfg.OutboundQueue+1)
+	}
+	limit := int(min(int64(d.cfg.ReplayPage), o.ReplayEnd-next))
+	holder := newHolder()
+	slot, err := d.acquireSlot(ctx, holder)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := d.slots.Release(context.WithoutCancel(ctx), holder, slot); err != nil {
+			d.logger.Error("release replay slot", "error", err, "slot", slot)
+		}
+	}()
+	return d.log.Read(ctx, o.AgentID, next, limit)
+}
+
+// acquireSlot waits, with jittered polling, for a replay slot. The connection stays
+// open meanwhile; only this read waits.
+func (d *Deliverer) acquireSlot(ctx context.Context, holder string) (int, error) {
+	for wait := 10 * time.Millisecond; ; wait = min(wait*2, 200*time.Millisecond) {
+		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(d.cfg.MaxConcurrentReplays))
+		if err != nil || slot >= 0 {
+			return slot, err
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("delivery: wait for replay slot: %w", ctx.Err())
+		case <-time.After(wait/2 + mrand.N(wait/2+1)):
+		}
+	}
+}
+
+// lagging reports whether the live tail is more than OutboundQueue events behind.
+func (d *Deliverer) lagging(ctx context.Context, o connections.Owner, next int64, batch []sessionlog.Event) bool {
+	tip := batch[len(batch)-1].Seq
+	if len(batch) > d.cfg.OutboundQueue {
+		return true
+	}
+	return tip-next+1 > int64(d.cfg.OutboundQueue)
+}
+
+func (d *Deliverer) nearDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < d.cfg.HandoverMargin
+}
+
+// handover leaves the progress and asks a fresh invocation to continue.
+func (d *Deliverer) handover(ctx context.Context, o connections.Owner, holder string, p connections.Progress, released *bool) error {
+	if err := d.store.Abandon(ctx, o, holder, p); err != nil {
+		return err
+	}
+	*released = true
+	return d.Kick(ctx, Kick{Kind: KickPump, AgentID: o.AgentID})
+}
+
+// post sends one frame. It returns ErrGone if the connection no longer exists.
+func (d *Deliverer) post(ctx context.Context, connID string, data []byte) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		_, err = d.posts.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{ConnectionId: aws.String(connID), Data: data})
+		if err == nil {
+			return nil
+		}
+		var gone *gwtypes.GoneException
+		if errors.As(err, &gone) {
+			return fmt.Errorf("%w: %s", ErrGone, connID)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		// Throttled (LimitExceeded) or a passing failure: back off and try again; the
+		// frame order is kept because nothing else is posted meanwhile.
+		time.Sleep(time.Duration(25<<attempt)*time.Millisecond + mrand.N(25*time.Millisecond))
+	}
+	return fmt.Errorf("%w: %s: %v", ErrPost, connID, err)
+}
+
+// postHello posts hello, allowing a freshly accepted connection a grace period: on AWS
+// a post can race the end of $connect and answer Gone until the socket is open.
+func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte) error {
+	deadline := time.Now().Add(d.cfg.HelloGrace)
+	for {
+		err := d.post(ctx, connID, data)
+		if !errors.Is(err, ErrGone) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// postFailed handles a post error under the lease: a gone connection is forgotten.
+func (d *Deliverer) postFailed(ctx context.Context, o connections.Owner, err error) error {
+	if errors.Is(err, ErrGone) {
+		d.logger.Info("connection gone", "agent_id", o.AgentID, "connection_id", o.ConnID)
+		if ferr := d.store.Forget(ctx, o.ConnID, o.AgentID); ferr != nil {
+			return ferr
+		}
+		return nil
+	}
+	return err
+}
+
+// Close tells the owner connection why it is being dropped and drops it: an error
+// frame, then DeleteConnection; the records go with it.
+func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protocol.Code, msg string) error {
+	d.logger.Info("closing connection", "agent_id", o.AgentID, "connection_id", o.ConnID, "code", string(code))
+	if err := d.store.SetState(ctx, o.ConnID, connections.State(code)); err != nil {
+		return err
+	}
+	if err := d.store.Disown(ctx, o.AgentID, o.ConnID); err != nil {
+		return err
+	}
+	return d.Drop(ctx, o.ConnID, code, msg)
+}
+
+// Drop posts an error frame with code to connID and closes it. A connection already
+// gone is not an error.
+func (d *Deliverer) Drop(ctx context.Context, connID string, code protocol.Code, msg string) error {
+	err := d.post(ctx, connID, protocol.Marshal(protocol.NewError(code, msg)))
+	if err != nil && !errors.Is(err, ErrGone) {
+		d.logger.Warn("post error frame", "connection_id", connID, "code", string(code), "error", err)
+	}
+	return d.deleteConn(ctx, connID)
+}
+
+func (d *Deliverer) deleteConn(ctx context.Context, connID string) error {
+	_, err := d.posts.DeleteConnection(ctx, &apigatewaymanagementapi.DeleteConnectionInput{ConnectionId: aws.String(connID)})
+	var gone *gwtypes.GoneException
+	if err != nil && !errors.As(err, &gone) {
+		return fmt.Errorf("delivery: delete connection %s: %w", connID, err)
+	}
+	return nil
+}
+
+// take returns the run of hints that starts exactly at next, if any.
+func take(hints []sessionlog.Event, next int64) ([]sessionlog.Event, bool) {
+	for i, ev := range hints {
+		if ev.Seq == next {
+			return hints[i:], true
+		}
+		if ev.Seq > next {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// normalize sorts hints by seq, drops duplicates and keeps only the first contiguous run
+// of the sorted list's tail that can be sent without a read.
+func normalize(hints []sessionlog.Event) []sessionlog.Event {
+	if len(hints) == 0 {
+		return nil
+	}
+	out := append([]sessionlog.Event(nil), hints...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	k := 0
+	for i := range out {
+		if k > 0 && out[k-1].Seq == out[i].Seq {
+			continue
+		}
+		out[k] = out[i]
+		k++
+	}
+	out = out[:k]
+	// Only a gapless run can be sent from hints; cut at the first gap.
+	for i := 1; i < len(out); i++ {
+		if out[i].Seq != out[i-1].Seq+1 {
+			return out[:i]
+		}
+	}
+	return out
+}
+
+// Kick kinds: what a deliver invocation started asynchronously should do.
+const (
+	KickPump = "pump" // send what the owner is owed (hello after connect, handover)
+	KickDrop = "drop" // tell a connection Code and close it (unauthorized at connect)
+)
+
+// Kick is the payload of an asynchronous deliver invocation.
+type Kick struct {
+	Kind         string        `json:"kind"`
+	AgentID      string        `json:"agent_id,omitempty"`
+	ConnectionID string        `json:"connection_id,omitempty"`
+	Code         protocol.Code `json:"code,omitempty"`
+}
+
+// Kick invokes the deliver function asynchronously with k.
+func (d *Deliverer) Kick(ctx context.Context, k Kick) error {
+	if d.invoke == nil {
+		return errors.New("delivery: no invoker configured")
+	}
+	payload, _ := json.Marshal(k)
+	_, err := d.invoke.Invoke(ctx, &lambda.InvokeInput{
+		FunctionName:   aws.String(d.cfg.DeliverFunction),
+		InvocationType: lambdatypes.InvocationTypeEvent,
+		Payload:        payload,
+	})
+	if err != nil {
+		return fmt.Errorf("delivery: kick %s %s: %w", k.Kind, k.AgentID, err)
+	}
+	return nil
+}
+
+// HandleKick serves an asynchronous invocation.
+func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
+	switch k.Kind {
+	case KickPump:
+		return d.Pump(ctx, k.AgentID, nil)
+	case KickDrop:
+		// The connection may still be finishing $connect: allow the hello grace.
+		deadline := time.Now().Add(d.cfg.HelloGrace)
+		frame := protocol.Marshal(protocol.NewError(k.Code, message(k.Code)))
+		for {
+			err := d.post(ctx, k.ConnectionID, frame)
+			if errors.Is(err, ErrGone) && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if errors.Is(err, ErrGone) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return d.deleteConn(ctx, k.ConnectionID)
+		}
+	default:
+		return fmt.Errorf("delivery: unknown kick kind %q", k.Kind)
+	}
+}
+
+func message(code protocol.Code) string {
+	switch code {
+	case protocol.CodeUnauthorized:
+		return "missing, invalid or revoked token"
+	case protocol.CodeSuperseded:
+		return "a newer connection took over this agent"
+	default:
+		return string(code)
+	}
+}
+
+// Send posts one protocol frame to connID outside the event stream (an error reply).
+// It returns ErrGone if the connection no longer exists.
+func (d *Deliverer) Send(ctx context.Context, connID string, frame []byte) error {
+	return d.post(ctx, connID, frame)
+}

@@ -1,0 +1,172 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// maxParallelSessions bounds how many sessions one stream batch pumps at once.
+const maxParallelSessions = 16
+
+// Handle serves every invocation of the deliver function: a DynamoDB stream batch (from
+// the log table, or token changes from the connections table) or an asynchronous Kick.
+func (d *Deliverer) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe struct {
+		Records json.RawMessage `json:"Records"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("delivery: decode event: %w", err)
+	}
+	if probe.Records != nil {
+		var ev events.DynamoDBEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("delivery: decode stream batch: %w", err)
+		}
+		return d.HandleStream(ctx, ev), nil
+	}
+	var k Kick
+	if err := json.Unmarshal(raw, &k); err != nil {
+		return nil, fmt.Errorf("delivery: decode kick: %w", err)
+	}
+	return nil, d.HandleKick(ctx, k)
+}
+
+// HandleStream wakes the sender of every session in the batch and closes connections
+// whose token was rotated or revoked. It reports failures per record (the records of a
+// session whose pump failed), never failing the whole batch, so one bad session cannot
+// block a shard.
+func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent) events.DynamoDBEventResponse {
+	bySession := map[string][]sessionlog.Event{}
+	seqNums := map[string][]string{}
+	var failures []events.DynamoDBBatchItemFailure
+	fail := func(ids ...string) {
+		for _, id := range ids {
+			failures = append(failures, events.DynamoDBBatchItemFailure{ItemIdentifier: id})
+		}
+	}
+	for _, r := range batch.Records {
+		id := r.Change.SequenceNumber
+		if pk, ok := r.Change.Keys["pk"]; ok && pk.DataType() == events.DataTypeString {
+			if agentID := auth.AgentFromKey(pk.String()); agentID != "" {
+				if err := d.revoke(ctx, agentID, r); err != nil {
+					d.logger.Error("revoke", "agent_id", agentID, "error", err)
+					fail(id)
+				}
+			}
+			continue
+		}
+		if r.EventName != string(events.DynamoDBOperationTypeInsert) {
+			continue // the log is append-only; nothing else is news
+		}
+		ev, err := eventFromImage(r.Change.NewImage)
+		if err != nil {
+			d.logger.Error("undecodable log record", "sequence_number", id, "error", err)
+			continue // a poison record can never succeed; the log still has the event
+		}
+		bySession[ev.SessionID] = append(bySession[ev.SessionID], ev)
+		seqNums[ev.SessionID] = append(seqNums[ev.SessionID], id)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxParallelSessions)
+	for session, hints := range bySession {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := d.Pump(ctx, session, hints); err != nil {
+				d.logger.Error("pump", "agent_id", session, "error", err)
+				mu.Lock()
+				fail(seqNums[session]...)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return events.DynamoDBEventResponse{BatchItemFailures: failures}
+}
+
+// revoke closes agentID's owner connection if a token change dropped the token it
+// presented. Rotation reaches connections already open this way.
+func (d *Deliverer) revoke(ctx context.Context, agentID string, r events.DynamoDBEventRecord) error {
+	dropped := auth.Dropped(hashKeys(r.Change.OldImage), hashKeys(r.Change.NewImage))
+	if len(dropped) == 0 {
+		return nil
+	}
+	o, err := d.store.Owner(ctx, agentID)
+	if errors.Is(err, connections.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, h := range dropped {
+		if h == o.TokenHash {
+			return d.Close(ctx, o, protocol.CodeUnauthorized, message(protocol.CodeUnauthorized))
+		}
+	}
+	return nil
+}
+
+func hashKeys(image map[string]events.DynamoDBAttributeValue) []string {
+	v, ok := image["hashes"]
+	if !ok || v.DataType() != events.DataTypeMap {
+		return nil
+	}
+	var out []string
+	for k := range v.Map() {
+		out = append(out, k)
+	}
+	return out
+}
+
+// eventFromImage decodes a log table record's NewImage.
+func eventFromImage(img map[string]events.DynamoDBAttributeValue) (sessionlog.Event, error) {
+	get := func(k string) (string, error) {
+		v, ok := img[k]
+		if !ok || v.DataType() != events.DataTypeString {
+			return "", fmt.Errorf("%w: attribute %q", sessionlog.ErrInvalid, k)
+		}
+		return v.String(), nil
+	}
+	var ev sessionlog.Event
+	var err error
+	if ev.SessionID, err = get("session_id"); err != nil {
+		return ev, err
+	}
+	if ev.ID, err = get("id"); err != nil {
+		return ev, err
+	}
+	if ev.At, err = get("at"); err != nil {
+		return ev, err
+	}
+	if ev.Type, err = get("type"); err != nil {
+		return ev, err
+	}
+	payload, err := get("payload")
+	if err != nil {
+		return ev, err
+	}
+	ev.Payload = json.RawMessage(payload)
+	seq, ok := img["seq"]
+	if !ok || seq.DataType() != events.DataTypeNumber {
+		return ev, fmt.Errorf("%w: attribute \"seq\"", sessionlog.ErrInvalid)
+	}
+	if ev.Seq, err = strconv.ParseInt(strings.TrimSpace(seq.Number()), 10, 64); err != nil {
+		return ev, fmt.Errorf("%w: seq: %v", sessionlog.ErrInvalid, err)
+	}
+	return ev, nil
+}
