@@ -163,3 +163,30 @@ func (c Config) Lambda(awsCfg aws.Config) *lambda.Client {
 		}
 	})
 }
+
+// CLIEnv is what the terret command line reads from the environment: defaults for its
+// flags (dev-profile.md names TERRET_ADDR and TERRET_DYNAMODB_ENDPOINT).
+type CLIEnv struct {
+	Addr             string // TERRET_ADDR
+	DynamoDBEndpoint string // TERRET_DYNAMODB_ENDPOINT
+	StateDir         string // TERRET_STATE_DIR, default ~/.terret
+	Token            string // TERRET_TOKEN
+	URL              string // TERRET_URL
+}
+
+// LoadCLIEnv reads CLIEnv.
+func LoadCLIEnv() CLIEnv {
+	e := CLIEnv{
+		Addr:             os.Getenv("TERRET_ADDR"),
+		DynamoDBEndpoint: os.Getenv("TERRET_DYNAMODB_ENDPOINT"),
+		StateDir:         os.Getenv("TERRET_STATE_DIR"),
+		Token:            os.Getenv("TERRET_TOKEN"),
+		URL:              os.Getenv("TERRET_URL"),
+	}
+	if e.StateDir == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			e.StateDir = home + "/.terret"
+		}
+	}
+	return e
+}

@@ -1,0 +1,69 @@
+// Command terret is terret-ws's command line: `terret dev` runs the whole service
+// locally; `terret token` issues, rotates and revokes agents' bearer tokens.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: terret <command> [flags]
+
+commands:
+  dev                          run the whole service locally until interrupted
+  token create --agent ID      print a new bearer token for agent ID
+  token rotate --agent ID      replace the agent's tokens with one new token
+  token revoke --agent ID      drop every token of the agent
+  usage --agent ID             print the agent's metered usage
+
+Run 'terret <command> -h' for a command's flags.
+`
+
+// errUsage marks a command-line mistake: exit status 2.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "dev":
+		err = runDev(ctx, args[1:], stdout, stderr)
+	case "token":
+		err = runToken(ctx, args[1:], stdout, stderr)
+	case "usage":
+		err = runUsage(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "terret: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "terret %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "terret %s: %v\n", args[0], err)
+		return 1
+	}
+}

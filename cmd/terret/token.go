@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/dynamolocal"
+)
+
+// store finds where the tables are: --dynamodb-endpoint (local credentials), the AWS
+// account of the default credentials (--region with --connections-table), or the running
+// `terret dev`'s state file.
+type storeFlags struct {
+	endpoint, table, agentsTable, region *string
+}
+
+func addStoreFlags(fs *flag.FlagSet, env config.CLIEnv) storeFlags {
+	return storeFlags{
+		endpoint:    fs.String("dynamodb-endpoint", env.DynamoDBEndpoint, "DynamoDB endpoint of the tables (default: the running terret dev's; env TERRET_DYNAMODB_ENDPOINT)"),
+		table:       fs.String("connections-table", "", "connections table name (default: terret dev's; required against AWS)"),
+		agentsTable: fs.String("agents-table", "", "agents table name (default: terret dev's; required against AWS)"),
+		region:      fs.String("region", "", "AWS region of the deployed tables (with --connections-table, using the default AWS credentials)"),
+	}
+}
+
+type store struct {
+	db                  *dynamodb.Client
+	connections, agents string
+}
+
+var errNoDev = errors.New("no running terret dev found: start `terret dev`, or pass --dynamodb-endpoint, or --region with --connections-table for deployed tables")
+
+func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) {
+	switch {
+	case *f.endpoint != "":
+		st := store{db: dynamolocal.Client(*f.endpoint), connections: orStr(*f.table, "terret-connections"), agents: orStr(*f.agentsTable, "terret-agents")}
+		return st, nil
+	case *f.table != "" || *f.region != "":
+		if *f.table == "" {
+			return store{}, fmt.Errorf("%w: --region needs --connections-table", errUsage)
+		}
+		awsCfg, err := config.AWS(ctx)
+		if err != nil {
+			return store{}, err
+		}
+		if *f.region != "" {
+			awsCfg.Region = *f.region
+		}
+		return store{db: dynamodb.NewFromConfig(awsCfg), connections: *f.table, agents: *f.agentsTable}, nil
+	}
+	b, err := os.ReadFile(statePath(env))
+	if err != nil {
+		return store{}, errNoDev
+	}
+	var s devState
+	if err := json.Unmarshal(b, &s); err != nil || s.DynamoDBEndpoint == "" {
+		return store{}, fmt.Errorf("unreadable state file %s: %v", statePath(env), err)
+	}
+	if s.PID > 0 && syscall.Kill(s.PID, 0) != nil {
+		return store{}, errNoDev
+	}
+	db := dynamodb.NewFromConfig(dynamolocal.Config(), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(s.DynamoDBEndpoint) })
+	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"]}, nil
+}
+
+func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: token needs a subcommand: create, rotate or revoke", errUsage)
+	}
+	sub := args[0]
+	switch sub {
+	case "create", "rotate", "revoke":
+	default:
+		return fmt.Errorf("%w: unknown token subcommand %q (create, rotate, revoke)", errUsage, sub)
+	}
+	env := config.LoadCLIEnv()
+	fs := flag.NewFlagSet("terret token "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	agentID := fs.String("agent", "", "agent id (required)")
+	sf := addStoreFlags(fs, env)
+	if err := fs.Parse(args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *agentID == "" {
+		return fmt.Errorf("%w: --agent is required", errUsage)
+	}
+	if !auth.ValidAgentID(*agentID) {
+		return fmt.Errorf("%w: invalid agent id %q: use 1-128 of A-Z a-z 0-9 . _ -", errUsage, *agentID)
+	}
+	st, err := sf.open(ctx, env)
+	if err != nil {
+		return err
+	}
+	tokens := auth.New(st.db, st.connections)
+	var tok string
+	switch sub {
+	case "create":
+		tok, err = tokens.Create(ctx, *agentID)
+	case "rotate":
+		tok, err = tokens.Rotate(ctx, *agentID)
+	case "revoke":
+		err = tokens.Revoke(ctx, *agentID)
+	}
+	if err != nil {
+		return err
+	}
+	if tok != "" {
+		fmt.Fprintln(stdout, tok)
+	}
+	return nil
+}

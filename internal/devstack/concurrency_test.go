@@ -1,0 +1,248 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/eventsource"
+	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// checker records what one client received per subscription and asserts the spec's
+// exactness: after (re)subscribing from f, discarding until seq == f, the client sees
+// f, f+1, … with no gap and no duplicate.
+type checker struct {
+	from    int64 // current subscription's from_seq
+	synced  bool  // seen seq == from since the last subscribe
+	next    int64 // next expected seq once synced
+	history [][2]int64
+}
+
+func (ck *checker) subscribe(from int64) {
+	if ck.synced || ck.from != 0 || len(ck.history) > 0 {
+		ck.history = append(ck.history, [2]int64{ck.from, ck.next})
+	}
+	ck.from, ck.synced, ck.next = from, false, from
+}
+
+func (ck *checker) see(t *testing.T, who string, seq int64) {
+	t.Helper()
+	if !ck.synced {
+		if seq != ck.from {
+			return // a frame of the replaced subscription: the spec says discard
+		}
+		ck.synced = true
+	}
+	if seq != ck.next {
+		t.Fatalf("%s: got seq %d, want %d (subscribed from %d): gap or duplicate", who, seq, ck.next, ck.from)
+	}
+	ck.next++
+}
+
+// TestConcurrentDeliveryExact: writers append while clients subscribe and resubscribe
+// from random seqs, with the stream poller redelivering, splitting and reordering
+// batches, and with extra sender processes pumping the same agents at once (as other
+// Lambda instances would) — every client receives exactly from..tip, 20 rounds.
+func TestConcurrentDeliveryExact(t *testing.T) {
+	e := startStack(t, devstack.Options{Faults: eventsource.Faults{Seed: 7, Redeliver: 0.3, Split: 0.3, Reorder: 0.5}})
+	rounds := 20
+	if testing.Short() {
+		rounds = 3
+	}
+	const agents, writers, perWriter = 3, 2, 8
+	stop := startPumpProcesses(t, e, 2, rounds, agents)
+	defer stop()
+	db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
+	for round := range rounds {
+		rng := rand.New(rand.NewPCG(uint64(round), 99))
+		var wg sync.WaitGroup
+		for a := range agents {
+			agent := fmt.Sprintf("r%d-a%d", round, a)
+			tok := e.token(t, agent)
+			c := e.dial(t, agent, tok)
+			c.hello(agent)
+			var written atomic.Int64
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l := sessionlog.New(db, e.stack.Tables["LogTable"]) // its own instance
+					for i := range perWriter {
+						if _, err := l.Append(context.Background(), agent, "test/event", map[string]int{"w": w, "i": i}); err != nil {
+							t.Error(err)
+							return
+						}
+						written.Add(1)
+						time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+					}
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ck := &checker{}
+				from := int64(rng.IntN(3))
+				ck.subscribe(from)
+				c.send(map[string]any{"type": "subscribe", "from_seq": from})
+				resubAt := int64(2 + rng.IntN(6))
+				resubbed := false
+				final := int64(writers * perWriter)
+				for {
+					f, err := c.next(20 * time.Second)
+					if err != nil {
+						t.Errorf("%s: %v (expected seq %d)", agent, err, ck.next)
+						return
+					}
+					if f.Seq == nil {
+						t.Errorf("%s: protocol frame %s", agent, f)
+						return
+					}
+					ck.see(t, agent, *f.Seq)
+					if !resubbed && ck.synced && *f.Seq >= resubAt {
+						resubbed = true
+						from = int64(rng.IntN(int(*f.Seq) + 1))
+						ck.subscribe(from)
+						c.send(map[string]any{"type": "subscribe", "from_seq": from})
+					}
+					if ck.synced && ck.next > final && written.Load() == final {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.Fatalf("round %d failed", round)
+		}
+	}
+}
+
+// startPumpProcesses runs n child processes that keep pumping this round's agents, so
+// several OS processes contend for the same delivery leases.
+func startPumpProcesses(t *testing.T, e env, n, rounds, agents int) func() {
+	t.Helper()
+	cfg, _ := json.Marshal(e.stack.Config)
+	stopFile := t.TempDir() + "/stop"
+	var cmds []*exec.Cmd
+	for range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperPumpProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "DEVSTACK_PUMP_HELPER=1", "DEVSTACK_PUMP_CONFIG="+string(cfg),
+			"DEVSTACK_PUMP_STOP="+stopFile, fmt.Sprintf("DEVSTACK_PUMP_ROUNDS=%d", rounds), fmt.Sprintf("DEVSTACK_PUMP_AGENTS=%d", agents),
+			dynamotest.EnvEndpoint+"="+e.stack.DynamoDBEndpoint)
+		cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	return func() {
+		os.WriteFile(stopFile, nil, 0o600)
+		for _, c := range cmds {
+			if err := c.Wait(); err != nil {
+				t.Errorf("pump process: %v", err)
+			}
+		}
+	}
+}
+
+// TestHelperPumpProcess is the body of a sender process of TestConcurrentDeliveryExact.
+func TestHelperPumpProcess(t *testing.T) {
+	if os.Getenv("DEVSTACK_PUMP_HELPER") != "1" {
+		t.Skip("helper process for TestConcurrentDeliveryExact")
+	}
+	var cfg config.Config
+	if err := json.Unmarshal([]byte(os.Getenv("DEVSTACK_PUMP_CONFIG")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	d := service.Deliverer(cfg, dynamolocal.Config(), service.Logger(io.Discard, "error"), nil)
+	var rounds, agents int
+	fmt.Sscan(os.Getenv("DEVSTACK_PUMP_ROUNDS"), &rounds)
+	fmt.Sscan(os.Getenv("DEVSTACK_PUMP_AGENTS"), &agents)
+	deadline := time.Now().Add(10 * time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(os.Getenv("DEVSTACK_PUMP_STOP")); err == nil {
+			return
+		}
+		for r := range rounds {
+			for a := range agents {
+				agent := fmt.Sprintf("r%d-a%d", r, a)
+				if err := d.Pump(context.Background(), agent, nil); err != nil && !strings.Contains(err.Error(), "context") {
+					t.Errorf("pump %s: %v", agent, err)
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMaxConcurrentReplays: 24 connections subscribe together with replays to read; at
+// most max_concurrent_replays replay reads run at once, and every replay completes.
+func TestMaxConcurrentReplays(t *testing.T) {
+	t.Parallel()
+	obs := &peakObserver{}
+	e := startStack(t, devstack.Options{MaxConcurrentReplays: 2, Observer: obs})
+	const conns, events = 24, 40
+	clients := make([]*client, conns)
+	for i := range conns {
+		agent := fmt.Sprintf("m%d", i)
+		if _, err := e.log.Create(context.Background(), agent); err != nil {
+			t.Fatal(err)
+		}
+		appendN(t, e.log, agent, events)
+		clients[i] = e.dial(t, agent, e.token(t, agent))
+		clients[i].hello(agent)
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.send(`{"type":"subscribe","from_seq":0}`)
+			if f := c.must(30 * time.Second); f.Seq == nil || *f.Seq != 0 {
+				t.Errorf("client %d: first frame %s", i, f)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range clients {
+		c.events(1, events)
+	}
+	if p := obs.peak.Load(); p > 2 {
+		t.Fatalf("%d replay reads at once, max_concurrent_replays is 2", p)
+	} else if p < 2 {
+		t.Fatalf("peak %d replay reads at once: the test did not contend", p)
+	}
+	if obs.total.Load() < conns {
+		t.Fatalf("%d replay reads for %d subscribes", obs.total.Load(), conns)
+	}
+}
+
+type peakObserver struct {
+	now, peak, total atomic.Int64
+}
+
+func (o *peakObserver) ReplayRead(start bool) {
+	if !start {
+		o.now.Add(-1)
+		return
+	}
+	o.total.Add(1)
+	n := o.now.Add(1)
+	for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
+	}
+}

@@ -1,0 +1,207 @@
+package devstack_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terret/terret-ws/internal/devstack"
+)
+
+func TestUnauthorized(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	other := e.token(t, "other")
+	e.token(t, "a1")
+	tests := []struct{ name, token string }{
+		{"no token", ""},
+		{"another agent's token", other},
+		{"garbage", "tt_garbage"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.dial(t, "a1", tc.token)
+			f := c.must(10 * time.Second)
+			if f.Type != "error" || f.Code != "unauthorized" {
+				t.Fatalf("first frame %s, want error unauthorized", f)
+			}
+			c.expectClosed()
+		})
+	}
+	// Nothing about the agent was resolved: no session was created by the refused connects.
+	if _, err := e.log.Tip(context.Background(), "a1"); err == nil {
+		t.Fatal("an unauthorized connect created the session")
+	}
+}
+
+func TestHelloFirstThenReplayAndTail(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	c.send(`{"type":"subscribe","from_seq":0}`) // at once: hello must still come first
+	h := c.hello("a1")
+	if h.Last != 0 {
+		t.Fatalf("hello last_seq %d on a new session, want 0", h.Last)
+	}
+	evs := c.events(0, 0)
+	if !strings.Contains(evs[0].String(), `"type":"session/created"`) {
+		t.Fatalf("seq 0 is %s, want session/created", evs[0])
+	}
+	appendN(t, e.log, "a1", 30) // live tail
+	c.events(1, 30)
+	c.quiet(300 * time.Millisecond)
+
+	// A second connection replays then tails with no seam.
+	c2 := e.dial(t, "a1", tok)
+	c.expectError("superseded")
+	c.expectClosed()
+	h2 := c2.hello("a1")
+	if h2.Last != 30 {
+		t.Fatalf("hello last_seq %d, want 30", h2.Last)
+	}
+	c2.send(map[string]any{"type": "subscribe", "from_seq": 25})
+	done := make(chan error, 1)
+	go func() {
+		for i := range 10 {
+			if _, err := e.log.Append(context.Background(), "a1", "test/event", map[string]int{"i": i}); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	c2.events(25, 40)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c2.quiet(300 * time.Millisecond)
+}
+
+func TestResubscribeMidStream(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	c.hello("a1")
+	appendN(t, e.log, "a1", 200)
+	c.send(`{"type":"subscribe","from_seq":0}`)
+	c.events(0, 20)
+	c.send(`{"type":"subscribe","from_seq":5}`)
+	// Discard until the new replay's first event, as the spec tells clients to.
+	for {
+		f := c.must(10 * time.Second)
+		if f.Seq == nil {
+			t.Fatalf("protocol frame %s during resubscribe", f)
+		}
+		if *f.Seq == 5 {
+			break
+		}
+	}
+	c.events(6, 200)
+	c.quiet(300 * time.Millisecond)
+}
+
+func TestReplayTruncated(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{ReplayLimit: 5})
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	c.hello("a1")
+	appendN(t, e.log, "a1", 20) // tip 20
+	c.send(`{"type":"subscribe","from_seq":3}`)
+	f := c.must(10 * time.Second)
+	if f.Type != "replay_truncated" || f.Req != 3 || f.From != 16 || f.Seq != nil {
+		t.Fatalf("first frame %s, want replay_truncated{requested_from_seq 3, from_seq 16}", f)
+	}
+	c.events(16, 20)
+	appendN(t, e.log, "a1", 3)
+	c.events(21, 23)
+	// Within the limit: no replay_truncated.
+	c.send(`{"type":"subscribe","from_seq":19}`)
+	for {
+		f := c.must(10 * time.Second)
+		if f.Type == "replay_truncated" {
+			t.Fatalf("replay_truncated for a subscribe within the limit: %s", f)
+		}
+		if f.Seq != nil && *f.Seq == 19 {
+			break
+		}
+	}
+	c.events(20, 23)
+}
+
+func TestBadFrameKeepsSocketOpen(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	c.send(`not json`) // before hello: the error still comes after hello
+	c.hello("a1")
+	if f := c.expectError("bad_frame"); !strings.Contains(f.Msg, "not valid JSON") {
+		t.Fatalf("bad_frame message %q does not say what is wrong", f.Msg)
+	}
+	for _, bad := range []string{
+		`{"type":"nope"}`,
+		`{"type":"subscribe"}`,
+		`{"type":"subscribe","from_seq":"1"}`,
+		`[1]`,
+		`{"type":"set_policy","patterns":[1]}`,
+		`{"type":"inject","text":"` + strings.Repeat("x", 1<<20) + `","wake":true}`,
+	} {
+		c.send(bad)
+		c.expectError("bad_frame")
+	}
+	c.send(`{"type":"subscribe","from_seq":0}`)
+	c.events(0, 0)
+}
+
+func TestSupersededConnectionIsRefused(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	c1 := e.dial(t, "a1", tok)
+	c1.hello("a1")
+	c2 := e.dial(t, "a1", tok)
+	c2.hello("a1")
+	c1.expectError("superseded")
+	c1.expectClosed()
+	c2.send(`{"type":"subscribe","from_seq":0}`)
+	c2.events(0, 0)
+	appendN(t, e.log, "a1", 3)
+	c2.events(1, 3)
+}
+
+func TestRotationAndRevocation(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	ctx := context.Background()
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	c.hello("a1")
+	c.send(`{"type":"subscribe","from_seq":0}`)
+	c.events(0, 0)
+	fresh, err := e.tokens.Rotate(ctx, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.expectError("unauthorized")
+	c.expectClosed()
+	old := e.dial(t, "a1", tok)
+	old.expectError("unauthorized")
+	old.expectClosed()
+
+	c2 := e.dial(t, "a1", fresh)
+	c2.hello("a1")
+	c2.send(`{"type":"subscribe","from_seq":0}`)
+	c2.events(0, 0)
+	if err := e.tokens.Revoke(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	c2.expectError("unauthorized")
+	c2.expectClosed()
+	c3 := e.dial(t, "a1", fresh)
+	c3.expectError("unauthorized")
+	c3.expectClosed()
+}

@@ -1,0 +1,267 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// env is one running stack with clients of its tables.
+type env struct {
+	stack  *devstack.Stack
+	tokens *auth.Store
+	log    *sessionlog.Log
+}
+
+func startStack(t *testing.T, o devstack.Options) env {
+	t.Helper()
+	o.DynamoDBEndpoint = dynamotest.Endpoint(t)
+	o.Addr = "127.0.0.1:0"
+	o.TablePrefix = dynamotest.UniqueName("d") + "-"
+	if o.PollInterval == 0 {
+		o.PollInterval = 20 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = service.Logger(io.Discard, "error")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := devstack.Start(ctx, o)
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	db := dynamolocal.Client(st.DynamoDBEndpoint)
+	return env{stack: st, tokens: auth.New(db, st.Tables["ConnectionsTable"]), log: sessionlog.New(db, st.Tables["LogTable"])}
+}
+
+func (e env) token(t *testing.T, agent string) string {
+	t.Helper()
+	tok, err := e.tokens.Create(context.Background(), agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// frame is any server frame: events have seq, protocol frames do not.
+type frame struct {
+	raw  []byte
+	Type string          `json:"type"`
+	Seq  *int64          `json:"seq"`
+	Code string          `json:"code"`
+	Msg  string          `json:"message"`
+	Sess string          `json:"session_id"`
+	Last int64           `json:"last_seq"`
+	Req  int64           `json:"requested_from_seq"`
+	From int64           `json:"from_seq"`
+	Pay  json.RawMessage `json:"payload"`
+}
+
+func (f frame) String() string { return string(f.raw) }
+
+type client struct {
+	t      *testing.T
+	c      *websocket.Conn
+	ctx    context.Context
+	stop   context.CancelFunc
+	frames chan read // filled by one reader goroutine: a Read whose context expires would close the socket
+}
+
+type read struct {
+	b   []byte
+	err error
+}
+
+func (e env) dial(t *testing.T, agent, token string) *client {
+	t.Helper()
+	c, err := e.tryDial(agent, token)
+	if err != nil {
+		t.Fatalf("dial %s: %v", agent, err)
+	}
+	t.Cleanup(func() { c.c.CloseNow() })
+	c.t = t
+	return c
+}
+
+func (e env) tryDial(agent, token string) (*client, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	c, _, err := websocket.Dial(dctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c.SetReadLimit(1 << 20)
+	cl := &client{c: c, ctx: ctx, stop: cancel, frames: make(chan read, 100000)}
+	go func() {
+		for {
+			typ, b, err := c.Read(ctx)
+			if err == nil && typ != websocket.MessageText {
+				err = fmt.Errorf("binary frame")
+			}
+			cl.frames <- read{b, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return cl, nil
+}
+
+func (c *client) send(v any) {
+	c.t.Helper()
+	var b []byte
+	switch x := v.(type) {
+	case string:
+		b = []byte(x)
+	case []byte:
+		b = x
+	default:
+		b, _ = json.Marshal(v)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
+		c.t.Fatalf("send: %v", err)
+	}
+}
+
+var (
+	errClosed  = errors.New("closed")
+	errTimeout = errors.New("no frame in time")
+)
+
+// next reads one frame within d; errClosed when the server closed the socket.
+func (c *client) next(d time.Duration) (frame, error) {
+	var r read
+	select {
+	case r = <-c.frames:
+	case <-time.After(d):
+		return frame{}, errTimeout
+	}
+	b, err := r.b, r.err
+	if err != nil {
+		// Keep reporting the end to later calls.
+		c.frames <- r
+		if websocket.CloseStatus(err) != -1 || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "closed") {
+			return frame{}, errClosed
+		}
+		return frame{}, err
+	}
+	var f frame
+	if err := json.Unmarshal(b, &f); err != nil {
+		return frame{}, fmt.Errorf("frame %q is not JSON: %w", b, err)
+	}
+	f.raw = b
+	return f, nil
+}
+
+func (c *client) must(d time.Duration) frame {
+	c.t.Helper()
+	f, err := c.next(d)
+	if err != nil {
+		c.t.Fatalf("read frame: %v", err)
+	}
+	return f
+}
+
+// expectError reads frames until an error frame and checks its code.
+func (c *client) expectError(code string) frame {
+	c.t.Helper()
+	for {
+		f := c.must(10 * time.Second)
+		if f.Type == "error" {
+			if f.Code != code {
+				c.t.Fatalf("error frame %s, want code %s", f, code)
+			}
+			return f
+		}
+	}
+}
+
+// expectClosed asserts the server closes the socket (after any remaining frames).
+func (c *client) expectClosed() {
+	c.t.Helper()
+	for {
+		f, err := c.next(10 * time.Second)
+		if errors.Is(err, errClosed) {
+			return
+		}
+		if err != nil {
+			c.t.Fatalf("waiting for close: %v", err)
+		}
+		c.t.Logf("frame before close: %s", f)
+	}
+}
+
+// hello reads the first frame and checks it is hello.
+func (c *client) hello(agent string) frame {
+	c.t.Helper()
+	f := c.must(10 * time.Second)
+	if f.Type != "hello" || f.Seq != nil || f.Sess != agent || !strings.Contains(string(f.raw), `"proto":1`) {
+		c.t.Fatalf("first frame %s, want hello for %s", f, agent)
+	}
+	return f
+}
+
+// events reads events until it has seen seq `to`, asserting they run from..to exactly.
+// Protocol frames in between fail the test.
+func (c *client) events(from, to int64) []frame {
+	c.t.Helper()
+	var out []frame
+	want := from
+	for want <= to {
+		f := c.must(15 * time.Second)
+		if f.Seq == nil {
+			c.t.Fatalf("protocol frame %s while expecting seq %d", f, want)
+		}
+		if *f.Seq != want {
+			c.t.Fatalf("got seq %d, want %d (gap or duplicate)", *f.Seq, want)
+		}
+		out = append(out, f)
+		want++
+	}
+	return out
+}
+
+// quiet asserts nothing arrives for d.
+func (c *client) quiet(d time.Duration) {
+	c.t.Helper()
+	f, err := c.next(d)
+	if err == nil {
+		c.t.Fatalf("unexpected frame %s", f)
+	}
+	if !errors.Is(err, errTimeout) {
+		c.t.Fatalf("socket failed while quiet: %v", err)
+	}
+}
+
+func appendN(t *testing.T, l *sessionlog.Log, session string, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := l.Append(context.Background(), session, "test/event", map[string]int{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

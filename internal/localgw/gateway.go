@@ -1,0 +1,384 @@
+// Package localgw is a local emulator of an API Gateway WebSocket API with Lambda
+// integrations, plus the two AWS HTTP APIs the deployed handlers call back through:
+// the `@connections` management API and the Lambda Invoke API.
+//
+// Neither `sam local` nor LocalStack's free edition emulates WebSocket APIs. The
+// gateway runs the very lambda.Handler values the deployed functions run, feeding
+// them the JSON events API Gateway would send, so `terret dev` and the tests exercise
+// the production code paths unchanged:
+//
+//   - GET /agents/{agent_id}/ws upgrades to a WebSocket after the $connect route
+//     accepted it; text and binary frames invoke $default; a closed socket invokes
+//     $disconnect exactly once.
+//   - POST|GET|DELETE /{stage}/@connections/{id} (and the same without the stage
+//     prefix) serve PostToConnection, GetConnection and DeleteConnection for the real
+//     apigatewaymanagementapi client with BaseEndpoint = ManagementEndpoint().
+//   - POST /2015-03-31/functions/{name}/invocations serves Invoke for the real lambda
+//     client with BaseEndpoint = LambdaEndpoint().
+//
+// Everything listens on one address.
+package localgw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/coder/websocket"
+)
+
+// Route keys of an API Gateway WebSocket API that the gateway dispatches. Custom
+// route keys (route selection expressions) are not emulated: every message goes to
+// $default.
+const (
+	RouteConnect    = "$connect"
+	RouteDefault    = "$default"
+	RouteDisconnect = "$disconnect"
+)
+
+// Defaults applied by Start to zero Config fields.
+const (
+	DefaultPingInterval   = 20 * time.Second
+	DefaultStage          = "local"
+	DefaultRegion         = "us-east-1"
+	DefaultAccountID      = "000000000000"
+	DefaultTimeout        = 30 * time.Second
+	DefaultWriteTimeout   = 10 * time.Second
+	DefaultMaxConcurrency = 64
+	DefaultRetryBackoff   = time.Second
+)
+
+// Limits enforced like the AWS services they stand in for.
+const (
+	// MaxPostBytes is API Gateway's limit for one PostToConnection payload (128 KiB).
+	MaxPostBytes = 128 * 1024
+	// ReadLimit is the largest frame the gateway reads; a larger one closes the socket
+	// with 1009 (message too big). The $default handler enforces the protocol's own
+	// 1 MiB limit itself, answering bad_frame.
+	ReadLimit = 8 << 20
+	// MaxSyncInvokeBytes and MaxAsyncInvokeBytes are Lambda's request payload limits.
+	MaxSyncInvokeBytes  = 6 * 1024 * 1024
+	MaxAsyncInvokeBytes = 1024 * 1024
+)
+
+// Sentinel errors.
+var (
+	// ErrUnknownRoute is returned by Start for a Routes key other than $connect,
+	// $default and $disconnect.
+	ErrUnknownRoute = errors.New("localgw: unknown route key")
+	// ErrClosed is returned by Shutdown/Close after the first call.
+	ErrClosed = errors.New("localgw: gateway already closed")
+)
+
+// Config configures a Gateway. Zero fields take the defaults above.
+type Config struct {
+	// Addr is the listen address; "127.0.0.1:0" picks a free port.
+	Addr string
+	// PingInterval is how often every open socket gets a WebSocket ping frame. A ping
+	// not answered within the same interval closes the socket.
+	PingInterval time.Duration
+	// Stage is requestContext.stage and the first segment of the management API path.
+	Stage string
+	// Region and AccountID build the functions' ARNs (InvokedFunctionArn).
+	Region    string
+	AccountID string
+	// Routes holds the WebSocket route handlers by route key ($connect, $default,
+	// $disconnect). Every route is optional, as on API Gateway: without $connect every
+	// connection is accepted, without $default a message is answered with API
+	// Gateway's {"message":"Forbidden",...} frame.
+	Routes map[string]lambda.Handler
+	// Functions are served by the Lambda Invoke API, by function name.
+	Functions map[string]lambda.Handler
+	// Timeouts overrides the invocation deadline (DefaultTimeout) by route key or
+	// function name.
+	Timeouts map[string]time.Duration
+	// WriteTimeout bounds one PostToConnection frame write (default 10s). A write that
+	// times out closes the socket and answers GoneException.
+	WriteTimeout time.Duration
+	// MaxConcurrency bounds concurrent $default invocations over all connections
+	// (default 64). When it is reached, sockets stop being read until a slot frees.
+	MaxConcurrency int
+	// RetryBackoff is the wait before the first retry of a failed asynchronous
+	// invocation; the second retry waits twice as long (Lambda waits 1 and 2 minutes).
+	RetryBackoff time.Duration
+	// Logger receives JSON logs; nil logs to stderr at Info.
+	Logger *slog.Logger
+}
+
+// Gateway is a running local API Gateway. Its methods are safe for concurrent use.
+type Gateway struct {
+	cfg  Config
+	log  *slog.Logger
+	ln   net.Listener
+	srv  *http.Server
+	base context.Context // parent of every invocation; cancelled last, in Shutdown
+
+	cancelBase  context.CancelFunc
+	stopWatch   func() bool
+	stopRetries chan struct{} // closed when Shutdown runs out of time: pending async retries are dropped
+	serveDone   chan struct{}
+
+	sem  chan struct{} // $default concurrency slots
+	work tracker       // connections and invocations Shutdown waits for
+
+	mu      sync.Mutex
+	closing bool
+	conns   map[string]*connection
+
+	closeOnce sync.Once
+}
+
+// Start listens on cfg.Addr and serves until Close, Shutdown or the cancellation of
+// ctx (which shuts the gateway down like Close). It returns once the listener is
+// open, so the endpoints are usable immediately.
+func Start(ctx context.Context, cfg Config) (*Gateway, error) {
+	for key := range cfg.Routes {
+		switch key {
+		case RouteConnect, RouteDefault, RouteDisconnect:
+		default:
+			return nil, fmt.Errorf("%w %q (want %s, %s or %s)", ErrUnknownRoute, key, RouteConnect, RouteDefault, RouteDisconnect)
+		}
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.Stage == "" {
+		cfg.Stage = DefaultStage
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	if cfg.AccountID == "" {
+		cfg.AccountID = DefaultAccountID
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.MaxConcurrency <= 0 {
+		cfg.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	log := cfg.Logger.With("component", "localgw")
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("localgw: listen %s: %w", cfg.Addr, err)
+	}
+	// Invocations outlive the caller's ctx on purpose: shutting down must let them
+	// finish (bounded by their deadlines) rather than cancel them mid-write.
+	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	g := &Gateway{
+		cfg:         cfg,
+		log:         log,
+		ln:          ln,
+		base:        base,
+		cancelBase:  cancel,
+		stopRetries: make(chan struct{}),
+		serveDone:   make(chan struct{}),
+		sem:         make(chan struct{}, cfg.MaxConcurrency),
+		work:        newTracker(),
+		conns:       make(map[string]*connection),
+	}
+	g.srv = &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		defer close(g.serveDone)
+		if err := g.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve failed", "error", err.Error())
+		}
+	}()
+	g.stopWatch = context.AfterFunc(ctx, func() { _ = g.Close() })
+	log.Info("gateway listening", "addr", ln.Addr().String(), "stage", cfg.Stage)
+	return g, nil
+}
+
+// hostPort is the listener address with an unspecified IP replaced by loopback, so
+// the URLs below are dialable.
+func (g *Gateway) hostPort() string {
+	addr := g.ln.Addr().(*net.TCPAddr)
+	ip := addr.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return net.JoinHostPort(ip.String(), fmt.Sprint(addr.Port))
+}
+
+// WebSocketURL is ws://HOST:PORT; clients dial WebSocketURL()+"/agents/{agent_id}/ws".
+func (g *Gateway) WebSocketURL() string { return "ws://" + g.hostPort() }
+
+// ManagementEndpoint is http://HOST:PORT/{stage}, the BaseEndpoint for an
+// apigatewaymanagementapi client (the same shape as https://{api}.execute-api.../{stage}).
+func (g *Gateway) ManagementEndpoint() string {
+	return "http://" + g.hostPort() + "/" + g.cfg.Stage
+}
+
+// LambdaEndpoint is http://HOST:PORT, the BaseEndpoint for a lambda client.
+func (g *Gateway) LambdaEndpoint() string { return "http://" + g.hostPort() }
+
+// Close is Shutdown bounded by the longest configured invocation timeout plus 15s,
+// so a handler that ignores its context cannot hang the caller forever.
+func (g *Gateway) Close() error {
+	bound := DefaultTimeout
+	for _, d := range g.cfg.Timeouts {
+		bound = max(bound, d)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound+15*time.Second)
+	defer cancel()
+	return g.Shutdown(ctx)
+}
+
+// Shutdown stops accepting WebSockets (new upgrades get 503), closes every open
+// socket with 1001 (going away), which invokes $disconnect for each, and waits until
+// the $disconnect invocations and every in-flight invocation have returned, including
+// the retries of asynchronous events, or ctx is done (then pending retries are
+// dropped and logged, and ctx's error is returned). The management and
+// Lambda APIs keep serving while it waits, because the handlers finishing may call
+// back; then the listener closes. Only the first call does the work; later calls
+// return ErrClosed.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	err := ErrClosed
+	g.closeOnce.Do(func() {
+		err = g.shutdown(ctx)
+	})
+	return err
+}
+
+func (g *Gateway) shutdown(ctx context.Context) error {
+	g.stopWatch()
+	g.mu.Lock()
+	g.closing = true
+	open := make([]*connection, 0, len(g.conns))
+	for _, c := range g.conns {
+		open = append(open, c)
+	}
+	g.mu.Unlock()
+	g.log.Info("gateway closing", "open_connections", len(open))
+
+	for _, c := range open {
+		go c.closeWith(websocket.StatusGoingAway, "gateway closing")
+	}
+	g.work.close()
+	waitErr := g.work.wait(ctx)
+	if waitErr != nil {
+		// Out of time: asynchronous events waiting for a retry are dropped (logged);
+		// invocations still running are abandoned to their deadlines.
+		close(g.stopRetries)
+		g.log.Error("gateway closed before in-flight work finished", "error", waitErr.Error())
+		g.mu.Lock()
+		left := make([]*connection, 0, len(g.conns))
+		for _, c := range g.conns {
+			left = append(left, c)
+		}
+		g.mu.Unlock()
+		for _, c := range left {
+			select {
+			case <-c.ready:
+				if c.ws != nil {
+					_ = c.ws.CloseNow() // sockets whose close handshake is still pending
+				}
+			default:
+			}
+		}
+	}
+
+	// Everything Shutdown promised to wait for is done; the grace period only lets
+	// responses already being written (an Invoke's result) reach their callers. It is
+	// short because http.Server.Shutdown waits up to 5s for a kept-alive connection the
+	// SDK dialed but never used.
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
+	defer cancel()
+	var srvErr error
+	if err := g.srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		srvErr = err
+	}
+	if err := g.srv.Close(); err != nil {
+		srvErr = errors.Join(srvErr, err)
+	}
+	<-g.serveDone
+	g.cancelBase()
+	g.log.Info("gateway closed")
+	if waitErr != nil {
+		return fmt.Errorf("localgw: shutdown: %w", waitErr)
+	}
+	if srvErr != nil {
+		return fmt.Errorf("localgw: shutdown: %w", srvErr)
+	}
+	return nil
+}
+
+// ServeHTTP routes the three APIs. Path segments are matched unescaped, because the
+// AWS SDKs percent-encode every byte of a connection id or function ARN that is not
+// unreserved ('=', '+', '/', ':').
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	segs, ok := splitPath(r.URL.EscapedPath())
+	if !ok {
+		writeJSONError(w, http.StatusBadRequest, "BadRequestException", "malformed path")
+		return
+	}
+	switch {
+	case len(segs) == 3 && segs[0] == "agents" && segs[2] == "ws" && segs[1] != "":
+		if r.Method != http.MethodGet {
+			writeJSONError(w, http.StatusMethodNotAllowed, "MethodNotAllowedException", "WebSocket upgrade needs GET")
+			return
+		}
+		g.serveWebSocket(w, r, segs[1])
+	case len(segs) == 3 && segs[0] == g.cfg.Stage && segs[1] == "@connections":
+		g.serveManagement(w, r, segs[2])
+	case len(segs) == 2 && segs[0] == "@connections":
+		g.serveManagement(w, r, segs[1])
+	case len(segs) == 4 && segs[0] == "2015-03-31" && segs[1] == "functions" && segs[3] == "invocations":
+		if r.Method != http.MethodPost {
+			writeJSONError(w, http.StatusMethodNotAllowed, "MethodNotAllowedException", "Invoke needs POST")
+			return
+		}
+		g.serveInvoke(w, r, segs[2])
+	default:
+		writeJSONError(w, http.StatusNotFound, "NotFoundException", "no such resource: "+r.URL.Path)
+	}
+}
+
+func splitPath(escaped string) ([]string, bool) {
+	raw := strings.Split(strings.Trim(escaped, "/"), "/")
+	segs := make([]string, len(raw))
+	for i, s := range raw {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, false
+		}
+		segs[i] = u
+	}
+	return segs, true
+}
+
+// timeout is the invocation deadline of a route key or function name.
+func (g *Gateway) timeout(name string) time.Duration {
+	if d, ok := g.cfg.Timeouts[name]; ok && d > 0 {
+		return d
+	}
+	return DefaultTimeout
+}
+
+// drain reads and discards at most n bytes so a keep-alive connection can be reused
+// after an early error answer.
+func drain(r io.Reader, n int64) { _, _ = io.CopyN(io.Discard, r, n) }

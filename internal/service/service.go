@@ -1,0 +1,63 @@
+// Package service builds each function's handler from its configuration and AWS
+// clients. The functions' mains and `terret dev` share it, so the handlers that run
+// locally are wired exactly as the deployed ones.
+package service
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/socket"
+)
+
+// Logger returns the JSON logger every function writes to stdout (CloudWatch reads it).
+func Logger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		l = slog.LevelDebug
+	case "warn":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	default:
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// Deliverer builds the delivery core shared by the socket routes and the deliver
+// function. obs may be nil.
+func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, obs delivery.Observer) *delivery.Deliverer {
+	db := cfg.DynamoDB(awsCfg)
+	return delivery.New(delivery.Config{
+		ReplayLimit:          cfg.ReplayLimit,
+		MaxConcurrentReplays: cfg.MaxConcurrentReplays,
+		OutboundQueue:        cfg.OutboundQueue,
+		DeliverFunction:      cfg.DeliverFunction,
+		Logger:               logger,
+		Observer:             obs,
+	}, sessionlog.New(db, cfg.LogTable), connections.New(db, cfg.ConnectionsTable), cfg.Management(awsCfg), cfg.Lambda(awsCfg))
+}
+
+// Socket builds the connect, message and disconnect routes. agent may be nil, in which
+// case agent frames answer unsupported; obs may be nil.
+func Socket(cfg config.Config, awsCfg aws.Config, agent socket.Controller, logger *slog.Logger, obs delivery.Observer) *socket.Server {
+	db := cfg.DynamoDB(awsCfg)
+	return socket.New(
+		auth.New(db, cfg.ConnectionsTable),
+		connections.New(db, cfg.ConnectionsTable),
+		sessionlog.New(db, cfg.LogTable),
+		Deliverer(cfg, awsCfg, logger, obs),
+		agent,
+		logger,
+	)
+}

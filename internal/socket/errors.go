@@ -1,0 +1,38 @@
+package socket
+
+import (
+	"errors"
+
+	"github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// ErrUnsupported answers a frame that needs a part this deployment does not mount.
+var ErrUnsupported = errors.New("socket: unsupported")
+
+// codeFor maps an error from serving a frame to the protocol's error code and the
+// message the client sees. It is the one place where errors become codes; internal
+// error text never reaches a client.
+func codeFor(err error) (protocol.Code, string) {
+	var bf *protocol.BadFrameError
+	switch {
+	case errors.As(err, &bf):
+		return protocol.CodeBadFrame, bf.Message
+	case errors.Is(err, agent.ErrBadSpec):
+		return protocol.CodeBadFrame, "set_model: invalid role or model spec"
+	case errors.Is(err, sessionlog.ErrTooLarge):
+		return protocol.CodeBadFrame, "frame content is too large for one event"
+	case errors.Is(err, agent.ErrNotRunning):
+		return protocol.CodeNotRunning, "no turn is running"
+	case errors.Is(err, agent.ErrStaleCall):
+		return protocol.CodeStaleCall, "no standing approval request for that call_id"
+	case errors.Is(err, agent.ErrUnsupported), errors.Is(err, ErrUnsupported):
+		return protocol.CodeUnsupported, "this deployment does not mount the plugin this frame needs"
+	case errors.Is(err, connections.ErrNotOwner):
+		return protocol.CodeSuperseded, "a newer connection took over this agent"
+	default:
+		return protocol.CodeInternal, "internal error"
+	}
+}

@@ -1,0 +1,305 @@
+// Package socket serves the WebSocket API's three routes — $connect, $default and
+// $disconnect — as the connect, message and disconnect functions. Each handler decodes
+// the API Gateway event and makes one call into the package that owns the concept.
+package socket
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// Controller serves the frames that drive the agent (package agent implements it).
+type Controller interface {
+	Inject(ctx context.Context, sessionID, text string, wake bool) error
+	Cancel(ctx context.Context, sessionID, reason string) error
+	Approve(ctx context.Context, sessionID, callID string) error
+	Deny(ctx context.Context, sessionID, callID, reason string) error
+	SetModel(ctx context.Context, sessionID, role, spec string) error
+	SetPolicy(ctx context.Context, sessionID string, patterns []string) error
+}
+
+// SessionLog is the part of the log the routes use.
+type SessionLog interface {
+	Create(ctx context.Context, sessionID string) (bool, error)
+}
+
+var _ SessionLog = (*sessionlog.Log)(nil)
+
+// Server holds the routes' dependencies.
+type Server struct {
+	tokens  *auth.Store
+	conns   *connections.Store
+	log     SessionLog
+	deliver *delivery.Deliverer
+	agent   Controller // nil: the runtime is not mounted, agent frames answer unsupported
+	logger  *slog.Logger
+}
+
+// New returns a Server. agent may be nil.
+func New(tokens *auth.Store, conns *connections.Store, log SessionLog, deliver *delivery.Deliverer, agent Controller, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Server{tokens: tokens, conns: conns, log: log, deliver: deliver, agent: agent, logger: logger}
+}
+
+var ok = events.APIGatewayProxyResponse{StatusCode: http.StatusOK}
+
+func (s *Server) logFor(ctx context.Context, connID string) *slog.Logger {
+	l := s.logger.With("connection_id", connID)
+	if lc, ok := lambdacontext.FromContext(ctx); ok {
+		l = l.With("request_id", lc.AwsRequestID)
+	}
+	return l
+}
+
+// header returns the first value of header name, matched case-insensitively.
+func header(req events.APIGatewayWebsocketProxyRequest, name string) string {
+	for k, v := range req.Headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	for k, v := range req.MultiValueHeaders {
+		if strings.EqualFold(k, name) && len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// Connect serves $connect. The token is checked before the agent is resolved. A refused
+// client is still accepted — API Gateway can deliver no frame during $connect — and the
+// deliver function then sends it the unauthorized frame and closes it. An accepted one
+// takes over the agent (superseding the previous connection) and is sent hello by the
+// deliver function once $connect has returned.
+func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	connID := req.RequestContext.ConnectionID
+	agentID := req.QueryStringParameters["agent_id"]
+	lg := s.logFor(ctx, connID).With("agent_id", agentID)
+	token := auth.BearerToken(header(req, "Authorization"))
+	hash, err := s.tokens.Check(ctx, agentID, token)
+	if err == nil {
+		_, err = s.log.Create(ctx, agentID)
+		if err == nil {
+			var superseded string
+			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash))
+			if err == nil {
+				if superseded != "" {
+					lg.Info("superseding connection", "superseded_connection_id", superseded)
+					if derr := s.deliver.Drop(ctx, superseded, protocol.CodeSuperseded, "a newer connection took over this agent"); derr != nil {
+						lg.Warn("drop superseded connection", "error", derr)
+					}
+				}
+				if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickPump, AgentID: agentID}); err != nil {
+					lg.Error("kick hello", "error", err)
+					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+				}
+				lg.Info("connected")
+				return ok, nil
+			}
+		}
+	}
+	if !errors.Is(err, auth.ErrUnauthorized) && !errors.Is(err, connections.ErrTokenGone) {
+		lg.Error("connect", "error", err)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+	}
+	lg.Info("unauthorized connection")
+	if err := s.conns.Reject(ctx, connID, agentID); err != nil {
+		lg.Error("record unauthorized connection", "error", err)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+	}
+	if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickDrop, ConnectionID: connID, Code: protocol.CodeUnauthorized}); err != nil {
+		// Without the asynchronous drop the client would hang: refuse the handshake.
+		lg.Error("kick unauthorized drop", "error", err)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
+	}
+	return ok, nil
+}
+
+// Disconnect serves $disconnect: it forgets the connection. It never touches a turn —
+// the agent's life is independent of the socket. API Gateway calls it best-effort; a
+// GoneException on a later post cleans up as well.
+func (s *Server) Disconnect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	connID := req.RequestContext.ConnectionID
+	lg := s.logFor(ctx, connID)
+	c, err := s.conns.Conn(ctx, connID)
+	if errors.Is(err, connections.ErrNotFound) {
+		return ok, nil
+	}
+	if err == nil {
+		err = s.conns.Forget(ctx, connID, c.AgentID)
+	}
+	if err != nil {
+		lg.Error("disconnect", "error", err)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+	}
+	lg.Info("disconnected", "agent_id", c.AgentID)
+	return ok, nil
+}
+
+// Message serves $default: every client frame.
+func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	connID := req.RequestContext.ConnectionID
+	lg := s.logFor(ctx, connID)
+	c, err := s.conns.Conn(ctx, connID)
+	switch {
+	case errors.Is(err, connections.ErrNotFound):
+		s.refuse(ctx, lg, connID, connections.StateUnauthorized)
+		return ok, nil
+	case err != nil:
+		lg.Error("look up connection", "error", err)
+		s.fail(ctx, lg, connID)
+		return ok, nil
+	case c.State != connections.StateAuthorized:
+		s.refuse(ctx, lg, connID, c.State)
+		return ok, nil
+	}
+	lg = lg.With("agent_id", c.AgentID)
+	body := []byte(req.Body)
+	if req.IsBase64Encoded {
+		// Binary frames are not JSON text frames.
+		s.reply(ctx, lg, c, protocol.NewError(protocol.CodeBadFrame, "frames must be JSON text frames"))
+		return ok, nil
+	}
+	frame, err := protocol.Parse(body)
+	if err != nil {
+		var bf *protocol.BadFrameError
+		if errors.As(err, &bf) {
+			s.reply(ctx, lg, c, bf.Frame())
+			return ok, nil
+		}
+		lg.Error("parse frame", "error", err)
+		s.fail(ctx, lg, connID)
+		return ok, nil
+	}
+	lg = lg.With("frame", frame.FrameType())
+	if err := s.serve(ctx, c, frame); err != nil {
+		code, msg := codeFor(err)
+		switch code {
+		case protocol.CodeInternal:
+			lg.Error("serve frame", "error", err)
+			s.fail(ctx, lg, connID)
+		case protocol.CodeSuperseded, protocol.CodeUnauthorized:
+			s.refuse(ctx, lg, connID, connections.State(code))
+		default:
+			lg.Info("frame refused", "code", string(code))
+			s.reply(ctx, lg, c, protocol.NewError(code, msg))
+		}
+	}
+	return ok, nil
+}
+
+func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.ClientFrame) error {
+	if f, ok := frame.(protocol.Subscribe); ok {
+		if err := s.deliver.Subscribe(ctx, c.AgentID, c.ID, f.FromSeq); err != nil {
+			return err
+		}
+		return s.deliver.Pump(ctx, c.AgentID, nil)
+	}
+	if s.agent == nil {
+		return ErrUnsupported
+	}
+	switch f := frame.(type) {
+	case protocol.Inject:
+		if err := checkText(f.Text); err != nil {
+			return err
+		}
+		return s.agent.Inject(ctx, c.AgentID, f.Text, f.Wake)
+	case protocol.Cancel:
+		return s.agent.Cancel(ctx, c.AgentID, f.Reason)
+	case protocol.Approve:
+		return s.agent.Approve(ctx, c.AgentID, f.CallID)
+	case protocol.Deny:
+		return s.agent.Deny(ctx, c.AgentID, f.CallID, f.Reason)
+	case protocol.SetModel:
+		return s.agent.SetModel(ctx, c.AgentID, f.Role, f.Spec)
+	case protocol.SetPolicy:
+		return s.agent.SetPolicy(ctx, c.AgentID, f.Patterns)
+	}
+	return ErrUnsupported
+}
+
+// maxTextBytes bounds injected text so that its event (user/message or context/injected)
+// fits the 128 KiB envelope with room for the envelope's own fields.
+const maxTextBytes = sessionlog.MaxEnvelopeBytes - 1024
+
+func checkText(text string) error {
+	b, _ := json.Marshal(text)
+	if len(b) > maxTextBytes {
+		return &protocol.BadFrameError{FrameType: protocol.TypeInject, Field: "text",
+			Message: "inject: field \"text\" is too long for one event (at most about 127 KiB of JSON-encoded text)"}
+	}
+	return nil
+}
+
+// reply sends a protocol frame to an open connection, after hello: hello is the first
+// frame every accepted client receives, so an early error reply waits for it.
+func (s *Server) reply(ctx context.Context, lg *slog.Logger, c connections.Conn, f protocol.Error) {
+	if err := s.awaitHello(ctx, c); err != nil {
+		lg.Warn("await hello", "error", err)
+	}
+	if err := s.deliver.Send(ctx, c.ID, protocol.Marshal(f)); err != nil && !errors.Is(err, delivery.ErrGone) {
+		lg.Warn("reply", "error", err)
+	}
+}
+
+// awaitHello makes sure hello went out to c before anything else is posted to it.
+func (s *Server) awaitHello(ctx context.Context, c connections.Conn) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		o, err := s.conns.Owner(ctx, c.AgentID)
+		if err != nil || o.ConnID != c.ID || o.HelloSent {
+			return err
+		}
+		if err := s.deliver.Pump(ctx, c.AgentID, nil); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("socket: hello not sent in time")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// refuse answers a frame from a connection that may not send any: superseded, revoked,
+// unauthorized or unknown. The connection is closed.
+func (s *Server) refuse(ctx context.Context, lg *slog.Logger, connID string, st connections.State) {
+	code := protocol.CodeUnauthorized
+	if st == connections.StateSuperseded {
+		code = protocol.CodeSuperseded
+	}
+	lg.Info("frame from a connection that may not send", "state", string(st))
+	if err := s.deliver.Drop(ctx, connID, code, refusal(code)); err != nil {
+		lg.Warn("drop", "error", err)
+	}
+}
+
+// fail answers an unexpected error: internal, and the connection closes. The details
+// stay in the log.
+func (s *Server) fail(ctx context.Context, lg *slog.Logger, connID string) {
+	if err := s.deliver.Drop(ctx, connID, protocol.CodeInternal, "internal error: resubscribe from your last durable seq"); err != nil {
+		lg.Warn("drop", "error", err)
+	}
+}
+
+func refusal(code protocol.Code) string {
+	if code == protocol.CodeSuperseded {
+		return "a newer connection took over this agent"
+	}
+	return "missing, invalid or revoked token"
+}
