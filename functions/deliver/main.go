@@ -25,6 +25,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	d := service.Deliverer(cfg, awsCfg, service.Logger(os.Stdout, cfg.LogLevel), nil)
+	d := service.Deliverer(cfg, awsCfg, service.Logger(os.Stdout, cfg.LogLevel), service.Tuning{})
 	lambda.Start(d.Handle)
 }

@@ -23,6 +23,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	h := service.Socket(cfg, awsCfg, nil, service.Logger(os.Stdout, cfg.LogLevel), nil)
+	h := service.Socket(cfg, awsCfg, nil, service.Logger(os.Stdout, cfg.LogLevel), service.Tuning{})
 	lambda.Start(h.Disconnect)
 }

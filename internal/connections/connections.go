@@ -89,6 +89,7 @@ type API interface {
 	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 var _ API = (*dynamodb.Client)(nil)
@@ -534,7 +535,9 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 }
 
 func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-func n(v int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
 
 func str(item map[string]types.AttributeValue, k string) string {
 	if v, ok := item[k].(*types.AttributeValueMemberS); ok {
@@ -594,11 +597,20 @@ type Slots struct {
 func (st *Store) NewSlots(n int, ttl time.Duration) *Slots { return &Slots{store: st, n: n, ttl: ttl} }
 
 // TryAcquire takes a free slot, trying them from start on, and returns its index, or -1
-// if all n are held.
+// if all n are held. It first reads the slots (one eventually consistent BatchGetItem,
+// half a read unit per slot) and writes only to those that look free, so that a crowd
+// of waiters costs reads, not failed conditional writes.
 func (sl *Slots) TryAcquire(ctx context.Context, holder string, start int) (int, error) {
 	now := sl.store.now()
+	busy, err := sl.busy(ctx, now)
+	if err != nil {
+		return -1, err
+	}
 	for k := 0; k < sl.n; k++ {
 		i := (start + k) % sl.n
+		if busy[i] {
+			continue
+		}
 		_, err := sl.store.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(sl.store.table),
 			Key:                       map[string]types.AttributeValue{"pk": s("slot#" + strconv.Itoa(i))},
@@ -614,6 +626,31 @@ func (sl *Slots) TryAcquire(ctx context.Context, holder string, start int) (int,
 		}
 	}
 	return -1, nil
+}
+
+// busy reports which slots hold a live lease, as far as an eventually consistent read
+// can tell (a stale answer only costs one failed conditional write).
+func (sl *Slots) busy(ctx context.Context, now time.Time) (map[int]bool, error) {
+	keys := make([]map[string]types.AttributeValue, sl.n)
+	for i := range keys {
+		keys[i] = map[string]types.AttributeValue{"pk": s("slot#" + strconv.Itoa(i))}
+	}
+	busy := map[int]bool{}
+	req := map[string]types.KeysAndAttributes{sl.store.table: {Keys: keys}}
+	for len(req) > 0 {
+		out, err := sl.store.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		if err != nil {
+			return nil, fmt.Errorf("connections: read slots: %w", err)
+		}
+		for _, item := range out.Responses[sl.store.table] {
+			i, _ := strconv.Atoi(strings.TrimPrefix(str(item, "pk"), "slot#"))
+			if str(item, "holder") != "" && num(item, "until_ms") >= now.UnixMilli() {
+				busy[i] = true
+			}
+		}
+		req = out.UnprocessedKeys
+	}
+	return busy, nil
 }
 
 // Release frees slot i if holder still holds it.

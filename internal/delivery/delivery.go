@@ -40,6 +40,8 @@ import (
 var (
 	ErrGone = errors.New("delivery: connection gone")
 	ErrPost = errors.New("delivery: post failed")
+	// errDeadline stops a sender that must hand its work to a fresh invocation.
+	errDeadline = errors.New("delivery: invocation deadline near")
 )
 
 // PostAPI is the part of the @connections client delivery uses.
@@ -76,6 +78,13 @@ type Config struct {
 	HelloGrace           time.Duration // how long a fresh connection may answer Gone; default 5s
 	HandoverMargin       time.Duration // stop this long before the invocation deadline; default 10s
 	Logger               *slog.Logger
+	// Observer, if set, is told when a replay read starts and ends (metrics, tests).
+	Observer Observer
+}
+
+// Observer watches replay reads.
+type Observer interface {
+	ReplayRead(start bool)
 }
 
 // Deliverer sends logs to sockets. It is safe for concurrent use.
@@ -180,7 +189,11 @@ func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog
 		case !ok:
 			return nil
 		}
-		return d.send(ctx, o, holder, hints)
+		err = d.send(ctx, o, holder, hints)
+		if errors.Is(err, connections.ErrLeaseLost) {
+			return nil // another sender holds the connection now and continues from the cursor
+		}
+		return err
 	}
 }
 
@@ -189,7 +202,6 @@ func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog
 func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event) (err error) {
 	p := connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated}
 	lg := d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID)
-	renewAt := time.Now().Add(d.cfg.Lease / 2)
 	released := false
 	defer func() {
 		if !released {
@@ -199,10 +211,27 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			}
 		}
 	}()
+	// renew keeps the lease well ahead of every post: a sender never posts on a lease
+	// with less than half its term left, so a slow sender stops (ErrLeaseLost) rather
+	// than overlapping the next one.
+	renew := func() error {
+		if time.Until(o.LeaseUntil) > d.cfg.Lease/2 {
+			return nil
+		}
+		var err error
+		o, err = d.checkpoint(ctx, o, holder, &p)
+		if errors.Is(err, connections.ErrLeaseLost) {
+			released = true
+		}
+		return err
+	}
 	for {
 		if !p.HelloSent {
 			tip, err := d.log.Tip(ctx, o.AgentID)
 			if err != nil {
+				return err
+			}
+			if err := renew(); err != nil {
 				return err
 			}
 			if err := d.postHello(ctx, o.ConnID, protocol.Marshal(protocol.NewHello(o.AgentID, tip))); err != nil {
@@ -212,7 +241,6 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
 				return err
 			}
-			renewAt = time.Now().Add(d.cfg.Lease / 2)
 		}
 		var batch []sessionlog.Event
 		fromHints := false
@@ -220,24 +248,38 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			batch, fromHints = take(hints, p.Next)
 			hints = nil
 			if !fromHints {
-				if batch, err = d.read(ctx, o, p.Next); err != nil {
+				batch, err = d.read(ctx, o, p.Next, renew)
+				if errors.Is(err, errDeadline) {
+					return d.handover(ctx, o, holder, p, &released)
+				}
+				if err != nil {
 					return err
 				}
 			}
 		}
 		if len(batch) > 0 {
 			live := p.Next >= o.ReplayEnd
-			if live && d.lagging(ctx, o, p.Next, batch) {
+			if live && d.lagging(p.Next, batch) {
 				released = true // the record is gone with the connection
 				return d.Close(ctx, o, protocol.CodeLagged, "outbound queue overflowed: resubscribe from your last durable seq")
 			}
+			sub := o.Sub
 			if p.Truncated && p.Next == o.From {
+				if err := renew(); err != nil {
+					return err
+				}
 				if err := d.post(ctx, o.ConnID, protocol.Marshal(protocol.NewReplayTruncated(o.Requested, o.From))); err != nil {
 					return d.postFailed(ctx, o, err)
 				}
 				p.Truncated = false
 			}
 			for _, ev := range batch {
+				if err := renew(); err != nil {
+					return err
+				}
+				if o.Sub != sub {
+					break // resubscribed: the rest of this batch belongs to the old subscription
+				}
 				b, err := json.Marshal(ev)
 				if err != nil {
 					return fmt.Errorf("delivery: encode %s seq %d: %w", ev.SessionID, ev.Seq, err)
@@ -246,17 +288,11 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 					return d.postFailed(ctx, o, err)
 				}
 				p.Next = ev.Seq + 1
-				if time.Now().After(renewAt) {
-					if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
-						return err
-					}
-					renewAt = time.Now().Add(d.cfg.Lease / 2)
-				}
 			}
 			if d.nearDeadline(ctx) {
 				return d.handover(ctx, o, holder, p, &released)
 			}
-			if !fromHints {
+			if !fromHints || o.Sub != sub {
 				continue // there may be more in the log
 			}
 		}
@@ -295,13 +331,13 @@ func (d *Deliverer) checkpoint(ctx context.Context, o connections.Owner, holder 
 // read returns the next events from the log. Replay reads (below ReplayEnd) hold one of
 // the cluster-wide replay slots for the duration of the read only; tail reads are never
 // gated.
-func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64) ([]sessionlog.Event, error) {
+func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64, renew func() error) ([]sessionlog.Event, error) {
 	if next >= o.ReplayEnd {
 		return d.log.Read(ctx, o.AgentID, next, d.cfg.OutboundQueue+1)
 	}
 	limit := int(min(int64(d.cfg.ReplayPage), o.ReplayEnd-next))
 	holder := newHolder()
-	slot, err := d.acquireSlot(ctx, holder)
+	slot, err := d.acquireSlot(ctx, holder, renew)
 	if err != nil {
 		return nil, err
 	}
@@ -310,16 +346,26 @@ func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64) (
 			d.logger.Error("release replay slot", "error", err, "slot", slot)
 		}
 	}()
+	if obs := d.cfg.Observer; obs != nil {
+		obs.ReplayRead(true)
+		defer obs.ReplayRead(false)
+	}
 	return d.log.Read(ctx, o.AgentID, next, limit)
 }
 
 // acquireSlot waits, with jittered polling, for a replay slot. The connection stays
-// open meanwhile; only this read waits.
-func (d *Deliverer) acquireSlot(ctx context.Context, holder string) (int, error) {
-	for wait := 10 * time.Millisecond; ; wait = min(wait*2, 200*time.Millisecond) {
+// open meanwhile; only this read waits, and the connection's lease is kept renewed.
+func (d *Deliverer) acquireSlot(ctx context.Context, holder string, renew func() error) (int, error) {
+	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
 		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(d.cfg.MaxConcurrentReplays))
 		if err != nil || slot >= 0 {
 			return slot, err
+		}
+		if err := renew(); err != nil {
+			return -1, err
+		}
+		if d.nearDeadline(ctx) {
+			return -1, errDeadline
 		}
 		select {
 		case <-ctx.Done():
@@ -330,7 +376,7 @@ func (d *Deliverer) acquireSlot(ctx context.Context, holder string) (int, error)
 }
 
 // lagging reports whether the live tail is more than OutboundQueue events behind.
-func (d *Deliverer) lagging(ctx context.Context, o connections.Owner, next int64, batch []sessionlog.Event) bool {
+func (d *Deliverer) lagging(next int64, batch []sessionlog.Event) bool {
 	tip := batch[len(batch)-1].Seq
 	if len(batch) > d.cfg.OutboundQueue {
 		return true

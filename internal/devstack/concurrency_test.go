@@ -65,16 +65,21 @@ func TestConcurrentDeliveryExact(t *testing.T) {
 		rounds = 3
 	}
 	const agents, writers, perWriter = 3, 2, 8
-	stop := startPumpProcesses(t, e, 2, rounds, agents)
+	roundFile := t.TempDir() + "/round"
+	stop := startPumpProcesses(t, e, 2, roundFile, agents)
 	defer stop()
 	db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
 	for round := range rounds {
 		rng := rand.New(rand.NewPCG(uint64(round), 99))
+		if err := os.WriteFile(roundFile, []byte(fmt.Sprint(round)), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		for a := range agents {
 			agent := fmt.Sprintf("r%d-a%d", round, a)
 			tok := e.token(t, agent)
 			c := e.dial(t, agent, tok)
+			defer c.c.CloseNow()
 			c.hello(agent)
 			var written atomic.Int64
 			for w := range writers {
@@ -132,9 +137,10 @@ func TestConcurrentDeliveryExact(t *testing.T) {
 	}
 }
 
-// startPumpProcesses runs n child processes that keep pumping this round's agents, so
-// several OS processes contend for the same delivery leases.
-func startPumpProcesses(t *testing.T, e env, n, rounds, agents int) func() {
+// startPumpProcesses runs n child processes that keep pumping the current round's
+// agents (the round is read from roundFile), so several OS processes contend for the
+// same delivery leases.
+func startPumpProcesses(t *testing.T, e env, n int, roundFile string, agents int) func() {
 	t.Helper()
 	cfg, _ := json.Marshal(e.stack.Config)
 	stopFile := t.TempDir() + "/stop"
@@ -142,7 +148,7 @@ func startPumpProcesses(t *testing.T, e env, n, rounds, agents int) func() {
 	for range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperPumpProcess$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "DEVSTACK_PUMP_HELPER=1", "DEVSTACK_PUMP_CONFIG="+string(cfg),
-			"DEVSTACK_PUMP_STOP="+stopFile, fmt.Sprintf("DEVSTACK_PUMP_ROUNDS=%d", rounds), fmt.Sprintf("DEVSTACK_PUMP_AGENTS=%d", agents),
+			"DEVSTACK_PUMP_STOP="+stopFile, "DEVSTACK_PUMP_ROUND_FILE="+roundFile, fmt.Sprintf("DEVSTACK_PUMP_AGENTS=%d", agents),
 			dynamotest.EnvEndpoint+"="+e.stack.DynamoDBEndpoint)
 		cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -169,43 +175,52 @@ func TestHelperPumpProcess(t *testing.T) {
 	if err := json.Unmarshal([]byte(os.Getenv("DEVSTACK_PUMP_CONFIG")), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	d := service.Deliverer(cfg, dynamolocal.Config(), service.Logger(io.Discard, "error"), nil)
-	var rounds, agents int
-	fmt.Sscan(os.Getenv("DEVSTACK_PUMP_ROUNDS"), &rounds)
+	d := service.Deliverer(cfg, dynamolocal.Config(), service.Logger(io.Discard, "error"), service.Tuning{})
+	var agents int
 	fmt.Sscan(os.Getenv("DEVSTACK_PUMP_AGENTS"), &agents)
 	deadline := time.Now().Add(10 * time.Minute)
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(os.Getenv("DEVSTACK_PUMP_STOP")); err == nil {
 			return
 		}
-		for r := range rounds {
-			for a := range agents {
-				agent := fmt.Sprintf("r%d-a%d", r, a)
-				if err := d.Pump(context.Background(), agent, nil); err != nil && !strings.Contains(err.Error(), "context") {
-					t.Errorf("pump %s: %v", agent, err)
-				}
+		b, err := os.ReadFile(os.Getenv("DEVSTACK_PUMP_ROUND_FILE"))
+		if err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for a := range agents {
+			agent := fmt.Sprintf("r%s-a%d", b, a)
+			if err := d.Pump(context.Background(), agent, nil); err != nil && !strings.Contains(err.Error(), "context") {
+				t.Errorf("pump %s: %v", agent, err)
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// TestMaxConcurrentReplays: 24 connections subscribe together with replays to read; at
+// TestMaxConcurrentReplays: 20 connections subscribe together with replays to read; at
 // most max_concurrent_replays replay reads run at once, and every replay completes.
 func TestMaxConcurrentReplays(t *testing.T) {
 	t.Parallel()
 	obs := &peakObserver{}
-	e := startStack(t, devstack.Options{MaxConcurrentReplays: 2, Observer: obs})
-	const conns, events = 24, 40
+	// Pages of 10 events: each replay is several reads, so 20 replays contend.
+	e := startStack(t, devstack.Options{MaxConcurrentReplays: 2, Observer: obs, ReplayPage: 10})
+	const conns, events = 20, 30
 	clients := make([]*client, conns)
+	var setup sync.WaitGroup
 	for i := range conns {
-		agent := fmt.Sprintf("m%d", i)
-		if _, err := e.log.Create(context.Background(), agent); err != nil {
-			t.Fatal(err)
-		}
-		appendN(t, e.log, agent, events)
-		clients[i] = e.dial(t, agent, e.token(t, agent))
-		clients[i].hello(agent)
+		setup.Add(1)
+		go func() {
+			defer setup.Done()
+			agent := fmt.Sprintf("m%d", i)
+			e.seed(t, agent, events)
+			clients[i] = e.dial(t, agent, e.token(t, agent))
+			clients[i].hello(agent)
+		}()
+	}
+	setup.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 	var wg sync.WaitGroup
 	for i, c := range clients {
@@ -213,7 +228,7 @@ func TestMaxConcurrentReplays(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			c.send(`{"type":"subscribe","from_seq":0}`)
-			if f := c.must(30 * time.Second); f.Seq == nil || *f.Seq != 0 {
+			if f := c.must(90 * time.Second); f.Seq == nil || *f.Seq != 0 {
 				t.Errorf("client %d: first frame %s", i, f)
 			}
 		}()

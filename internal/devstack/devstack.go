@@ -40,6 +40,7 @@ type Options struct {
 	PollInterval         time.Duration
 	Faults               eventsource.Faults // stream fault injection, for tests
 	Observer             delivery.Observer  // replay reads, for tests and metrics
+	ReplayPage           int                // events per replay read (default 1000)
 	Logger               *slog.Logger
 }
 
@@ -118,7 +119,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Region:       st.Region,
 		Routes:       map[string]lambda.Handler{"$connect": connect, "$default": message, "$disconnect": disconnect},
 		Functions:    map[string]lambda.Handler{"deliver": deliver, "runner": runner},
-		Timeouts:     map[string]time.Duration{"deliver": 5 * time.Minute, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
+		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
 		RetryBackoff: 200 * time.Millisecond,
 		Logger:       logger,
 	})
@@ -143,28 +144,35 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		LogLevel:             "info",
 	}
 	awsCfg := dynamolocal.Config()
-	agent, runnerHandler := service.Agent(st.Config, awsCfg, logger)
-	sock := service.Socket(st.Config, awsCfg, agent, logger, o.Observer)
-	d := service.Deliverer(st.Config, awsCfg, logger, o.Observer)
+	agent, runnerFn, err := service.Agent(st.Config, awsCfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
+	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
+	d := service.Deliverer(st.Config, awsCfg, logger, tune)
 	connect.set(lambda.NewHandler(sock.Connect))
 	message.set(lambda.NewHandler(sock.Message))
 	disconnect.set(lambda.NewHandler(sock.Disconnect))
 	deliver.set(lambda.NewHandler(d.Handle))
-	runner.set(runnerHandler)
+	runner.set(lambda.NewHandler(runnerFn.Handle))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
 	if err != nil {
 		return nil, err
 	}
 	st.poller, err = eventsource.Start(life, db, dynamolocal.StreamsClient(st.DynamoDBEndpoint), st.Region, []eventsource.Mapping{
-		{Function: "deliver", Handler: deliver, TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: "LATEST"},
-		{Function: "deliver", Handler: deliver, TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: "LATEST", Filters: []eventsource.Filter{filter}},
+		{Function: "deliver", Handler: deliver, TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
+		{Function: "deliver", Handler: deliver, TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
 	}, eventsource.Options{PollInterval: o.PollInterval, Logger: logger, Faults: o.Faults})
 	if err != nil {
 		return nil, err
 	}
 	return st, nil
 }
+
+// deliverTimeout is the deliver function's timeout, as in template.yaml.
+const deliverTimeout = 5 * time.Minute
 
 func orInt(v, def int) int {
 	if v > 0 {

@@ -85,7 +85,7 @@ func TestResubscribeMidStream(t *testing.T) {
 	tok := e.token(t, "a1")
 	c := e.dial(t, "a1", tok)
 	c.hello("a1")
-	appendN(t, e.log, "a1", 200)
+	e.seed(t, "a1", 200) // the session exists already: seed skips its creation
 	c.send(`{"type":"subscribe","from_seq":0}`)
 	c.events(0, 20)
 	c.send(`{"type":"subscribe","from_seq":5}`)

@@ -91,7 +91,15 @@ func CreateTables(t testing.TB) tables.Names {
 	names := tables.NamesWithPrefix(defs, UniqueName("t")+"-")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := tables.Ensure(ctx, Client(t), defs, names); err != nil {
+	db := Client(t)
+	// Drop the tables with the test: a long-lived shared DynamoDB Local slows down as
+	// data piles up.
+	t.Cleanup(func() {
+		for _, name := range names {
+			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+		}
+	})
+	if err := tables.Ensure(ctx, db, defs, names); err != nil {
 		t.Fatalf("dynamotest: %v", err)
 	}
 	return names

@@ -30,6 +30,11 @@ type Message struct {
 	Text        string
 	ToolCalls   []ToolCall   // RoleAssistant only
 	ToolResults []ToolResult // RoleTool only
+	// Injected marks a RoleUser message projected from a context/injected event (a
+	// steer drained from the inbox) rather than from a turn's waking user/message.
+	// Providers send both as user text; the scripted model uses it to find the turn's
+	// waking text.
+	Injected bool
 }
 
 // ToolCall is a call the model asked for.
@@ -69,6 +74,30 @@ type Usage struct {
 // Delta is one streamed piece of a response: text, in the order produced.
 type Delta struct {
 	Text string
+	// Boundary asks that the chunk being streamed end after this delta, so that the
+	// runtime logs it as its own assistant/chunk event instead of coalescing it with
+	// the next delta. Real providers leave it false; the scripted model sets it, since
+	// its `chunks: N` promises exactly N chunk events.
+	Boundary bool
+}
+
+// Stop reasons with a meaning to the runtime. A provider maps its own refusal,
+// content-filter or guardrail stop to StopRefusal (the runtime also recognises the
+// Bedrock and OpenAI spellings listed in IsRefusal); the turn then ends "rejected".
+const (
+	StopEndTurn = "end_turn"
+	StopToolUse = "tool_use"
+	StopRefusal = "refusal"
+)
+
+// IsRefusal reports whether stop says the model declined the request: StopRefusal,
+// Bedrock's "content_filtered" and "guardrail_intervened", OpenAI's "content_filter".
+func IsRefusal(stop string) bool {
+	switch stop {
+	case StopRefusal, "content_filtered", "guardrail_intervened", "content_filter":
+		return true
+	}
+	return false
 }
 
 // Response is the complete result of one model call. A response with no text and no

@@ -34,9 +34,16 @@ func Logger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
+// Tuning holds knobs that are not deployment settings: observers for metrics and
+// tests, and sizes tests shrink. The zero value is production's.
+type Tuning struct {
+	Observer   delivery.Observer
+	ReplayPage int
+}
+
 // Deliverer builds the delivery core shared by the socket routes and the deliver
-// function. obs may be nil.
-func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, obs delivery.Observer) *delivery.Deliverer {
+// function.
+func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, tune Tuning) *delivery.Deliverer {
 	db := cfg.DynamoDB(awsCfg)
 	return delivery.New(delivery.Config{
 		ReplayLimit:          cfg.ReplayLimit,
@@ -44,19 +51,20 @@ func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, obs de
 		OutboundQueue:        cfg.OutboundQueue,
 		DeliverFunction:      cfg.DeliverFunction,
 		Logger:               logger,
-		Observer:             obs,
+		Observer:             tune.Observer,
+		ReplayPage:           tune.ReplayPage,
 	}, sessionlog.New(db, cfg.LogTable), connections.New(db, cfg.ConnectionsTable), cfg.Management(awsCfg), cfg.Lambda(awsCfg))
 }
 
 // Socket builds the connect, message and disconnect routes. agent may be nil, in which
-// case agent frames answer unsupported; obs may be nil.
-func Socket(cfg config.Config, awsCfg aws.Config, agent socket.Controller, logger *slog.Logger, obs delivery.Observer) *socket.Server {
+// case agent frames answer unsupported.
+func Socket(cfg config.Config, awsCfg aws.Config, agent socket.Controller, logger *slog.Logger, tune Tuning) *socket.Server {
 	db := cfg.DynamoDB(awsCfg)
 	return socket.New(
 		auth.New(db, cfg.ConnectionsTable),
 		connections.New(db, cfg.ConnectionsTable),
 		sessionlog.New(db, cfg.LogTable),
-		Deliverer(cfg, awsCfg, logger, obs),
+		Deliverer(cfg, awsCfg, logger, tune),
 		agent,
 		logger,
 	)

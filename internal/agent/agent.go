@@ -1,0 +1,250 @@
+// Package agent is the agent runtime: the turn loop that drives a model and its tools
+// and records everything it does in the session log, and the Controller that serves
+// the client frames driving it (inject, cancel, approve, deny, set_model,
+// set_policy).
+//
+// Two halves share this package. Service implements Controller inside the message
+// function: it records each stimulus durably (the inbox, the state item, the log) and
+// starts the runner function asynchronously. Runner runs in the runner function: it
+// takes the agent's lease, rebuilds the agent from the log and runs or resumes the
+// turn loop until the agent is idle, parked on an approval, or its invocation is
+// about to time out (then it hands over to a fresh invocation of itself). Nothing is
+// kept in process between invocations: the log and AgentsTable are the whole state.
+// docs/lifecycle.md describes the lifecycle, docs/events.md the events.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/terret/terret-ws/internal/model"
+	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/tools"
+)
+
+// Log is the part of the session log the runtime uses.
+type Log interface {
+	Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error)
+	AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (sessionlog.Event, error)
+	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
+	Tip(ctx context.Context, sessionID string) (int64, error)
+}
+
+var _ Log = (*sessionlog.Log)(nil)
+
+// Invoker starts the runner function. The Lambda client is one; `terret dev` serves
+// the same Invoke API locally.
+type Invoker interface {
+	Invoke(ctx context.Context, in *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+}
+
+var _ Invoker = (*lambda.Client)(nil)
+
+// RunnerEvent is the runner function's event: {"agent_id": "..."}.
+type RunnerEvent struct {
+	AgentID string `json:"agent_id"`
+}
+
+// Model roles set_model accepts.
+const (
+	RoleMain   = "main"
+	RoleTitler = "titler"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseDuration  = 15 * time.Second
+	DefaultDeadlineMargin = 2 * time.Minute
+	DefaultChunkBytes     = 512
+	DefaultChunkInterval  = 200 * time.Millisecond
+)
+
+// ErrCrashed is returned by Run when Config.Crash stopped it (tests only).
+var ErrCrashed = errors.New("agent: runner stopped by crash hook")
+
+// Config configures a Service and a Runner. Log, DB, AgentsTable, Invoker and
+// RunnerFunction are required; the rest have defaults.
+type Config struct {
+	Log            Log
+	DB             DB
+	AgentsTable    string
+	Invoker        Invoker
+	RunnerFunction string // name or ARN of the runner function
+
+	Models      *model.Registry // nil: the scripted model only
+	Tools       *tools.Registry // nil: the builtin (demo) tools only
+	Profile     *tools.Profile  // the deployment's default profile; nil: tools.DefaultProfile()
+	MainModel   string          // spec of role main when the agent set none; "": scripted
+	TitlerModel string          // spec of role titler when the agent set none; "": scripted
+	Approvals   bool            // the approvals plugin row is mounted
+
+	Now            func() time.Time // nil: time.Now
+	LeaseDuration  time.Duration    // a runner's lease, renewed every third of it; 0: DefaultLeaseDuration
+	DeadlineMargin time.Duration    // hand over when the invocation has less left; 0: DefaultDeadlineMargin
+	ChunkBytes     int              // chunk flush size; 0: DefaultChunkBytes
+	ChunkInterval  time.Duration    // chunk flush age; 0: DefaultChunkInterval
+
+	// OnAppend, if set, is called after every event the runtime appends (a delivery
+	// fast path). It must not block for long.
+	OnAppend func(ctx context.Context, ev sessionlog.Event)
+	Logger   *slog.Logger
+
+	// Crash, if set, is asked at named points of the runner (the Crash* constants);
+	// returning true stops the invocation right there, abandoning its lease and state
+	// as a killed process would. For tests.
+	Crash func(point string) bool
+}
+
+// Crash points of the runner.
+const (
+	CrashUserMessage  = "user_message"  // the waking user/message is logged, turn/start not yet
+	CrashInboxRead    = "inbox_read"    // inbox items read for a drain, nothing logged yet
+	CrashInboxLogged  = "inbox_logged"  // context/injected logged, inbox items not yet deleted
+	CrashToolCalls    = "tool_calls"    // the model output and its tool/call events are logged, no tool ran
+	CrashToolRun      = "tool_run"      // a run of tools executed, its tool/result events not logged
+	CrashParked       = "parked"        // approval/requested logged, lease not yet released
+	CrashTurnEnded    = "turn_ended"    // turn/end logged, the state item not yet updated
+	CrashAfterAcquire = "after_acquire" // the lease is taken, nothing read yet
+)
+
+// core is what Service and Runner share.
+type core struct {
+	cfg     Config
+	log     Log
+	store   *store
+	models  *model.Registry
+	tools   *tools.Registry
+	profile tools.Profile
+	now     func() time.Time
+	logger  *slog.Logger
+}
+
+func newCore(cfg Config) (*core, error) {
+	if cfg.Log == nil || cfg.DB == nil || cfg.AgentsTable == "" || cfg.Invoker == nil || cfg.RunnerFunction == "" {
+		return nil, errors.New("agent: Config needs Log, DB, AgentsTable, Invoker and RunnerFunction")
+	}
+	c := &core{cfg: cfg, log: cfg.Log, store: &store{db: cfg.DB, table: cfg.AgentsTable},
+		models: cfg.Models, tools: cfg.Tools, now: cfg.Now, logger: cfg.Logger}
+	if c.models == nil {
+		c.models = model.NewRegistry()
+	}
+	if c.tools == nil {
+		c.tools = tools.NewRegistry()
+	}
+	if cfg.Profile != nil {
+		c.profile = *cfg.Profile
+	} else {
+		c.profile = tools.DefaultProfile()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.cfg.MainModel == "" {
+		c.cfg.MainModel = model.SpecScripted
+	}
+	if c.cfg.TitlerModel == "" {
+		c.cfg.TitlerModel = model.SpecScripted
+	}
+	if c.cfg.LeaseDuration <= 0 {
+		c.cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if c.cfg.DeadlineMargin <= 0 {
+		c.cfg.DeadlineMargin = DefaultDeadlineMargin
+	}
+	if c.cfg.ChunkBytes <= 0 {
+		c.cfg.ChunkBytes = DefaultChunkBytes
+	}
+	if c.cfg.ChunkInterval <= 0 {
+		c.cfg.ChunkInterval = DefaultChunkInterval
+	}
+	return c, nil
+}
+
+func (c *core) notify(ctx context.Context, ev sessionlog.Event) {
+	if c.cfg.OnAppend != nil {
+		c.cfg.OnAppend(ctx, ev)
+	}
+}
+
+// invoke starts the runner for agentID asynchronously (InvocationType Event).
+func (c *core) invoke(ctx context.Context, agentID string) error {
+	payload, err := json.Marshal(RunnerEvent{AgentID: agentID})
+	if err != nil {
+		return err
+	}
+	_, err = c.cfg.Invoker.Invoke(ctx, &lambda.InvokeInput{
+		FunctionName:   aws.String(c.cfg.RunnerFunction),
+		InvocationType: lambdatypes.InvocationTypeEvent,
+		Payload:        payload,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: start runner for %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// modelSpec is the spec of role for an agent whose state item holds st.
+func (c *core) modelSpec(st state, role string) string {
+	switch role {
+	case RoleTitler:
+		if st.ModelTitler != "" {
+			return st.ModelTitler
+		}
+		return c.cfg.TitlerModel
+	default:
+		if st.ModelMain != "" {
+			return st.ModelMain
+		}
+		return c.cfg.MainModel
+	}
+}
+
+// logView is a window of the log reaching back at least to the open turn's
+// turn/start, kept current by its owner.
+type logView interface {
+	events() []sessionlog.Event
+	tip() int64
+	refresh(ctx context.Context) error // read the events appended since tip
+	add(ev sessionlog.Event)           // record an event this process appended at tip+1
+}
+
+// resolveVerdict appends approval/resolved for callID if, and only if, callID has a
+// standing request in the open turn of the log, atomically with that check: the event
+// is put with AppendAt at exactly the seq after the events it was validated against,
+// so an event landing in between (another verdict above all) makes the put fail, and
+// the check is made again on the newer log. It returns ErrStaleCall, appending
+// nothing, when no request stands.
+func (c *core) resolveVerdict(ctx context.Context, agentID string, v logView, callID, verdictText, reason string) error {
+	reason, _ = boundText(reason, MaxReasonBytes)
+	for attempt := 0; ; attempt++ {
+		if !standingRequest(v.events(), callID) {
+			return ErrStaleCall
+		}
+		ev, err := c.log.AppendAt(ctx, agentID, v.tip()+1, TypeApprovalResolved, approvalResolved{CallID: callID, Verdict: verdictText, Reason: reason})
+		if err == nil {
+			v.add(ev)
+			c.notify(ctx, ev)
+			return nil
+		}
+		if !errors.Is(err, sessionlog.ErrConflict) {
+			return fmt.Errorf("agent: record verdict on %s for %s: %w", callID, agentID, err)
+		}
+		if attempt >= 50 {
+			return fmt.Errorf("agent: record verdict on %s for %s: log too busy", callID, agentID)
+		}
+		if err := v.refresh(ctx); err != nil {
+			return err
+		}
+	}
+}

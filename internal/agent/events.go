@@ -1,0 +1,126 @@
+package agent
+
+import "encoding/json"
+
+// Durable event types the runtime appends (docs/events.md describes each).
+const (
+	TypeUserMessage       = "user/message"
+	TypeContextInjected   = "context/injected"
+	TypeTurnStart         = "turn/start"
+	TypeTurnEnd           = "turn/end"
+	TypeAssistantChunk    = "assistant/chunk"
+	TypeToolCall          = "tool/call"
+	TypeToolResult        = "tool/result"
+	TypeApprovalRequested = "approval/requested"
+	TypeApprovalResolved  = "approval/resolved"
+	TypePolicyUpdated     = "policy/updated"
+	TypeSessionTitled     = "session/titled"
+)
+
+// Turn statuses (docs/lifecycle.md, "The status machine").
+const (
+	StatusCompleted = "completed"
+	StatusCancelled = "cancelled"
+	StatusRejected  = "rejected"
+	StatusEmpty     = "empty"
+	StatusFailed    = "failed"
+)
+
+// Verdicts of approval/resolved.
+const (
+	VerdictApproved = "approved"
+	VerdictDenied   = "denied"
+)
+
+// Error texts of tool results the runtime writes itself.
+const (
+	ErrTextCancelled  = "cancelled before execution"
+	ErrTextPolicy     = "not allowed by policy"
+	ErrTextDenied     = "denied"
+	ErrTextUnknown    = "unknown tool"
+	ErrTextArgsTooBig = "arguments too large to log; the call was not executed"
+	ErrTextArgsBad    = "arguments are not a JSON object; the call was not executed"
+)
+
+type userMessage struct {
+	Text      string `json:"text"`
+	InboxID   string `json:"inbox_id,omitempty"`
+	TurnID    string `json:"turn_id,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+type contextInjected struct {
+	Text      string `json:"text"`
+	InboxID   string `json:"inbox_id,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+type turnStart struct {
+	TurnID string `json:"turn_id"`
+}
+
+// TurnUsage is what one turn used, carried by its turn/end.
+type TurnUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	ModelCalls   int64 `json:"model_calls"`
+	ToolCalls    int64 `json:"tool_calls"`
+	WallMS       int64 `json:"wall_ms"`
+}
+
+type turnEnd struct {
+	TurnID string     `json:"turn_id"`
+	Status string     `json:"status"`
+	Reason string     `json:"reason,omitempty"`
+	Usage  *TurnUsage `json:"usage,omitempty"`
+}
+
+// modelUsage is one model call's tokens, carried by the event that completes the
+// call's output (its final chunk, or its first tool/call when it wrote no text).
+type modelUsage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+type assistantChunk struct {
+	Text  string      `json:"text"`
+	Index int         `json:"index"`
+	Final bool        `json:"final,omitempty"`
+	Usage *modelUsage `json:"usage,omitempty"`
+}
+
+type toolCall struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Args      json.RawMessage `json:"args"`
+	ArgsError string          `json:"args_error,omitempty"`
+	Truncated bool            `json:"truncated,omitempty"`
+	Usage     *modelUsage     `json:"usage,omitempty"`
+}
+
+type toolResult struct {
+	CallID    string          `json:"call_id"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Truncated bool            `json:"truncated,omitempty"`
+}
+
+type approvalRequested struct {
+	CallID string          `json:"call_id"`
+	Name   string          `json:"name"`
+	Args   json.RawMessage `json:"args"`
+}
+
+type approvalResolved struct {
+	CallID  string `json:"call_id"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+type policyUpdated struct {
+	Patterns []string `json:"patterns"`
+}
+
+type sessionTitled struct {
+	Title string `json:"title"`
+}

@@ -1,0 +1,368 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/tools"
+)
+
+// Runner runs agents' turn loops; the runner function calls Run once per invocation.
+// Any number of invocations may run at once for any agents: the agent's lease (a
+// conditional write on its state item) lets one at a time work on an agent.
+type Runner struct {
+	c *core
+
+	mu   sync.Mutex
+	sets map[string]*tools.Set // built tool sets, by the agent's profile override
+}
+
+// NewRunner returns a Runner. It returns an error if a required Config field is
+// missing.
+func NewRunner(cfg Config) (*Runner, error) {
+	c, err := newCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Runner{c: c, sets: map[string]*tools.Set{}}, nil
+}
+
+// Handle is the runner function's handler.
+func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
+	if ev.AgentID == "" {
+		return errors.New("agent: runner event without agent_id")
+	}
+	return r.Run(ctx, ev.AgentID)
+}
+
+// Run takes agentID's lease and works until the agent is idle (no open turn, no
+// waking inject queued) or parked on approvals, then releases the lease — unless a
+// stimulus arrived meanwhile, in which case it goes round again. If another
+// invocation holds the lease, Run waits until that holder shows it is alive (it
+// renews its lease, and will see this invocation's stimulus before it lets go) or
+// its lease expires (it died: Run takes over and resumes its turn).
+//
+// When ctx's deadline is nearer than DeadlineMargin at a step boundary, Run releases
+// the lease and invokes the runner function again for the agent; the new invocation
+// resumes the open turn from the log, appending nothing for the handover.
+//
+// Run returns an error when the store, the log or the runner's own invoke fails; the
+// turn then stays open (no turn/end), to be resumed by the function's retry or the
+// next stimulus. Model and tool failures are not errors: they end the turn failed.
+func (r *Runner) Run(ctx context.Context, agentID string) error {
+	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8), seenPending: -1, last: -1, logged: map[string]bool{}}
+	return inv.run(ctx)
+}
+
+// set returns the built tool set of a profile, building it once per Runner.
+func (r *Runner) set(key string, p tools.Profile) (*tools.Set, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.sets[key]; ok {
+		return s, nil
+	}
+	s, err := r.c.tools.Build(p)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.sets) > 1000 {
+		clear(r.sets)
+	}
+	r.sets[key] = s
+	return s, nil
+}
+
+type outcome int
+
+const (
+	outContinue outcome = iota // the step is done, take the next
+	outEnded                   // the turn ended
+	outParked                  // the turn waits for verdicts
+	outIdle                    // nothing to do
+	outHandover                // the invocation's deadline is near
+	outCancel                  // a cancel was observed
+)
+
+// invocation is one Run: everything it knows, rebuilt from the store at its start.
+type invocation struct {
+	r     *Runner
+	c     *core
+	agent string
+	me    string // lease owner id of this invocation
+
+	st          state // the newest state item read (boundary attributes)
+	fresh       bool  // st was read just now: the next boundary need not read it again
+	profileJSON string
+	seenPending int64 // the stimulus count whose inbox and log tail have been read
+
+	loaded bool
+	evs    []sessionlog.Event // the whole log, kept current
+	last   int64              // seq of the newest event in evs
+	logged map[string]bool    // inbox ids already logged
+	inbox  []inboxItem        // queued injects, as last read, minus those drained
+
+	progressed bool          // a step ran: handing over now makes progress
+	budget     time.Duration // time left when the invocation started
+}
+
+func (inv *invocation) run(ctx context.Context) error {
+	if dl, ok := ctx.Deadline(); ok {
+		inv.budget = time.Until(dl)
+	}
+	ok, err := inv.acquire(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	if err := inv.crash(CrashAfterAcquire); err != nil {
+		return err
+	}
+	log := inv.c.logger.With("agent_id", inv.agent, "runner", inv.me)
+	runCtx, cancel := context.WithCancel(ctx)
+	var lost atomic.Bool
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		inv.heartbeat(runCtx, func() { lost.Store(true); cancel() })
+	}()
+	stopHeartbeat := func() { cancel(); <-hbDone }
+	defer stopHeartbeat()
+
+	for {
+		out, err := inv.work(runCtx)
+		switch {
+		case errors.Is(err, ErrCrashed):
+			return err
+		case lost.Load() || errors.Is(err, errLeaseLost):
+			log.Warn("runner lost its lease; another invocation carries on")
+			return nil
+		case err != nil:
+			stopHeartbeat()
+			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil); rerr != nil {
+				log.Error("release lease after failure", "error", rerr.Error())
+			}
+			return err
+		}
+		if out == outHandover {
+			stopHeartbeat()
+			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil); err != nil {
+				return err
+			}
+			log.Info("handing over before the deadline")
+			return inv.c.invoke(ctx, inv.agent)
+		}
+		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending)
+		if err != nil {
+			return err
+		}
+		if released {
+			return nil
+		}
+		inv.st, inv.fresh = cur, true // a stimulus arrived meanwhile: go round again
+	}
+}
+
+// acquire takes the lease, waiting for a live holder to prove itself or a dead one's
+// lease to expire. It reports false when a live holder will see this stimulus.
+func (inv *invocation) acquire(ctx context.Context) (bool, error) {
+	lease := inv.c.cfg.LeaseDuration
+	var seen *state
+	for {
+		now := inv.c.now()
+		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(lease))
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			inv.st, inv.fresh, inv.profileJSON = st, true, st.Profile
+			return true, nil
+		}
+		if seen != nil && (st.Owner != seen.Owner || st.LeaseUntil != seen.LeaseUntil) {
+			// The holder renewed (or handed on) after this stimulus was recorded: it
+			// will find the stimulus when it tries to release.
+			return false, nil
+		}
+		seen = &st
+		wait := time.UnixMilli(st.LeaseUntil).Sub(now) + 20*time.Millisecond
+		wait = max(min(wait, lease/3+100*time.Millisecond), 10*time.Millisecond)
+		if err := sleep(ctx, wait); err != nil {
+			return false, err
+		}
+	}
+}
+
+// heartbeat renews the lease every third of its duration until ctx ends; lost is
+// called if the lease turns out to be someone else's.
+func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
+	lease := inv.c.cfg.LeaseDuration
+	t := time.NewTicker(lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(lease))
+		if errors.Is(err, errLeaseLost) {
+			lost()
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			inv.c.logger.Warn("renew runner lease", "agent_id", inv.agent, "error", err.Error())
+		}
+	}
+}
+
+func (inv *invocation) crash(point string) error {
+	if inv.c.cfg.Crash != nil && inv.c.cfg.Crash(point) {
+		return ErrCrashed
+	}
+	return nil
+}
+
+// deadlineNear reports whether the invocation should hand over: it has made progress
+// and has less than its margin left. The margin is DeadlineMargin, but at most half
+// the time the invocation started with, so a function configured with a short
+// timeout still does several steps per invocation instead of one.
+func (inv *invocation) deadlineNear(ctx context.Context) bool {
+	if !inv.progressed {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	margin := min(inv.c.cfg.DeadlineMargin, inv.budget/2)
+	return time.Until(dl) < margin
+}
+
+// apply takes in a state read: a stimulus counted since the last one makes the
+// invocation read the log tail and the inbox.
+func (inv *invocation) apply(ctx context.Context, st state) error {
+	if st.Owner != inv.me {
+		return errLeaseLost
+	}
+	inv.st = st
+	if !inv.loaded {
+		if err := inv.readTail(ctx); err != nil {
+			return err
+		}
+		inv.loaded = true
+	} else if st.Pending != inv.seenPending {
+		if err := inv.readTail(ctx); err != nil {
+			return err
+		}
+	}
+	if st.Pending != inv.seenPending {
+		inv.seenPending = st.Pending
+		items, err := inv.c.store.inbox(ctx, inv.agent)
+		if err != nil {
+			return err
+		}
+		inv.inbox = items
+	}
+	return nil
+}
+
+// boundary refreshes the state at a step boundary: one consistent read of the state
+// item, plus the log tail and inbox when a stimulus arrived.
+func (inv *invocation) boundary(ctx context.Context) error {
+	if inv.fresh {
+		inv.fresh = false
+		return nil
+	}
+	st, err := inv.c.store.getState(ctx, inv.agent, boundaryAttrs...)
+	if err != nil {
+		return err
+	}
+	return inv.apply(ctx, st)
+}
+
+// readTail reads the events appended since the newest one held.
+func (inv *invocation) readTail(ctx context.Context) error {
+	evs, err := inv.c.log.Read(ctx, inv.agent, inv.last+1, maxRead)
+	if err != nil {
+		return fmt.Errorf("agent: read log of %s: %w", inv.agent, err)
+	}
+	for _, ev := range evs {
+		inv.addEvent(ev)
+	}
+	return nil
+}
+
+func (inv *invocation) addEvent(ev sessionlog.Event) {
+	if ev.Seq <= inv.last {
+		return
+	}
+	inv.evs = append(inv.evs, ev)
+	inv.last = ev.Seq
+	switch ev.Type {
+	case TypeUserMessage:
+		if id := decode[userMessage](ev).InboxID; id != "" {
+			inv.logged[id] = true
+		}
+	case TypeContextInjected:
+		if id := decode[contextInjected](ev).InboxID; id != "" {
+			inv.logged[id] = true
+		}
+	}
+}
+
+// append appends one event and keeps the view current: events others appended before
+// it (a policy, a verdict) are read in first.
+func (inv *invocation) append(ctx context.Context, typ string, payload any) (sessionlog.Event, error) {
+	ev, err := inv.c.log.Append(ctx, inv.agent, typ, payload)
+	if err != nil {
+		return sessionlog.Event{}, fmt.Errorf("agent: append %s to %s: %w", typ, inv.agent, err)
+	}
+	if ev.Seq > inv.last+1 {
+		gap, err := inv.c.log.Read(ctx, inv.agent, inv.last+1, int(ev.Seq-inv.last-1))
+		if err != nil {
+			return ev, fmt.Errorf("agent: read log of %s: %w", inv.agent, err)
+		}
+		for _, g := range gap {
+			inv.addEvent(g)
+		}
+	}
+	inv.addEvent(ev)
+	inv.c.notify(ctx, ev)
+	return ev, nil
+}
+
+// logView, for resolveVerdict.
+func (inv *invocation) events() []sessionlog.Event        { return inv.evs }
+func (inv *invocation) tip() int64                        { return inv.last }
+func (inv *invocation) refresh(ctx context.Context) error { return inv.readTail(ctx) }
+func (inv *invocation) add(ev sessionlog.Event)           { inv.addEvent(ev) }
+
+// oldestWake is the first queued inject that asks for a turn and is not logged yet.
+func (inv *invocation) oldestWake() *inboxItem {
+	for i := range inv.inbox {
+		if it := &inv.inbox[i]; it.Wake && !inv.logged[it.ID] {
+			return it
+		}
+	}
+	return nil
+}
+
+// toolset is the agent's profile and its built tools.
+func (inv *invocation) toolset() (tools.Profile, *tools.Set, error) {
+	prof := inv.c.profile
+	if inv.profileJSON != "" {
+		over, err := tools.DecodeProfile([]byte(inv.profileJSON))
+		if err != nil {
+			return tools.Profile{}, nil, err
+		}
+		prof = prof.Merge(over)
+	}
+	set, err := inv.r.set(inv.profileJSON, prof)
+	if err != nil {
+		return tools.Profile{}, nil, err
+	}
+	return prof, set, nil
+}

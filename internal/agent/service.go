@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/tools"
+)
+
+// Service implements Controller for the message function: it records each stimulus
+// durably and starts the runner function asynchronously. It is safe for concurrent
+// use, and any number of instances in any number of processes may serve one agent.
+type Service struct {
+	c *core
+}
+
+var _ Controller = (*Service)(nil)
+
+// New returns a Service. It returns an error if a required Config field is missing.
+func New(cfg Config) (*Service, error) {
+	c, err := newCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{c: c}, nil
+}
+
+// Inject queues text in the agent's inbox (cut to MaxTextBytes, marked truncated)
+// and counts the stimulus; with wake it starts the runner, which starts a turn with
+// the text as its user/message if the agent is idle, or drains it into the running
+// or open turn's next step as context/injected. Cost: 2 writes and, with wake, one
+// asynchronous invoke.
+func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) error {
+	text, cut := boundText(text, MaxTextBytes)
+	now := s.c.now()
+	it := inboxItem{ID: newInboxID(now), Text: text, Wake: wake, Truncated: cut, At: now.UTC().Format(sessionlog.TimeFormat)}
+	if err := s.c.store.putInbox(ctx, agentID, it); err != nil {
+		return err
+	}
+	if err := s.c.store.bump(ctx, agentID); err != nil {
+		return err
+	}
+	if !wake {
+		return nil
+	}
+	return s.c.invoke(ctx, agentID)
+}
+
+// Cancel marks the agent's turn cancelled with reason (cut to MaxReasonBytes) and
+// starts the runner, which stops the turn at its next step boundary — or at once, if
+// the turn is parked on approvals. It returns ErrNotRunning if no turn is running.
+func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
+	reason, _ = boundText(reason, MaxReasonBytes)
+	if err := s.c.store.requestCancel(ctx, agentID, reason); err != nil {
+		return err
+	}
+	return s.c.invoke(ctx, agentID)
+}
+
+// Approve records the verdict approved on callID and resumes the turn. It returns
+// ErrUnsupported when approvals are not mounted and ErrStaleCall, appending nothing,
+// when callID has no standing request in the open turn.
+func (s *Service) Approve(ctx context.Context, agentID, callID string) error {
+	return s.verdict(ctx, agentID, callID, VerdictApproved, "")
+}
+
+// Deny records the verdict denied, with reason, on callID and resumes the turn. Its
+// errors are Approve's.
+func (s *Service) Deny(ctx context.Context, agentID, callID, reason string) error {
+	return s.verdict(ctx, agentID, callID, VerdictDenied, reason)
+}
+
+func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, reason string) error {
+	if !s.c.cfg.Approvals {
+		return ErrUnsupported
+	}
+	st, err := s.c.store.getState(ctx, agentID, "turn_id", "turn_seq")
+	if err != nil {
+		return err
+	}
+	if st.TurnID == "" {
+		return ErrStaleCall
+	}
+	v := &tailView{log: s.c.log, agentID: agentID, last: st.TurnSeq - 1}
+	if err := v.refresh(ctx); err != nil {
+		return err
+	}
+	if err := s.c.resolveVerdict(ctx, agentID, v, callID, verdictText, reason); err != nil {
+		return err
+	}
+	if err := s.c.store.bump(ctx, agentID); err != nil {
+		return err
+	}
+	return s.c.invoke(ctx, agentID)
+}
+
+// SetModel points role (RoleMain or RoleTitler) at spec, stored on the agent's state
+// item; the runner reads it at every step boundary. It returns ErrBadSpec for an
+// unknown role or a spec no registered provider resolves.
+func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) error {
+	var attr string
+	switch role {
+	case RoleMain:
+		attr = "model_main"
+	case RoleTitler:
+		attr = "model_titler"
+	default:
+		return fmt.Errorf("%w: unknown role %q", ErrBadSpec, role)
+	}
+	if _, err := s.c.models.Resolve(spec); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSpec, err)
+	}
+	return s.c.store.setAttr(ctx, agentID, attr, spec)
+}
+
+// SetPolicy appends policy/updated with patterns and counts the stimulus, so a
+// running turn re-reads the log before its next tool call.
+func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) error {
+	if patterns == nil {
+		patterns = []string{}
+	}
+	ev, err := s.c.log.Append(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns})
+	if err != nil {
+		return fmt.Errorf("agent: update policy of %s: %w", agentID, err)
+	}
+	s.c.notify(ctx, ev)
+	return s.c.store.bump(ctx, agentID)
+}
+
+// Usage returns the agent's usage counters (zero for an agent that never ran).
+func (s *Service) Usage(ctx context.Context, agentID string) (Counters, error) {
+	st, err := s.c.store.getState(ctx, agentID, "usage_turns", "usage_input_tokens", "usage_output_tokens",
+		"usage_model_calls", "usage_tool_calls", "usage_wall_ms")
+	if err != nil {
+		return Counters{}, err
+	}
+	return st.Counters, nil
+}
+
+// SetProfile stores a per-agent profile override, merged over the deployment's
+// default profile from the agent's next runner invocation on. It returns an error
+// wrapping tools.ErrBadProfile (or the kind's error) if the merged profile does not
+// build.
+func (s *Service) SetProfile(ctx context.Context, agentID string, override tools.Profile) error {
+	if _, err := s.c.tools.Build(s.c.profile.Merge(override)); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(override)
+	if err != nil {
+		return fmt.Errorf("%w: %v", tools.ErrBadProfile, err)
+	}
+	return s.c.store.setAttr(ctx, agentID, "profile", string(raw))
+}
+
+// tailView is the log from one seq on, read by a Service call.
+type tailView struct {
+	log     Log
+	agentID string
+	evs     []sessionlog.Event
+	last    int64 // seq of the newest event held (or the seq before the window)
+}
+
+func (v *tailView) events() []sessionlog.Event { return v.evs }
+func (v *tailView) tip() int64                 { return v.last }
+func (v *tailView) add(ev sessionlog.Event) {
+	v.evs = append(v.evs, ev)
+	v.last = ev.Seq
+}
+
+func (v *tailView) refresh(ctx context.Context) error {
+	evs, err := v.log.Read(ctx, v.agentID, v.last+1, maxRead)
+	if err != nil {
+		return fmt.Errorf("agent: read log of %s: %w", v.agentID, err)
+	}
+	for _, ev := range evs {
+		v.add(ev)
+	}
+	return nil
+}
+
+// maxRead is "the rest of the log" for Read.
+const maxRead = 1 << 30

@@ -1,0 +1,445 @@
+package agent
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// DB is the part of the DynamoDB client the runtime uses on AgentsTable.
+type DB interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+var _ DB = (*dynamodb.Client)(nil)
+
+// AgentsTable layout (see docs/lifecycle.md): every item of an agent has
+// pk "agent#<id>"; the state item has sk "state", inbox items sk "inbox#<inbox id>".
+const (
+	skState     = "state"
+	inboxPrefix = "inbox#"
+)
+
+// errLeaseLost means another runner invocation took the agent's lease over; this one
+// must stop writing at once.
+var errLeaseLost = errors.New("agent: runner lease lost")
+
+// state is the agent's state item.
+type state struct {
+	Owner        string `dynamodbav:"owner"`       // runner invocation holding the lease
+	LeaseUntil   int64  `dynamodbav:"lease_until"` // unix ms
+	Pending      int64  `dynamodbav:"pending"`     // stimulus counter, bumped by every stimulus
+	TurnID       string `dynamodbav:"turn_id"`     // turn being started, open, or ending
+	TurnSeq      int64  `dynamodbav:"turn_seq"`    // lower bound of that turn's first seq
+	CancelTurn   string `dynamodbav:"cancel_turn"` // turn a cancel was asked for
+	CancelReason string `dynamodbav:"cancel_reason"`
+	ModelMain    string `dynamodbav:"model_main"`
+	ModelTitler  string `dynamodbav:"model_titler"`
+	Profile      string `dynamodbav:"profile"` // per-agent profile override, JSON
+	Counters
+}
+
+// Counters are an agent's usage totals, kept on its state item with atomic ADDs.
+type Counters struct {
+	Turns        int64 `dynamodbav:"usage_turns" json:"turns"`
+	InputTokens  int64 `dynamodbav:"usage_input_tokens" json:"input_tokens"`
+	OutputTokens int64 `dynamodbav:"usage_output_tokens" json:"output_tokens"`
+	ModelCalls   int64 `dynamodbav:"usage_model_calls" json:"model_calls"`
+	ToolCalls    int64 `dynamodbav:"usage_tool_calls" json:"tool_calls"`
+	WallMS       int64 `dynamodbav:"usage_wall_ms" json:"wall_ms"`
+}
+
+// inboxItem is one queued inject.
+type inboxItem struct {
+	ID        string `dynamodbav:"id"`
+	Text      string `dynamodbav:"text"`
+	Wake      bool   `dynamodbav:"wake"`
+	Truncated bool   `dynamodbav:"truncated"`
+	At        string `dynamodbav:"at"`
+}
+
+type store struct {
+	db    DB
+	table string
+}
+
+func pk(agentID string) string { return "agent#" + agentID }
+
+func key(agentID, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: pk(agentID)},
+		"sk": &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+func isCCF(err error) (*types.ConditionalCheckFailedException, bool) {
+	var ccf *types.ConditionalCheckFailedException
+	return ccf, errors.As(err, &ccf)
+}
+
+func decodeState(item map[string]types.AttributeValue) (state, error) {
+	var st state
+	if len(item) == 0 {
+		return st, nil
+	}
+	if err := attributevalue.UnmarshalMap(item, &st); err != nil {
+		return state{}, fmt.Errorf("agent: decode state item: %w", err)
+	}
+	return st, nil
+}
+
+// names maps every attribute placeholder the runtime uses: "owner" is a DynamoDB
+// reserved word, and naming all of them keeps the expressions uniform.
+func names(attrs ...string) map[string]string {
+	m := make(map[string]string, len(attrs))
+	for _, a := range attrs {
+		m["#"+a] = a
+	}
+	return m
+}
+
+// boundaryAttrs are what a runner reads at a step boundary (not the profile or the
+// counters, which only grow the read).
+var boundaryAttrs = []string{"owner", "lease_until", "pending", "turn_id", "turn_seq", "cancel_turn", "cancel_reason", "model_main", "model_titler"}
+
+// getState reads the state item strongly consistent; attrs limits the attributes
+// read (none: all). A missing item is the zero state.
+func (st *store) getState(ctx context.Context, agentID string, attrs ...string) (state, error) {
+	in := &dynamodb.GetItemInput{TableName: aws.String(st.table), Key: key(agentID, skState), ConsistentRead: aws.Bool(true)}
+	if len(attrs) > 0 {
+		proj := ""
+		for i, a := range attrs {
+			if i > 0 {
+				proj += ", "
+			}
+			proj += "#" + a
+		}
+		in.ProjectionExpression = aws.String(proj)
+		in.ExpressionAttributeNames = names(attrs...)
+	}
+	out, err := st.db.GetItem(ctx, in)
+	if err != nil {
+		return state{}, fmt.Errorf("agent: read state of %s: %w", agentID, err)
+	}
+	return decodeState(out.Item)
+}
+
+func (st *store) update(ctx context.Context, agentID string, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+	in.TableName = aws.String(st.table)
+	in.Key = key(agentID, skState)
+	return st.db.UpdateItem(ctx, in)
+}
+
+// acquire takes the agent's lease for me until `until` if it is free, expired or
+// already mine, and returns the state after the write. When another invocation holds
+// it, it returns that state and false.
+func (st *store) acquire(ctx context.Context, agentID, me string, now, until time.Time) (state, bool, error) {
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:                    aws.String("SET #owner = :me, #lease_until = :until, #pending = if_not_exists(#pending, :zero)"),
+		ConditionExpression:                 aws.String("attribute_not_exists(#owner) OR #lease_until < :now OR #owner = :me"),
+		ExpressionAttributeNames:            names("owner", "lease_until", "pending"),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli()), ":now": n(now.UnixMilli()), ":zero": n(0)},
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if ccf, ok := isCCF(err); ok {
+		held, derr := decodeState(ccf.Item)
+		return held, false, derr
+	}
+	if err != nil {
+		return state{}, false, fmt.Errorf("agent: acquire lease of %s: %w", agentID, err)
+	}
+	got, err := decodeState(out.Attributes)
+	return got, err == nil, err
+}
+
+// renew extends my lease. It returns errLeaseLost if the lease is no longer mine.
+func (st *store) renew(ctx context.Context, agentID, me string, until time.Time) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #lease_until = :until"),
+		ConditionExpression:       aws.String("#owner = :me"),
+		ExpressionAttributeNames:  names("owner", "lease_until"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli())},
+	})
+	if _, ok := isCCF(err); ok {
+		return errLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("agent: renew lease of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// release gives my lease up. With pending set, only if no stimulus arrived since the
+// runner saw that pending count: otherwise it keeps the lease and returns the current
+// state and false, and the runner goes round again. A lease that is not mine any more
+// counts as released.
+func (st *store) release(ctx context.Context, agentID, me string, pending *int64) (state, bool, error) {
+	cond := "#owner = :me"
+	vals := map[string]types.AttributeValue{":me": s(me)}
+	attrs := names("owner", "lease_until")
+	if pending != nil {
+		cond += " AND #pending = :p"
+		vals[":p"] = n(*pending)
+		attrs["#pending"] = "pending"
+	}
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:                    aws.String("REMOVE #owner, #lease_until"),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            attrs,
+		ExpressionAttributeValues:           vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if ccf, ok := isCCF(err); ok {
+		cur, derr := decodeState(ccf.Item)
+		if derr != nil {
+			return state{}, false, derr
+		}
+		if cur.Owner != me {
+			return cur, true, nil
+		}
+		return cur, false, nil
+	}
+	if err != nil {
+		return state{}, false, fmt.Errorf("agent: release lease of %s: %w", agentID, err)
+	}
+	return state{}, true, nil
+}
+
+// setTurn records turnID as the agent's turn (claimed, open or ending) and clears a
+// cancel aimed at another turn. turnSeq is a lower bound of the turn's first seq.
+func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq"),
+		ConditionExpression:       aws.String("#owner = :me"),
+		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
+	})
+	if _, ok := isCCF(err); ok {
+		return errLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("agent: set turn of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// claimTurn is setTurn for a new turn: any cancel recorded for an earlier turn goes.
+func (st *store) claimTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq REMOVE #cancel_turn, #cancel_reason"),
+		ConditionExpression:       aws.String("#owner = :me"),
+		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
+	})
+	if _, ok := isCCF(err); ok {
+		return errLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("agent: claim turn of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// finishTurn clears the ended turn turnID from the state item and adds its usage to
+// the counters, in one write conditional on the turn still being recorded — so a
+// turn is metered exactly once however often a runner dies around its end. A turn
+// already cleared is no error.
+func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #cancel_turn, #cancel_reason " +
+			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall"),
+		ConditionExpression: aws.String("#owner = :me AND #turn_id = :t"),
+		ExpressionAttributeNames: names("owner", "turn_id", "turn_seq", "cancel_turn", "cancel_reason",
+			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":me": s(me), ":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
+			":mc": n(u.ModelCalls), ":tc": n(u.ToolCalls), ":wall": n(u.WallMS),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if ccf, ok := isCCF(err); ok {
+		cur, derr := decodeState(ccf.Item)
+		if derr != nil {
+			return derr
+		}
+		if cur.Owner != me {
+			return errLeaseLost
+		}
+		return nil // already finished
+	}
+	if err != nil {
+		return fmt.Errorf("agent: finish turn %s of %s: %w", turnID, agentID, err)
+	}
+	return nil
+}
+
+// clearTurn forgets a claimed turn that never started.
+func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("REMOVE #turn_id, #turn_seq, #cancel_turn, #cancel_reason"),
+		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
+		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
+	})
+	if _, ok := isCCF(err); ok {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("agent: clear turn of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// addUsage adds usage outside a turn (the titler's model call) to the counters.
+func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("ADD #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :one"),
+		ExpressionAttributeNames:  names("usage_input_tokens", "usage_output_tokens", "usage_model_calls"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":in": n(in), ":out": n(out), ":one": n(1)},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: add usage of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// bump counts a stimulus, so a runner about to release its lease goes round again.
+func (st *store) bump(ctx context.Context, agentID string) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("ADD #pending :one"),
+		ExpressionAttributeNames:  names("pending"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1)},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: record stimulus for %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// requestCancel marks the agent's recorded turn cancelled with reason and counts the
+// stimulus. It returns ErrNotRunning if no turn is recorded.
+func (st *store) requestCancel(ctx context.Context, agentID, reason string) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r ADD #pending :one"),
+		ConditionExpression:       aws.String("attribute_exists(#turn_id)"),
+		ExpressionAttributeNames:  names("cancel_turn", "turn_id", "cancel_reason", "pending"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(reason), ":one": n(1)},
+	})
+	if _, ok := isCCF(err); ok {
+		return ErrNotRunning
+	}
+	if err != nil {
+		return fmt.Errorf("agent: cancel turn of %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// setAttr sets one string attribute of the state item (a model role, the profile).
+func (st *store) setAttr(ctx context.Context, agentID, attr, value string) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #a = :v"),
+		ExpressionAttributeNames:  map[string]string{"#a": attr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": s(value)},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: set %s of %s: %w", attr, agentID, err)
+	}
+	return nil
+}
+
+// newInboxID is time-ordered (so the inbox drains in arrival order) and unique.
+func newInboxID(now time.Time) string {
+	return fmt.Sprintf("%019d-%s", now.UnixNano(), randomHex(4))
+}
+
+func randomHex(nbytes int) string {
+	b := make([]byte, nbytes)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// putInbox stores one inject.
+func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) error {
+	item, err := attributevalue.MarshalMap(it)
+	if err != nil {
+		return fmt.Errorf("agent: encode inbox item: %w", err)
+	}
+	for k, v := range key(agentID, inboxPrefix+it.ID) {
+		item[k] = v
+	}
+	if _, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.table), Item: item}); err != nil {
+		return fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// inbox returns the agent's queued injects in arrival order, read strongly consistent.
+func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, error) {
+	var out []inboxItem
+	var start map[string]types.AttributeValue
+	for {
+		page, err := st.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:              aws.String(st.table),
+			KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": s(pk(agentID)), ":p": s(inboxPrefix),
+			},
+			ConsistentRead:    aws.Bool(true),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("agent: read inbox of %s: %w", agentID, err)
+		}
+		for _, item := range page.Items {
+			var it inboxItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, fmt.Errorf("agent: decode inbox item: %w", err)
+			}
+			out = append(out, it)
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return out, nil
+		}
+		start = page.LastEvaluatedKey
+	}
+}
+
+// deleteInbox removes drained injects, one DeleteItem each (a drain usually holds one
+// or two; deleting a missing item is no error, so a repeated drain is harmless).
+func (st *store) deleteInbox(ctx context.Context, agentID string, ids []string) error {
+	for _, id := range ids {
+		if _, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: key(agentID, inboxPrefix+id)}); err != nil {
+			return fmt.Errorf("agent: delete drained inbox item %s of %s: %w", id, agentID, err)
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

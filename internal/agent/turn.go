@@ -1,0 +1,564 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/terret/terret-ws/internal/model"
+	"github.com/terret/terret-ws/internal/tools"
+)
+
+// work brings the agent to rest: it finishes what a dead invocation left half done,
+// runs or resumes the open turn, and starts a turn for each waking inject queued.
+func (inv *invocation) work(ctx context.Context) (outcome, error) {
+	if inv.fresh {
+		if err := inv.apply(ctx, inv.st); err != nil {
+			return 0, err
+		}
+	}
+	for {
+		if err := inv.reconcile(ctx); err != nil {
+			return 0, err
+		}
+		if openTurn(inv.evs) >= 0 {
+			out, err := inv.runTurn(ctx)
+			if err != nil || out != outEnded {
+				return out, err
+			}
+			continue
+		}
+		if inv.deadlineNear(ctx) {
+			return outHandover, nil
+		}
+		it := inv.oldestWake()
+		if it == nil {
+			return outIdle, nil
+		}
+		if err := inv.startTurn(ctx, *it); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// reconcile makes the state item agree with the log, which is the truth: the open
+// turn is the recorded one; a recorded turn that the log shows ended is metered and
+// cleared; a recorded turn whose user/message is logged but not its turn/start gets
+// its turn/start.
+func (inv *invocation) reconcile(ctx context.Context) error {
+	if start := openTurn(inv.evs); start >= 0 {
+		id := decode[turnStart](inv.evs[start]).TurnID
+		if inv.st.TurnID != id {
+			if err := inv.c.store.setTurn(ctx, inv.agent, inv.me, id, inv.evs[start].Seq); err != nil {
+				return err
+			}
+			inv.st.TurnID, inv.st.TurnSeq = id, inv.evs[start].Seq
+		}
+		return nil
+	}
+	id := inv.st.TurnID
+	if id == "" {
+		return nil
+	}
+	if te, ok := turnEndOf(inv.evs, id); ok {
+		var u TurnUsage
+		if te.Usage != nil {
+			u = *te.Usage
+		}
+		return inv.finishTurn(ctx, id, u)
+	}
+	if userMessageOf(inv.evs, id) {
+		_, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id})
+		return err
+	}
+	if inv.oldestWake() == nil {
+		if err := inv.c.store.clearTurn(ctx, inv.agent, inv.me, id); err != nil {
+			return err
+		}
+		inv.st.TurnID = ""
+	}
+	return nil
+}
+
+// startTurn opens a turn with a waking inject as its user/message. The turn is
+// recorded on the state item first, so a cancel racing the start finds it.
+func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
+	id := inv.st.TurnID // claimed by an invocation that died before logging anything
+	if id == "" {
+		id = "turn_" + randomHex(8)
+		if err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, inv.last+1); err != nil {
+			return err
+		}
+		inv.st.TurnID, inv.st.TurnSeq, inv.st.CancelTurn = id, inv.last+1, ""
+	}
+	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, Truncated: it.Truncated}); err != nil {
+		return err
+	}
+	if err := inv.crash(CrashUserMessage); err != nil {
+		return err
+	}
+	if err := inv.c.store.deleteInbox(ctx, inv.agent, []string{it.ID}); err != nil {
+		return err
+	}
+	inv.dropInbox(it.ID)
+	_, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id})
+	return err
+}
+
+func (inv *invocation) dropInbox(id string) {
+	kept := inv.inbox[:0]
+	for _, it := range inv.inbox {
+		if it.ID != id {
+			kept = append(kept, it)
+		}
+	}
+	inv.inbox = kept
+}
+
+// cancelled reports whether a cancel is recorded for turnID.
+func (inv *invocation) cancelled(turnID string) bool {
+	return inv.st.CancelTurn != "" && inv.st.CancelTurn == turnID
+}
+
+// runTurn runs the open turn step by step. Each step boundary reads the state (cancel,
+// models, stimuli); then the step either runs the tool calls the log owes, or drains
+// the inbox and calls the model — or ends the turn after a final reply.
+func (inv *invocation) runTurn(ctx context.Context) (outcome, error) {
+	for {
+		if err := inv.boundary(ctx); err != nil {
+			return 0, err
+		}
+		start := openTurn(inv.evs)
+		if start < 0 {
+			return outEnded, nil
+		}
+		p := progressOf(inv.evs, start)
+		if inv.cancelled(p.turnID) {
+			return inv.cancelTurn(ctx, inv.st.CancelReason)
+		}
+		if inv.deadlineNear(ctx) {
+			return outHandover, nil
+		}
+		if len(p.owed) > 0 {
+			out, err := inv.runBatch(ctx, p)
+			if err != nil {
+				return 0, err
+			}
+			switch out {
+			case outContinue:
+				continue
+			case outCancel:
+				return inv.cancelTurn(ctx, inv.st.CancelReason)
+			default:
+				return out, nil
+			}
+		}
+		if err := inv.drain(ctx); err != nil {
+			return 0, err
+		}
+		p = progressOf(inv.evs, start)
+		if p.last == lastFinal {
+			return inv.endTurn(ctx, p, StatusCompleted, "", nil)
+		}
+		out, err := inv.modelStep(ctx, p)
+		if err != nil || out != outContinue {
+			return out, err
+		}
+		inv.progressed = true
+	}
+}
+
+// drain logs every queued inject as context/injected (unless a dead invocation
+// already did) and then deletes them. Logging before deleting, and skipping ids the
+// log holds, makes each inject land exactly once.
+func (inv *invocation) drain(ctx context.Context) error {
+	if len(inv.inbox) == 0 {
+		return nil
+	}
+	if err := inv.crash(CrashInboxRead); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(inv.inbox))
+	for _, it := range inv.inbox {
+		if !inv.logged[it.ID] {
+			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, Truncated: it.Truncated}); err != nil {
+				return err
+			}
+		}
+		ids = append(ids, it.ID)
+	}
+	if err := inv.crash(CrashInboxLogged); err != nil {
+		return err
+	}
+	if err := inv.c.store.deleteInbox(ctx, inv.agent, ids); err != nil {
+		return err
+	}
+	inv.inbox = nil
+	return nil
+}
+
+// modelStep makes one model call: its text streams into assistant/chunk events, its
+// tool calls become tool/call events (their results are owed to the next boundary),
+// and a refusal, an empty answer or a failure ends the turn.
+func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, error) {
+	spec := inv.c.modelSpec(inv.st, RoleMain)
+	m, err := inv.c.models.Resolve(spec)
+	if err != nil {
+		return inv.endTurn(ctx, p, StatusFailed, "model "+spec+": "+err.Error(), nil)
+	}
+	prof, set, err := inv.toolset()
+	if err != nil {
+		return inv.endTurn(ctx, p, StatusFailed, err.Error(), nil)
+	}
+	req := model.Request{System: prof.System, Messages: history(inv.evs)}
+	for _, d := range set.Definitions() {
+		req.Tools = append(req.Tools, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
+	}
+	ch := &chunker{
+		write:      func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err },
+		now:        inv.c.now,
+		flushBytes: inv.c.cfg.ChunkBytes,
+		flushAge:   inv.c.cfg.ChunkInterval,
+	}
+	resp, err := m.Stream(ctx, req, ch.delta)
+	if ch.err != nil {
+		return 0, ch.err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if aerr := ch.abort(); aerr != nil {
+			return 0, aerr
+		}
+		return inv.endTurn(ctx, p, StatusFailed, err.Error(), nil)
+	}
+	if !ch.wrote() && resp.Text != "" {
+		if err := ch.delta(model.Delta{Text: resp.Text}); err != nil {
+			return 0, err
+		}
+	}
+	usage := &modelUsage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}
+	refused := model.IsRefusal(resp.StopReason)
+	var calls []model.ToolCall
+	if !refused {
+		calls = resp.ToolCalls
+	}
+	hasText := ch.wrote()
+	if err := ch.finish(usage); err != nil {
+		return 0, err
+	}
+	usageLogged := hasText
+	ids := map[string]bool{}
+	for _, c := range p.calls {
+		ids[c.ID] = true
+	}
+	for _, tc := range calls {
+		id, _ := boundText(tc.ID, 256)
+		if id == "" || ids[id] {
+			id = "call_" + randomHex(6) // provider ids are not unique; a turn's must be
+		}
+		ids[id] = true
+		name, _ := boundText(tc.Name, 256)
+		args, argsErr, truncated := boundArgs(tc.Args)
+		ev := toolCall{ID: id, Name: name, Args: args, ArgsError: argsErr, Truncated: truncated}
+		if !usageLogged {
+			ev.Usage, usageLogged = usage, true
+		}
+		if _, err := inv.append(ctx, TypeToolCall, ev); err != nil {
+			return 0, err
+		}
+	}
+	if len(calls) > 0 {
+		if err := inv.crash(CrashToolCalls); err != nil {
+			return 0, err
+		}
+	}
+	var extra *modelUsage
+	if !usageLogged {
+		extra = usage
+	}
+	switch {
+	case refused:
+		reason := strings.TrimSpace(resp.Text)
+		if reason == "" {
+			reason = "model refused (" + resp.StopReason + ")"
+		}
+		return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusRejected, reason, extra)
+	case !hasText && len(calls) == 0:
+		return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusEmpty, "", extra)
+	}
+	return outContinue, nil
+}
+
+// plan is what happens to one owed call in its run.
+type plan struct {
+	call    callInfo
+	tool    tools.Tool // nil: not executed
+	errText string     // the error result, when not executed or failed
+	park    bool       // waits for a verdict
+	result  json.RawMessage
+}
+
+// runBatch executes the owed calls of the open step. Consecutive calls of parallel
+// tools form one run and execute concurrently under one barrier; any other call is a
+// run alone. Between runs the state is read again, so a cancel (or the deadline) is
+// observed between runs, never inside one.
+func (inv *invocation) runBatch(ctx context.Context, p progress) (outcome, error) {
+	_, set, err := inv.toolset()
+	if err != nil {
+		for _, c := range p.owed {
+			if _, aerr := inv.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: "tools unavailable"}); aerr != nil {
+				return 0, aerr
+			}
+		}
+		return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusFailed, err.Error(), nil)
+	}
+	for i, run := range splitRuns(p.owed, set) {
+		if i > 0 {
+			if err := inv.boundary(ctx); err != nil {
+				return 0, err
+			}
+			if inv.cancelled(p.turnID) {
+				return outCancel, nil
+			}
+			if inv.deadlineNear(ctx) {
+				return outHandover, nil
+			}
+			p = progressOf(inv.evs, openTurn(inv.evs))
+		}
+		policy := policyOf(inv.evs)
+		plans := make([]plan, len(run))
+		park := false
+		for j, c := range run {
+			plans[j] = inv.plan(c, set, policy, p)
+			park = park || plans[j].park
+		}
+		if park {
+			for _, pl := range plans {
+				if pl.park && !p.requested[pl.call.ID] {
+					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args}); err != nil {
+						return 0, err
+					}
+				}
+			}
+			if err := inv.crash(CrashParked); err != nil {
+				return 0, err
+			}
+			return outParked, nil
+		}
+		execute(ctx, plans)
+		if ctx.Err() != nil {
+			return 0, ctx.Err() // abandoned mid-run: the calls stay owed and run again on resume
+		}
+		if err := inv.crash(CrashToolRun); err != nil {
+			return 0, err
+		}
+		for _, pl := range plans {
+			if _, err := inv.append(ctx, TypeToolResult, resultOf(pl)); err != nil {
+				return 0, err
+			}
+		}
+		inv.progressed = true
+	}
+	return outContinue, nil
+}
+
+// splitRuns cuts calls into maximal runs of consecutive parallel calls; every other
+// call (serial, or of an unknown tool) is a run of its own.
+func splitRuns(calls []callInfo, set *tools.Set) [][]callInfo {
+	var runs [][]callInfo
+	parallelRun := false
+	for _, c := range calls {
+		par := false
+		if t, ok := set.Lookup(c.Name); ok {
+			par = t.Definition().Concurrency == tools.Parallel
+		}
+		if par && parallelRun {
+			runs[len(runs)-1] = append(runs[len(runs)-1], c)
+			continue
+		}
+		runs = append(runs, []callInfo{c})
+		parallelRun = par
+	}
+	return runs
+}
+
+// plan decides one call: refused (bad arguments, unknown tool, outside the policy,
+// denied), parked for a verdict, or executed.
+func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, p progress) plan {
+	pl := plan{call: c}
+	t, ok := set.Lookup(c.Name)
+	switch {
+	case c.ArgsError != "":
+		pl.errText = c.ArgsError
+	case !ok:
+		pl.errText = ErrTextUnknown + ": " + c.Name
+	case !policy.Allows(c.Name):
+		pl.errText = ErrTextPolicy
+	case inv.c.cfg.Approvals && t.Definition().NeedsApproval:
+		v, decided := p.verdicts[c.ID]
+		switch {
+		case !decided:
+			pl.park = true
+		case v.Verdict == VerdictApproved:
+			pl.tool = t
+		default:
+			pl.errText = deniedText(v.Reason)
+		}
+	default:
+		pl.tool = t
+	}
+	return pl
+}
+
+func deniedText(reason string) string {
+	if reason == "" {
+		return ErrTextDenied
+	}
+	return ErrTextDenied + ": " + reason
+}
+
+// execute runs the plans' tools concurrently and waits for all of them.
+func execute(ctx context.Context, plans []plan) {
+	var wg sync.WaitGroup
+	for i := range plans {
+		if plans[i].tool == nil {
+			continue
+		}
+		wg.Add(1)
+		go func(pl *plan) {
+			defer wg.Done()
+			pl.result, pl.errText = callTool(ctx, pl.tool, pl.call.Args)
+		}(&plans[i])
+	}
+	wg.Wait()
+}
+
+func callTool(ctx context.Context, t tools.Tool, args json.RawMessage) (result json.RawMessage, errText string) {
+	defer func() {
+		if r := recover(); r != nil {
+			result, errText = nil, fmt.Sprintf("tool %s panicked", t.Definition().Name)
+		}
+	}()
+	res, err := t.Call(ctx, args)
+	if err != nil {
+		if errText = err.Error(); errText == "" {
+			errText = "tool failed"
+		}
+		return nil, errText
+	}
+	return res, ""
+}
+
+func resultOf(pl plan) toolResult {
+	if pl.errText != "" {
+		text, cut := boundText(pl.errText, MaxErrorBytes)
+		return toolResult{CallID: pl.call.ID, Error: text, Truncated: cut}
+	}
+	res, cut := boundResult(pl.result)
+	return toolResult{CallID: pl.call.ID, Result: res, Truncated: cut}
+}
+
+// cancelTurn stops the open turn: standing approval requests are denied with reason,
+// every owed call gets an error result (it never runs), and turn/end is cancelled.
+func (inv *invocation) cancelTurn(ctx context.Context, reason string) (outcome, error) {
+	p := progressOf(inv.evs, openTurn(inv.evs))
+	for _, id := range p.standing() {
+		if err := inv.c.resolveVerdict(ctx, inv.agent, inv, id, VerdictDenied, reason); err != nil && !errors.Is(err, ErrStaleCall) {
+			return 0, err
+		}
+	}
+	p = progressOf(inv.evs, openTurn(inv.evs))
+	for _, c := range p.owed {
+		text := ErrTextCancelled
+		if v, ok := p.verdicts[c.ID]; ok && v.Verdict == VerdictDenied {
+			text = deniedText(v.Reason)
+		}
+		if _, err := inv.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: text}); err != nil {
+			return 0, err
+		}
+	}
+	return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusCancelled, reason, nil)
+}
+
+// endTurn appends turn/end with the turn's usage — summed from the log, plus extra
+// for a model call no event carries — then meters and clears the turn.
+func (inv *invocation) endTurn(ctx context.Context, p progress, status, reason string, extra *modelUsage) (outcome, error) {
+	u := p.usage
+	if extra != nil {
+		u.InputTokens += extra.InputTokens
+		u.OutputTokens += extra.OutputTokens
+		u.ModelCalls++
+	}
+	if !p.startAt.IsZero() {
+		u.WallMS = max(0, inv.c.now().Sub(p.startAt).Milliseconds())
+	}
+	reason, _ = boundText(reason, MaxReasonBytes)
+	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: p.turnID, Status: status, Reason: reason, Usage: &u}); err != nil {
+		return 0, err
+	}
+	if err := inv.crash(CrashTurnEnded); err != nil {
+		return 0, err
+	}
+	return outEnded, inv.finishTurn(ctx, p.turnID, u)
+}
+
+// finishTurn meters the ended turn and clears it from the state item, then names the
+// session if it has no title yet.
+func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsage) error {
+	if err := inv.c.store.finishTurn(ctx, inv.agent, inv.me, turnID, u); err != nil {
+		return err
+	}
+	inv.st.TurnID, inv.st.CancelTurn = "", ""
+	inv.title(ctx)
+	return nil
+}
+
+const titlerSystem = "Reply with a short title, at most eight words, for a conversation that begins with the user's message. Reply with the title only."
+
+// title asks the titler model to name the session after its first turn and appends
+// session/titled. Naming is best effort: on failure it is tried after the next turn.
+func (inv *invocation) title(ctx context.Context) {
+	first := ""
+	for _, ev := range inv.evs {
+		switch ev.Type {
+		case TypeSessionTitled:
+			return
+		case TypeUserMessage:
+			if first == "" {
+				first = decode[userMessage](ev).Text
+			}
+		}
+	}
+	if strings.TrimSpace(first) == "" {
+		return
+	}
+	log := inv.c.logger.With("agent_id", inv.agent)
+	spec := inv.c.modelSpec(inv.st, RoleTitler)
+	m, err := inv.c.models.Resolve(spec)
+	if err != nil {
+		log.Warn("titler model", "spec", spec, "error", err.Error())
+		return
+	}
+	resp, err := m.Stream(ctx, model.Request{System: titlerSystem, Messages: []model.Message{{Role: model.RoleUser, Text: first}}},
+		func(model.Delta) error { return nil })
+	if err != nil {
+		log.Warn("titler call failed", "spec", spec, "error", err.Error())
+		return
+	}
+	t := boundTitle(resp.Text)
+	if t == "" {
+		t = boundTitle(first)
+	}
+	if _, err := inv.append(ctx, TypeSessionTitled, sessionTitled{Title: t}); err != nil {
+		log.Warn("append session/titled", "error", err.Error())
+		return
+	}
+	if err := inv.c.store.addUsage(ctx, inv.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens); err != nil {
+		log.Warn("meter titler call", "error", err.Error())
+	}
+}

@@ -1,0 +1,208 @@
+package tools_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/terret/terret-ws/internal/tools"
+)
+
+func demo(t *testing.T, name string) tools.Tool {
+	t.Helper()
+	set, err := tools.NewRegistry().Build(tools.DefaultProfile())
+	if err != nil {
+		t.Fatalf("build default profile: %v", err)
+	}
+	tool, ok := set.Lookup(name)
+	if !ok {
+		t.Fatalf("no tool %s", name)
+	}
+	return tool
+}
+
+func TestDemoToolDefinitions(t *testing.T) {
+	t.Parallel()
+	want := map[string]struct {
+		conc     tools.Concurrency
+		approval bool
+	}{
+		"sleep":        {tools.Parallel, false},
+		"echo":         {tools.Serial, false},
+		"clock":        {tools.Parallel, false},
+		"guarded_echo": {tools.Serial, true},
+	}
+	set, err := tools.NewRegistry().Build(tools.DefaultProfile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs := set.Definitions()
+	if len(defs) != len(want) {
+		t.Fatalf("default profile has %d tools, want %d", len(defs), len(want))
+	}
+	for _, d := range defs {
+		w, ok := want[d.Name]
+		if !ok {
+			t.Fatalf("unexpected tool %s", d.Name)
+		}
+		if d.Concurrency != w.conc || d.NeedsApproval != w.approval {
+			t.Errorf("%s: concurrency %s approval %v, want %s %v", d.Name, d.Concurrency, d.NeedsApproval, w.conc, w.approval)
+		}
+		if !json.Valid(d.Schema) {
+			t.Errorf("%s: schema is not JSON", d.Name)
+		}
+	}
+}
+
+func TestDemoToolCalls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cases := []struct {
+		tool, args, want string
+		err              error
+	}{
+		{"echo", `{"text":"hi"}`, `{"text":"hi"}`, nil},
+		{"guarded_echo", `{"text":"x"}`, `{"text":"x"}`, nil},
+		{"sleep", `{"ms":20}`, `{"slept_ms":20}`, nil},
+		{"echo", `{}`, "", tools.ErrBadArgs},
+		{"sleep", `{"ms":-1}`, "", tools.ErrBadArgs},
+		{"sleep", `{"ms":1.5}`, "", tools.ErrBadArgs},
+	}
+	for _, c := range cases {
+		start := time.Now()
+		got, err := demo(t, c.tool).Call(ctx, json.RawMessage(c.args))
+		if c.err != nil {
+			if !errors.Is(err, c.err) {
+				t.Errorf("%s %s: err %v, want %v", c.tool, c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s %s = %s, %v; want %s", c.tool, c.args, got, err, c.want)
+		}
+		if c.tool == "sleep" && time.Since(start) < 20*time.Millisecond {
+			t.Errorf("sleep returned after %v", time.Since(start))
+		}
+	}
+	got, err := demo(t, "clock").Call(ctx, json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ UTC string }
+	if err := json.Unmarshal(got, &c); err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse("2006-01-02T15:04:05.000000Z", c.UTC)
+	if err != nil || time.Since(at).Abs() > time.Minute {
+		t.Errorf("clock returned %s (%v)", got, err)
+	}
+	sleepCtx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := demo(t, "sleep").Call(sleepCtx, json.RawMessage(`{"ms":5000}`)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("sleep past its context: %v", err)
+	}
+}
+
+type fixedTool struct{ def tools.Definition }
+
+func (f fixedTool) Definition() tools.Definition { return f.def }
+func (f fixedTool) Call(context.Context, json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(`{"kind":"custom"}`), nil
+}
+
+func TestProfileKindsAndOverrides(t *testing.T) {
+	t.Parallel()
+	reg := tools.NewRegistry()
+	var gotSpec string
+	if err := reg.RegisterKind("custom", func(cfg tools.ToolConfig) (tools.Tool, error) {
+		gotSpec = string(cfg.Spec)
+		return fixedTool{def: tools.Definition{Name: "ignored", Concurrency: tools.Parallel}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.RegisterSetKind("many", func(cfg tools.ToolConfig) ([]tools.Tool, error) {
+		return []tools.Tool{fixedTool{def: tools.Definition{Name: "m1"}}, fixedTool{def: tools.Definition{Name: "m2"}}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tools.DecodeProfile([]byte(`{"system":"S","tools":[
+		{"name":"echo","needs_approval":true,"concurrency":"parallel"},
+		{"name":"mine","kind":"custom","description":"D","spec":{"fn":"x"}},
+		{"name":"srv","kind":"many"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := reg.Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range set.Definitions() {
+		names = append(names, d.Name)
+	}
+	if strings.Join(names, ",") != "echo,mine,m1,m2" {
+		t.Fatalf("tools %v", names)
+	}
+	echo, _ := set.Lookup("echo")
+	if d := echo.Definition(); !d.NeedsApproval || d.Concurrency != tools.Parallel {
+		t.Errorf("echo overrides not applied: %+v", d)
+	}
+	mine, _ := set.Lookup("mine")
+	if d := mine.Definition(); d.Description != "D" || d.Concurrency != tools.Parallel {
+		t.Errorf("custom tool definition %+v", d)
+	}
+	if gotSpec != `{"fn":"x"}` {
+		t.Errorf("builder got spec %s", gotSpec)
+	}
+
+	for _, bad := range []string{
+		`{"tools":[{"name":"x","kind":"nope"}]}`,
+		`{"tools":[{"name":"echo"},{"name":"echo"}]}`,
+		`{"tools":[{"name":"nosuchbuiltin"}]}`,
+	} {
+		p, err := tools.DecodeProfile([]byte(bad))
+		if err == nil {
+			_, err = reg.Build(p)
+		}
+		if err == nil {
+			t.Errorf("profile %s built", bad)
+		}
+	}
+	for _, bad := range []string{`{"tools":[{"kind":"x"}]}`, `{"unknown":1}`, `{"tools":[{"name":"a","concurrency":"wild"}]}`} {
+		if _, err := tools.DecodeProfile([]byte(bad)); !errors.Is(err, tools.ErrBadProfile) {
+			t.Errorf("DecodeProfile(%s) = %v, want ErrBadProfile", bad, err)
+		}
+	}
+}
+
+func TestParseProfileAndMerge(t *testing.T) {
+	t.Parallel()
+	def, err := tools.ParseProfile("")
+	if err != nil || len(def.Tools) != 4 || def.System != tools.DefaultSystem {
+		t.Fatalf("default profile %+v, %v", def, err)
+	}
+	path := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(path, []byte(`{"system":"from file","tools":[{"name":"echo"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := tools.ParseProfile(path)
+	if err != nil || fromFile.System != "from file" || len(fromFile.Tools) != 1 {
+		t.Fatalf("profile from file %+v, %v", fromFile, err)
+	}
+	inline, err := tools.ParseProfile(`{"tools":[]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged := def.Merge(inline)
+	if merged.System != tools.DefaultSystem || len(merged.Tools) != 0 {
+		t.Errorf("an override with tools [] must remove every tool, keep the system: %+v", merged)
+	}
+	if m := def.Merge(tools.Profile{System: "other"}); m.System != "other" || len(m.Tools) != 4 {
+		t.Errorf("an override without tools must keep the default's: %+v", m)
+	}
+}
