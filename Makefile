@@ -17,16 +17,32 @@ test:
 deps:
 	./scripts/deps.sh
 
+# Lambda binaries: provided.al2023 on arm64, as template.yaml's Globals declare.
+# LAMBDA_GOARCH=amd64 builds the same binaries for this kind of machine (internal/stack
+# runs one under the Lambda Runtime Interface Emulator); BUILD_DIR moves `make build`'s output.
+LAMBDA_GOARCH ?= arm64
+BUILD_DIR ?= build
+LAMBDA_GO := GOOS=linux GOARCH=$(LAMBDA_GOARCH) CGO_ENABLED=0 go build $(GOFLAGS_LAMBDA)
+
 ## build: one linux/arm64 bootstrap per function under build/<function>/bootstrap.
 build:
+	@test -n "$(FUNCTIONS)" || { echo "build: no function under functions/" >&2; exit 1; }
 	@for f in $(FUNCTIONS); do \
 	  echo "build $$f"; \
-	  GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build $(GOFLAGS_LAMBDA) -o build/$$f/bootstrap ./functions/$$f || exit 1; \
+	  $(LAMBDA_GO) -o $(BUILD_DIR)/$$f/bootstrap ./functions/$$f || exit 1; \
 	done
 
-# sam build calls build-<LogicalId> with ARTIFACTS_DIR for BuildMethod: makefile.
+# sam build (Metadata BuildMethod: makefile) runs `make build-<LogicalId>` with
+# ARTIFACTS_DIR set, once per function: build-ConnectFunction builds ./functions/connect
+# into $(ARTIFACTS_DIR)/bootstrap.
 build-%:
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build $(GOFLAGS_LAMBDA) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(shell echo $* | sed 's/Function$$//' | tr A-Z a-z)
+	@test -n "$(ARTIFACTS_DIR)" || { echo "$@: ARTIFACTS_DIR is not set (sam build sets it)" >&2; exit 1; }
+	@case "$*" in *Function) ;; *) echo "$@: logical id $* does not end in Function" >&2; exit 1;; esac
+	@test -f "functions/$(call lambda_dir,$*)/main.go" || { echo "$@: no functions/$(call lambda_dir,$*)/main.go" >&2; exit 1; }
+	$(LAMBDA_GO) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(call lambda_dir,$*)
+
+# lambda_dir maps a logical id to its directory under functions/: RunnerFunction → runner.
+lambda_dir = $(shell printf '%s' '$(1:%Function=%)' | tr A-Z a-z)
 
 ## fuzz: run the frame parser fuzzer for a minute.
 fuzz:

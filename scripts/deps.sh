@@ -18,3 +18,23 @@ if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
   touch "$stamp"
 fi
 go mod download
+
+# The Lambda Runtime Interface Emulator, at go.mod's version, for internal/stack's test
+# that runs the real function binaries the way Lambda's provided.al2023 does. Installed
+# as a module of its own: its dependencies are not ours.
+rie_version=$(go list -m -f '{{.Version}}' github.com/aws/aws-lambda-runtime-interface-emulator)
+rie_stamp=bin/.aws-lambda-rie-$rie_version
+if [ ! -x bin/aws-lambda-rie ] || [ ! -f "$rie_stamp" ]; then
+  echo "deps: installing aws-lambda-rie $rie_version into bin/"
+  mkdir -p bin
+  GOBIN="$PWD/bin" GOFLAGS=-mod=mod go install "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$rie_version"
+  rm -f bin/.aws-lambda-rie-*
+  touch "$rie_stamp"
+fi
+
+# cfn-lint (AWS's CloudFormation linter, with the SAM transform) lints template.yaml in
+# internal/stack. It comes with this kind of machine (pip); PyPI is out of reach here,
+# so it is checked for, not installed.
+if ! command -v cfn-lint >/dev/null 2>&1; then
+  echo "deps: cfn-lint not found: the template lint test fails under CI (pip install cfn-lint where PyPI is reachable)" >&2
+fi

@@ -70,7 +70,6 @@ func TestConcurrentDeliveryExact(t *testing.T) {
 	defer stop()
 	db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
 	for round := range rounds {
-		rng := rand.New(rand.NewPCG(uint64(round), 99))
 		if err := os.WriteFile(roundFile, []byte(fmt.Sprint(round)), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -84,6 +83,7 @@ func TestConcurrentDeliveryExact(t *testing.T) {
 			var written atomic.Int64
 			for w := range writers {
 				wg.Add(1)
+				wrng := rand.New(rand.NewPCG(uint64(round), uint64(a*10+w)))
 				go func() {
 					defer wg.Done()
 					l := sessionlog.New(db, e.stack.Tables["LogTable"]) // its own instance
@@ -93,13 +93,15 @@ func TestConcurrentDeliveryExact(t *testing.T) {
 							return
 						}
 						written.Add(1)
-						time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+						time.Sleep(time.Duration(wrng.IntN(3)) * time.Millisecond)
 					}
 				}()
 			}
 			wg.Add(1)
+			crng := rand.New(rand.NewPCG(uint64(round), uint64(a)))
 			go func() {
 				defer wg.Done()
+				rng := crng
 				ck := &checker{}
 				from := int64(rng.IntN(3))
 				ck.subscribe(from)
@@ -194,7 +196,7 @@ func TestHelperPumpProcess(t *testing.T) {
 				t.Errorf("pump %s: %v", agent, err)
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

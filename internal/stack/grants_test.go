@@ -1,0 +1,239 @@
+package stack
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated files (LocalStack hook, docs/deploy.md grant table) instead of comparing")
+
+const (
+	lambdaARN     = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:"
+	executeAPIARN = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebSocketApi}/${Stage}/"
+)
+
+// The action sets per table. The log is append-only: nobody may update or delete an event.
+var (
+	logWriter   = []string{"dynamodb:PutItem", "dynamodb:Query"}
+	logReader   = []string{"dynamodb:Query"}
+	connections = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}
+	agents      = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:Query"}
+
+	wantTableGrants = map[string]map[string][]string{
+		"ConnectFunction":    {"LogTable": logWriter, "ConnectionsTable": connections},
+		"MessageFunction":    {"LogTable": logWriter, "ConnectionsTable": connections, "AgentsTable": agents},
+		"DisconnectFunction": {"ConnectionsTable": connections},
+		"DeliverFunction":    {"LogTable": logReader, "ConnectionsTable": connections},
+		"RunnerFunction":     {"LogTable": logWriter, "AgentsTable": agents},
+	}
+	manageConnections = []string{
+		executeAPIARN + "POST/@connections/*",
+		executeAPIARN + "DELETE/@connections/*",
+		executeAPIARN + "GET/@connections/*",
+	}
+	bedrockModels = []string{
+		"arn:${AWS::Partition}:bedrock:*::foundation-model/*",
+		"arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:inference-profile/*",
+		"arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:application-inference-profile/*",
+	}
+)
+
+// grant is one (resource, actions) pair of a function's inline policy.
+type grant struct {
+	Resource string
+	Actions  []string
+}
+
+// grants flattens f's inline statements into one grant per resource, actions in the
+// statement's order. It fails on a statement that is not a plain Allow.
+func grants(t *testing.T, f Function) []grant {
+	t.Helper()
+	var out []grant
+	for _, p := range f.Props.Policies {
+		for _, st := range p.Statement {
+			if st.Effect != "Allow" || len(st.Action) == 0 || len(st.Resource) == 0 {
+				t.Errorf("%s: statement %q must Allow listed actions on listed resources", f.LogicalID, st.Sid)
+			}
+			for _, r := range st.Resource {
+				out = append(out, grant{Resource: r, Actions: st.Action})
+			}
+		}
+	}
+	return out
+}
+
+// TestGrants: least privilege, derived from each function's environment. A function
+// that has a table's variable is granted that table, with the actions of the grant
+// table above, and no other table; *_FUNCTION variables come with lambda:InvokeFunction
+// on exactly those functions; WS_MANAGEMENT_ENDPOINT comes with
+// execute-api:ManageConnections on the @connections API of this API's stage only;
+// only the runner calls Bedrock, and only the runner may invoke the tool functions the
+// operator lists in ToolFunctionArns. Nothing is granted on "*" and no action is a wildcard.
+func TestGrants(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	fs := functions(t, s)
+	if len(s.Resources("AWS::IAM::Role"))+len(s.Resources("AWS::IAM::Policy"))+len(s.Resources("AWS::IAM::ManagedPolicy")) > 0 {
+		t.Error("IAM roles and policies come from the functions' Policies only")
+	}
+	for _, f := range fs {
+		env, err := s.Environment(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Metadata["Role"] != nil || s.Get("Resources", f.LogicalID, "Properties", "Role") != nil {
+			t.Errorf("%s: Role must not be set: SAM builds each function its own role from Policies", f.LogicalID)
+		}
+		if got := s.Get("Resources", f.LogicalID, "Properties", "Policies"); len(f.Props.Policies) != 1 {
+			t.Errorf("%s: Policies must be one inline policy document, got %v", f.LogicalID, got)
+		}
+		tablesGot := map[string][]string{}
+		var invokes, manage, bedrock []string
+		for _, g := range grants(t, f) {
+			for _, a := range g.Actions {
+				if strings.Contains(a, "*") {
+					t.Errorf("%s: wildcard action %s", f.LogicalID, a)
+				}
+			}
+			if g.Resource == "*" {
+				t.Errorf("%s: grant on * (%v)", f.LogicalID, g.Actions)
+				continue
+			}
+			kind := actionKind(g.Actions)
+			switch {
+			case kind == "dynamodb":
+				table := strings.TrimSuffix(strings.TrimPrefix(g.Resource, "${"), ".Arn}")
+				if _, ok := tableVar[table]; !ok || g.Resource != "${"+table+".Arn}" {
+					t.Errorf("%s: DynamoDB grant on %q, want a table's ${X.Arn}", f.LogicalID, g.Resource)
+					continue
+				}
+				tablesGot[table] = append(tablesGot[table], g.Actions...)
+			case kind == "lambda:InvokeFunction":
+				invokes = append(invokes, g.Resource)
+			case kind == "execute-api:ManageConnections":
+				manage = append(manage, g.Resource)
+			case kind == "bedrock:InvokeModelWithResponseStream":
+				bedrock = append(bedrock, g.Resource)
+			default:
+				t.Errorf("%s: unexpected grant %v on %s", f.LogicalID, g.Actions, g.Resource)
+			}
+		}
+		for table, v := range tableVar {
+			_, hasVar := env[v]
+			got, granted := tablesGot[table]
+			if hasVar != granted {
+				t.Errorf("%s: has %s = %v but granted %s = %v: a function touches a table iff it has its variable", f.LogicalID, v, hasVar, table, granted)
+			}
+			if want := wantTableGrants[f.LogicalID][table]; granted && !equalSets(got, want) {
+				t.Errorf("%s: %s actions = %v, want %v", f.LogicalID, table, got, want)
+			}
+		}
+		if got := tablesGot["LogTable"]; contains(got, "dynamodb:UpdateItem") || contains(got, "dynamodb:DeleteItem") {
+			t.Errorf("%s may change the append-only log: %v", f.LogicalID, got)
+		}
+		var wantInvokes []string
+		for v, name := range env {
+			if strings.HasSuffix(v, "_FUNCTION") {
+				wantInvokes = append(wantInvokes, lambdaARN+name)
+			}
+		}
+		if f.LogicalID == "RunnerFunction" {
+			// The agent profile's "lambda" tools: functions the operator names at deploy
+			// time (parameter ToolFunctionArns; no statement when it is empty).
+			wantInvokes = append(wantInvokes, "${ToolFunctionArns}")
+		}
+		if !equalSets(invokes, wantInvokes) {
+			t.Errorf("%s: lambda:InvokeFunction on %v, want exactly the *_FUNCTION targets %v", f.LogicalID, invokes, wantInvokes)
+		}
+		_, posts := env["WS_MANAGEMENT_ENDPOINT"]
+		if posts && !equalSets(manage, manageConnections) || !posts && len(manage) > 0 {
+			t.Errorf("%s: execute-api:ManageConnections on %v, want %v iff WS_MANAGEMENT_ENDPOINT is set (%v)", f.LogicalID, manage, manageConnections, posts)
+		}
+		if f.LogicalID == "RunnerFunction" && !equalSets(bedrock, bedrockModels) || f.LogicalID != "RunnerFunction" && len(bedrock) > 0 {
+			t.Errorf("%s: Bedrock on %v; only the runner calls models (%v)", f.LogicalID, bedrock, bedrockModels)
+		}
+	}
+
+	// The grant table of docs/deploy.md is this template's, verbatim.
+	table := GrantTable(t, fs)
+	path := filepath.Join(repoRoot(t), "docs", "deploy.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- grants:begin (generated by internal/stack: go test ./internal/stack -run TestGrants -update) -->\n", "<!-- grants:end -->"
+	i, j := strings.Index(string(doc), begin), strings.Index(string(doc), end)
+	if i < 0 || j < i {
+		t.Fatalf("docs/deploy.md lacks the grant table markers %q … %q", begin, end)
+	}
+	current := string(doc[i+len(begin) : j])
+	if current == table {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(string(doc[:i+len(begin)])+table+string(doc[j:])), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("docs/deploy.md grant table is stale; run go test ./internal/stack -run TestGrants -update\nwant:\n%s\ngot:\n%s", table, current)
+}
+
+// GrantTable renders the functions' inline grants as a Markdown table.
+func GrantTable(t *testing.T, fs map[string]Function) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("| function | resource | actions |\n| --- | --- | --- |\n")
+	ids := keys(fs)
+	sort.Slice(ids, func(i, j int) bool { return order(ids[i]) < order(ids[j]) })
+	for _, id := range ids {
+		for _, g := range grants(t, fs[id]) {
+			acts := make([]string, len(g.Actions))
+			for i, a := range g.Actions {
+				acts[i] = "`" + a + "`"
+			}
+			fmt.Fprintf(&b, "| %s | `%s` | %s |\n", fs[id].Name, g.Resource, strings.Join(acts, ", "))
+		}
+	}
+	return b.String()
+}
+
+// order sorts functions in the order a connection meets them.
+func order(id string) int {
+	for i, f := range []string{"ConnectFunction", "MessageFunction", "DisconnectFunction", "DeliverFunction", "RunnerFunction"} {
+		if f == id {
+			return i
+		}
+	}
+	return 99
+}
+
+// actionKind is "dynamodb" when every action is a DynamoDB one, the single action when
+// all are that one, and "" for a mix.
+func actionKind(actions []string) string {
+	dynamo := true
+	for _, a := range actions {
+		dynamo = dynamo && strings.HasPrefix(a, "dynamodb:")
+	}
+	if dynamo {
+		return "dynamodb"
+	}
+	if len(actions) == 1 {
+		return actions[0]
+	}
+	return ""
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
