@@ -63,6 +63,26 @@ func BearerToken(header string) string {
 	return strings.TrimSpace(tok)
 }
 
+// Subprotocol is the WebSocket subprotocol of the Terret Socket Protocol v1. A browser,
+// which cannot set an Authorization header, offers it together with the token as
+// "terret.bearer.<token>"; the server answers with Subprotocol alone, never echoing the
+// token.
+const (
+	Subprotocol       = "terret.v1"
+	SubprotocolBearer = "terret.bearer."
+)
+
+// SubprotocolToken finds the token in a Sec-WebSocket-Protocol header value (a comma
+// separated list). found is false when no "terret.bearer." entry is offered.
+func SubprotocolToken(header string) (token string, found bool) {
+	for _, p := range strings.Split(header, ",") {
+		if tok, ok := strings.CutPrefix(strings.TrimSpace(p), SubprotocolBearer); ok {
+			return tok, true
+		}
+	}
+	return "", false
+}
+
 // API is the part of the DynamoDB client the token store uses.
 type API interface {
 	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)

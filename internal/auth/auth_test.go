@@ -143,3 +143,23 @@ func TestDropped(t *testing.T) {
 		t.Fatalf("Dropped(nil, …) = %v", got)
 	}
 }
+
+func TestSubprotocolToken(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		header, want string
+		found        bool
+	}{
+		{"terret.v1, terret.bearer.tt_abc", "tt_abc", true},
+		{"terret.bearer.tt_x-y_z", "tt_x-y_z", true},
+		{"terret.v1", "", false},
+		{"", "", false},
+		{"chat, superchat", "", false},
+	}
+	for _, tc := range tests {
+		got, found := auth.SubprotocolToken(tc.header)
+		if got != tc.want || found != tc.found {
+			t.Errorf("SubprotocolToken(%q) = %q, %v; want %q, %v", tc.header, got, found, tc.want, tc.found)
+		}
+	}
+}

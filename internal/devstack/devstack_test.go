@@ -2,9 +2,13 @@ package devstack_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/devstack"
 )
@@ -204,4 +208,71 @@ func TestRotationAndRevocation(t *testing.T) {
 	c3 := e.dial(t, "a1", fresh)
 	c3.expectError("unauthorized")
 	c3.expectClosed()
+}
+
+// TestBrowserSubprotocolToken: a browser offers the token as a subprotocol; the server
+// answers with the fixed protocol name and never echoes the token.
+func TestBrowserSubprotocolToken(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	for _, tc := range []struct {
+		name, token string
+		ok          bool
+	}{{"valid", tok, true}, {"garbage", "tt_nope", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ws, resp, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/a1/ws", &websocket.DialOptions{
+				Subprotocols: []string{"terret.v1", "terret.bearer." + tc.token},
+			})
+			if err != nil {
+				t.Fatalf("dial: %v", err)
+			}
+			defer ws.CloseNow()
+			if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != "terret.v1" {
+				t.Fatalf("answered subprotocol %q, want terret.v1", got)
+			}
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := `"type":"hello"`
+			if !tc.ok {
+				want = `"code":"unauthorized"`
+			}
+			if !strings.Contains(string(b), want) {
+				t.Fatalf("first frame %s, want %s", b, want)
+			}
+		})
+	}
+}
+
+// TestPingFrames: the local gateway pings every --ping-interval.
+func TestPingFrames(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{PingInterval: 50 * time.Millisecond})
+	tok := e.token(t, "a1")
+	var pings atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/a1/ws", &websocket.DialOptions{
+		HTTPHeader:     http.Header{"Authorization": {"Bearer " + tok}},
+		OnPingReceived: func(context.Context, []byte) bool { pings.Add(1); return true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	go func() {
+		for {
+			if _, _, err := ws.Read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(600 * time.Millisecond)
+	if n := pings.Load(); n < 5 {
+		t.Fatalf("%d pings in 600ms at a 50ms interval", n)
+	}
 }

@@ -92,6 +92,16 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	agentID := req.QueryStringParameters["agent_id"]
 	lg := s.logFor(ctx, connID).With("agent_id", agentID)
 	token := auth.BearerToken(header(req, "Authorization"))
+	accepted := ok
+	if token == "" {
+		// Browsers cannot set Authorization on a WebSocket: they offer the token as a
+		// subprotocol, and are answered with the fixed protocol name, never the token.
+		if tok, found := auth.SubprotocolToken(header(req, "Sec-WebSocket-Protocol")); found {
+			token = tok
+			accepted = events.APIGatewayProxyResponse{StatusCode: http.StatusOK,
+				Headers: map[string]string{"Sec-WebSocket-Protocol": auth.Subprotocol}}
+		}
+	}
 	hash, err := s.tokens.Check(ctx, agentID, token)
 	if err == nil {
 		_, err = s.log.Create(ctx, agentID)
@@ -110,7 +120,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 				}
 				lg.Info("connected")
-				return ok, nil
+				return accepted, nil
 			}
 		}
 	}
@@ -128,7 +138,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		lg.Error("kick unauthorized drop", "error", err)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
 	}
-	return ok, nil
+	return accepted, nil
 }
 
 // Disconnect serves $disconnect: it forgets the connection. It never touches a turn —
