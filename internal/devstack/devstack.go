@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,7 @@ type Options struct {
 	Faults               eventsource.Faults // stream fault injection, for tests
 	Observer             delivery.Observer  // replay reads, for tests and metrics
 	ReplayPage           int                // events per replay read (default 1000)
+	Pages                http.Handler       // served at every other GET path (the web page)
 	Logger               *slog.Logger
 }
 
@@ -122,6 +124,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
 		RetryBackoff: 200 * time.Millisecond,
 		Logger:       logger,
+		Pages:        o.Pages,
 	})
 	if err != nil {
 		return nil, err

@@ -113,6 +113,8 @@ type Config struct {
 	RetryBackoff time.Duration
 	// Logger receives JSON logs; nil logs to stderr at Info.
 	Logger *slog.Logger
+	// Pages, if set, serves every other GET (the dev web page).
+	Pages http.Handler
 }
 
 // Gateway is a running local API Gateway. Its methods are safe for concurrent use.
@@ -353,6 +355,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		g.serveInvoke(w, r, segs[2])
+	case g.cfg.Pages != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		g.cfg.Pages.ServeHTTP(w, r)
 	default:
 		writeJSONError(w, http.StatusNotFound, "NotFoundException", "no such resource: "+r.URL.Path)
 	}
