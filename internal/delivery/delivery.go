@@ -161,6 +161,18 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 // (from a stream batch or an appender) that spare a log read when they are next in line;
 // they are only ever a shortcut, never the source of truth.
 func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog.Event) error {
+	return d.pump(ctx, agentID, hints, time.Time{})
+}
+
+// PumpFor is Pump with a time budget: a sender still busy when it runs out (a long
+// replay, a slow client) hands its work to a fresh asynchronous invocation and returns.
+// The stream consumer uses it so that one session can never hold up the others of its
+// shard.
+func (d *Deliverer) PumpFor(ctx context.Context, agentID string, hints []sessionlog.Event, budget time.Duration) error {
+	return d.pump(ctx, agentID, hints, time.Now().Add(budget))
+}
+
+func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, stopAt time.Time) error {
 	hints = normalize(hints)
 	upTo := int64(-1)
 	if len(hints) > 0 {
@@ -189,7 +201,7 @@ func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog
 		case !ok:
 			return nil
 		}
-		err = d.send(ctx, o, holder, hints)
+		err = d.send(ctx, o, holder, hints, stopAt)
 		if errors.Is(err, connections.ErrLeaseLost) {
 			return nil // another sender holds the connection now and continues from the cursor
 		}
@@ -199,7 +211,7 @@ func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog
 
 // send runs under the lease: hello if owed, then events from the cursor, until the log
 // has nothing more and the lease can be let go.
-func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event) (err error) {
+func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, stopAt time.Time) (err error) {
 	p := connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated}
 	lg := d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID)
 	released := false
@@ -248,6 +260,9 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			batch, fromHints = take(hints, p.Next)
 			hints = nil
 			if !fromHints {
+				if !stopAt.IsZero() && time.Now().After(stopAt) {
+					return d.handover(ctx, o, holder, p, &released)
+				}
 				batch, err = d.read(ctx, o, p.Next, renew)
 				if errors.Is(err, errDeadline) {
 					return d.handover(ctx, o, holder, p, &released)
@@ -288,6 +303,9 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 					return d.postFailed(ctx, o, err)
 				}
 				p.Next = ev.Seq + 1
+				if !stopAt.IsZero() && time.Now().After(stopAt) {
+					return d.handover(ctx, o, holder, p, &released)
+				}
 			}
 			if d.nearDeadline(ctx) {
 				return d.handover(ctx, o, holder, p, &released)

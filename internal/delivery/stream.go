@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -19,6 +20,11 @@ import (
 
 // maxParallelSessions bounds how many sessions one stream batch pumps at once.
 const maxParallelSessions = 16
+
+// streamBudget bounds the time the stream consumer spends on one session: the live tail
+// of a keeping-up client takes milliseconds; a backlog or a slow client is handed to an
+// asynchronous invocation so the shard's other sessions are not held up.
+const streamBudget = time.Second
 
 // Handle serves every invocation of the deliver function: a DynamoDB stream batch (from
 // the log table, or token changes from the connections table) or an asynchronous Kick.
@@ -87,7 +93,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := d.Pump(ctx, session, hints); err != nil {
+			if err := d.PumpFor(ctx, session, hints, streamBudget); err != nil {
 				d.logger.Error("pump", "agent_id", session, "error", err)
 				mu.Lock()
 				fail(seqNums[session]...)
