@@ -42,6 +42,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	approvals := fs.Bool("approvals", false, "mount the approvals plugin row")
 	readyFile := fs.String("ready-file", "", "once ready, write JSON {ws_url, dynamodb_endpoint, region} to this path")
 	logLevel := fs.String("log-level", "warn", "log level of the service's JSON logs on stderr (debug, info, warn, error)")
+	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -62,7 +63,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
-		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel),
+		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
 	})
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
-	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // runUsage prints an agent's metered usage: turns, model calls, tokens in and out, tool
@@ -41,11 +40,7 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if st.agents == "" {
 		return fmt.Errorf("%w: --agents-table is required against AWS", errUsage)
 	}
-	svc, err := agent.New(agent.Config{Log: sessionlog.New(st.db, ""), DB: st.db, AgentsTable: st.agents})
-	if err != nil {
-		return err
-	}
-	c, err := svc.Usage(ctx, *agentID)
+	c, err := agent.Usage(ctx, st.db, st.agents, *agentID)
 	if err != nil {
 		return err
 	}

@@ -131,7 +131,17 @@ func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []stri
 
 // Usage returns the agent's usage counters (zero for an agent that never ran).
 func (s *Service) Usage(ctx context.Context, agentID string) (Counters, error) {
-	st, err := s.c.store.getState(ctx, agentID, "usage_turns", "usage_input_tokens", "usage_output_tokens",
+	return s.c.store.usage(ctx, agentID)
+}
+
+// Usage reads agentID's usage counters from the agents table without a Service — for
+// the command line, which has only a table and a client.
+func Usage(ctx context.Context, db DB, agentsTable, agentID string) (Counters, error) {
+	return (&store{db: db, table: agentsTable}).usage(ctx, agentID)
+}
+
+func (s *store) usage(ctx context.Context, agentID string) (Counters, error) {
+	st, err := s.getState(ctx, agentID, "usage_turns", "usage_input_tokens", "usage_output_tokens",
 		"usage_model_calls", "usage_tool_calls", "usage_wall_ms")
 	if err != nil {
 		return Counters{}, err
