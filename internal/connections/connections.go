@@ -341,16 +341,35 @@ func (st *Store) Acquire(ctx context.Context, agentID, holder string, ttl time.D
 }
 
 // MarkPending asks the current lease holder of agentID to look at the log again before
-// it lets go. It returns false if no live lease is held (the caller should try Acquire).
-func (st *Store) MarkPending(ctx context.Context, agentID string) (bool, error) {
-	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(st.table),
-		Key:                       ownerKey(agentID),
-		UpdateExpression:          aws.String("SET pending = :true"),
-		ConditionExpression:       aws.String("attribute_exists(lease) AND lease_until >= :now"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(st.now().UnixMilli())},
+// it lets go, for events up to upTo (upTo < 0: whatever is new). It returns done=true
+// when the holder will see them — marked, or the cursor is already past upTo — and
+// done=false if no live lease is held (the caller should try Acquire).
+func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (done bool, err error) {
+	now := st.now().UnixMilli()
+	cond := "attribute_exists(lease) AND lease_until >= :now"
+	vals := map[string]types.AttributeValue{":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(now)}
+	var names map[string]string
+	if upTo >= 0 {
+		// A wake-up for events already sent must not keep the holder busy.
+		cond += " AND #next <= :upto"
+		vals[":upto"] = n(upTo)
+		names = map[string]string{"#next": "next"}
+	}
+	_, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(st.table),
+		Key:                                 ownerKey(agentID),
+		UpdateExpression:                    aws.String("SET pending = :true"),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if isConditionFailed(err) {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		o := decodeOwner(ccf.Item)
+		if ccf.Item != nil && o.Lease != "" && o.LeaseUntil.UnixMilli() >= now {
+			return true, nil // leased, and already past upTo
+		}
 		return false, nil
 	}
 	if err != nil {

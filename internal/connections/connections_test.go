@@ -142,7 +142,7 @@ func TestLeaseAndPending(t *testing.T) {
 	if _, _, err := f.conns.Acquire(ctx, "a", "h2", time.Minute, -1); !errors.Is(err, connections.ErrLeaseHeld) {
 		t.Fatalf("second acquire = %v, want ErrLeaseHeld", err)
 	}
-	if marked, err := f.conns.MarkPending(ctx, "a"); err != nil || !marked {
+	if marked, err := f.conns.MarkPending(ctx, "a", -1); err != nil || !marked {
 		t.Fatalf("mark pending = %v, %v", marked, err)
 	}
 	// The holder cannot let go while pending is set: it is told to look again.
@@ -158,7 +158,7 @@ func TestLeaseAndPending(t *testing.T) {
 	if _, ok, err := f.conns.Acquire(ctx, "a", "h3", time.Minute, -1); ok || err != nil {
 		t.Fatalf("acquire with nothing owed = %v, %v", ok, err)
 	}
-	if marked, _ := f.conns.MarkPending(ctx, "a"); marked {
+	if marked, _ := f.conns.MarkPending(ctx, "a", -1); marked {
 		t.Fatal("MarkPending succeeded without a live lease")
 	}
 	// Subscribe: the cursor moves; a holder of the old subscription adopts the new one.

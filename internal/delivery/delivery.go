@@ -188,7 +188,7 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 			if upTo >= 0 && o.HelloSent && o.Next > upTo {
 				return nil // already past every hinted event
 			}
-			marked, err := d.store.MarkPending(ctx, agentID)
+			marked, err := d.store.MarkPending(ctx, agentID, upTo)
 			if err != nil {
 				return err
 			}
@@ -214,6 +214,10 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, stopAt time.Time) (err error) {
 	p := connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated}
 	lg := d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID)
+	began, first := time.Now(), o.Next
+	defer func() {
+		lg.Debug("sender done", "from_seq", first, "next_seq", p.Next, "duration_ms", time.Since(began).Milliseconds(), "error", err)
+	}()
 	released := false
 	defer func() {
 		if !released {
@@ -327,6 +331,7 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			return nil
 		}
 		// Pending or resubscribed: look at the log again under the same lease.
+		lg.Debug("looking again", "pending", o.Sub == cur.Sub, "next_seq", p.Next)
 		if cur.Sub != o.Sub {
 			p = connections.Progress{Next: cur.Next, HelloSent: p.HelloSent || cur.HelloSent, Truncated: cur.Truncated}
 		}
@@ -374,9 +379,13 @@ func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64, r
 // acquireSlot waits, with jittered polling, for a replay slot. The connection stays
 // open meanwhile; only this read waits, and the connection's lease is kept renewed.
 func (d *Deliverer) acquireSlot(ctx context.Context, holder string, renew func() error) (int, error) {
+	began := time.Now()
 	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
 		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(d.cfg.MaxConcurrentReplays))
 		if err != nil || slot >= 0 {
+			if waited := time.Since(began); waited > time.Second {
+				d.logger.Debug("waited for a replay slot", "wait_ms", waited.Milliseconds())
+			}
 			return slot, err
 		}
 		if err := renew(); err != nil {

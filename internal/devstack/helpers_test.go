@@ -40,7 +40,7 @@ func startStack(t *testing.T, o devstack.Options) env {
 		o.PollInterval = 20 * time.Millisecond
 	}
 	if o.Logger == nil {
-		o.Logger = service.Logger(testLogOut(), "info")
+		o.Logger = service.Logger(testLogOut(), testLogLevel())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -307,4 +307,11 @@ func testLogOut() io.Writer {
 		return os.Stderr
 	}
 	return io.Discard
+}
+
+func testLogLevel() string {
+	if l := os.Getenv("DEVSTACK_LOG_LEVEL"); l != "" {
+		return l
+	}
+	return "info"
 }

@@ -269,15 +269,17 @@ func appendMarks(ctx context.Context, l *sessionlog.Log, session, writer string,
 	return nil
 }
 
-// TestConcurrentWritersGapless: 8 goroutine writers, each with its own Log (its own tip
-// cache, as separate Lambda instances have), append 1,000 events to one session.
+// TestConcurrentWritersGapless: goroutine writers, each with its own Log (its own tip
+// cache, as separate Lambda instances have), append to one session at once. The
+// acceptance-sized run (8 writers, 1,000 events, OS processes too) is
+// TestMultiProcessWritersGapless.
 func TestConcurrentWritersGapless(t *testing.T) {
 	t.Parallel()
 	_, table := newLog(t)
 	client := dynamotest.Client(t)
 	session := dynamotest.UniqueName("s")
 	mustCreate(t, sessionlog.New(client, table), session)
-	const writers, each = 8, 125
+	const writers, each = 8, 40
 	var wg sync.WaitGroup
 	want := map[string]int{}
 	for w := range writers {
@@ -295,8 +297,8 @@ func TestConcurrentWritersGapless(t *testing.T) {
 	checkWriters(t, readAll(t, sessionlog.New(client, table), session), want)
 }
 
-// TestMultiProcessWritersGapless: 3 OS processes and 5 goroutines append to one
-// session at once.
+// TestMultiProcessWritersGapless: 8 writers — 3 OS processes and 5 goroutines — append
+// 1,000 events to one session at once.
 func TestMultiProcessWritersGapless(t *testing.T) {
 	t.Parallel()
 	_, table := newLog(t)
