@@ -3,18 +3,24 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tables"
+	"github.com/terret/terret-ws/internal/webui"
 )
 
 // devState is what a running `terret dev` leaves for the other commands (and what
@@ -60,15 +66,25 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *ping <= 0 {
 		return fmt.Errorf("%w: --ping-interval must be positive", errUsage)
 	}
+	// The page's "Dev token" button mints tokens in the stack's own table, known once it is up.
+	var devTokens atomic.Pointer[auth.Store]
+	pages := webui.Handler(webui.Options{DevToken: func(ctx context.Context, agentID string) (string, error) {
+		if s := devTokens.Load(); s != nil {
+			return s.Create(ctx, agentID)
+		}
+		return "", errors.New("terret dev: still starting")
+	}})
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
+		Pages: pages,
 	})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	devTokens.Store(auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]))
 	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid()}
 	b, _ := json.MarshalIndent(state, "", "  ")
 	if err := os.MkdirAll(env.StateDir, 0o700); err == nil {
@@ -83,6 +99,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
+	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
 	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
 	<-ctx.Done()

@@ -177,6 +177,19 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	upTo := int64(-1)
 	if len(hints) > 0 {
 		upTo = hints[len(hints)-1].Seq
+		// A wake-up for news: read the record first (1 read unit) and stop if nobody is
+		// subscribed or the events were sent already — far cheaper than a conditional
+		// write that fails (1 write unit), and the common case for an agent nobody watches.
+		o, err := d.store.Owner(ctx, agentID)
+		if errors.Is(err, connections.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
+			return nil
+		}
 	}
 	holder := newHolder()
 	for {
