@@ -18,7 +18,6 @@ if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
   touch "$stamp"
 fi
 go mod download
-./scripts/browser.sh # Chromium + playwright-core for internal/webui's browser test
 
 # The Lambda Runtime Interface Emulator, at go.mod's version, for internal/stack's test
 # that runs the real function binaries the way Lambda's provided.al2023 does. Installed

@@ -25,7 +25,7 @@ func main() {
 		os.Exit(1)
 	}
 	logger := service.Logger(os.Stdout, cfg.LogLevel)
-	agent, _, err := service.Agent(cfg, awsCfg, logger)
+	agent, err := service.Agent(cfg, awsCfg, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

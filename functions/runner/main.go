@@ -25,10 +25,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	_, runner, err := service.Agent(cfg, awsCfg, service.Logger(os.Stdout, cfg.LogLevel))
+	rt, err := service.Agent(cfg, awsCfg, service.Logger(os.Stdout, cfg.LogLevel))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	lambda.Start(runner.Handle)
+	lambda.Start(rt.HandleRunner)
 }

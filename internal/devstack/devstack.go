@@ -147,7 +147,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		LogLevel:             "info",
 	}
 	awsCfg := dynamolocal.Config()
-	agent, runnerFn, err := service.Agent(st.Config, awsCfg, logger)
+	agent, err := service.Agent(st.Config, awsCfg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	message.set(lambda.NewHandler(sock.Message))
 	disconnect.set(lambda.NewHandler(sock.Disconnect))
 	deliver.set(lambda.NewHandler(d.Handle))
-	runner.set(lambda.NewHandler(runnerFn.Handle))
+	runner.set(lambda.NewHandler(agent.HandleRunner))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
 	if err != nil {

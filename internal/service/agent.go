@@ -11,6 +11,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/model/bedrock"
 	"github.com/terret/terret-ws/internal/model/openai"
@@ -79,20 +80,73 @@ func AgentConfig(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (age
 	}, nil
 }
 
-// Agent builds the runtime's two faces: the controller the message route hands agent
-// frames to, and the runner function.
-func Agent(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (*agent.Service, *agent.Runner, error) {
+// Runtime is the agent runtime as the functions use it: the controller the message route
+// hands agent frames to, and the runner function's handler. Both deliver what they append
+// through the fast path and wait for it before their invocation returns.
+type Runtime struct {
+	svc    *agent.Service
+	runner *agent.Runner
+	fast   *delivery.Notifier
+}
+
+// Agent builds the runtime.
+func Agent(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (*Runtime, error) {
 	acfg, err := AgentConfig(cfg, awsCfg, logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	svc, err := agent.New(acfg)
-	if err != nil {
-		return nil, nil, err
+	rt := &Runtime{fast: delivery.NewNotifier(Deliverer(cfg, awsCfg, logger, Tuning{}), fastPathBudget)}
+	acfg.OnAppend = rt.fast.OnAppend
+	if rt.svc, err = agent.New(acfg); err != nil {
+		return nil, err
 	}
-	runner, err := agent.NewRunner(acfg)
-	if err != nil {
-		return nil, nil, err
+	if rt.runner, err = agent.NewRunner(acfg); err != nil {
+		return nil, err
 	}
-	return svc, runner, nil
+	return rt, nil
+}
+
+// fastPathBudget bounds a fast-path send; a backlog goes to the deliver function.
+const fastPathBudget = time.Second
+
+// HandleRunner serves the runner function.
+func (rt *Runtime) HandleRunner(ctx context.Context, ev agent.RunnerEvent) error {
+	defer rt.fast.Flush()
+	return rt.runner.Handle(ctx, ev)
+}
+
+// Inject and the other Controller methods serve the agent frames.
+func (rt *Runtime) Inject(ctx context.Context, sessionID, text string, wake bool) error {
+	defer rt.fast.Flush()
+	return rt.svc.Inject(ctx, sessionID, text, wake)
+}
+
+// Cancel serves cancel.
+func (rt *Runtime) Cancel(ctx context.Context, sessionID, reason string) error {
+	defer rt.fast.Flush()
+	return rt.svc.Cancel(ctx, sessionID, reason)
+}
+
+// Approve serves approve.
+func (rt *Runtime) Approve(ctx context.Context, sessionID, callID string) error {
+	defer rt.fast.Flush()
+	return rt.svc.Approve(ctx, sessionID, callID)
+}
+
+// Deny serves deny.
+func (rt *Runtime) Deny(ctx context.Context, sessionID, callID, reason string) error {
+	defer rt.fast.Flush()
+	return rt.svc.Deny(ctx, sessionID, callID, reason)
+}
+
+// SetModel serves set_model.
+func (rt *Runtime) SetModel(ctx context.Context, sessionID, role, spec string) error {
+	defer rt.fast.Flush()
+	return rt.svc.SetModel(ctx, sessionID, role, spec)
+}
+
+// SetPolicy serves set_policy.
+func (rt *Runtime) SetPolicy(ctx context.Context, sessionID string, patterns []string) error {
+	defer rt.fast.Flush()
+	return rt.svc.SetPolicy(ctx, sessionID, patterns)
 }

@@ -29,7 +29,7 @@ var (
 		"MessageFunction":    {"LogTable": logWriter, "ConnectionsTable": connections, "AgentsTable": agents},
 		"DisconnectFunction": {"ConnectionsTable": connections},
 		"DeliverFunction":    {"LogTable": logReader, "ConnectionsTable": connections},
-		"RunnerFunction":     {"LogTable": logWriter, "AgentsTable": agents},
+		"RunnerFunction":     {"LogTable": logWriter, "ConnectionsTable": connections, "AgentsTable": agents},
 	}
 	manageConnections = []string{
 		executeAPIARN + "POST/@connections/*",
