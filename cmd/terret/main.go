@@ -21,6 +21,8 @@ commands:
   token rotate --agent ID      replace the agent's tokens with one new token
   token revoke --agent ID      drop every token of the agent
   usage --agent ID             print the agent's metered usage
+  chat --agent ID              talk with the agent in the terminal
+  tail --agent ID [--from N]   print the agent's events as JSON lines, following live
 
 Run 'terret <command> -h' for a command's flags.
 `
@@ -47,6 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runToken(ctx, args[1:], stdout, stderr)
 	case "usage":
 		err = runUsage(ctx, args[1:], stdout, stderr)
+	case "chat":
+		err = runChat(ctx, args[1:], stdout, stderr)
+	case "tail":
+		err = runTail(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

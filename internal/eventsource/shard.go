@@ -156,7 +156,13 @@ func (w *shardWorker) fill(ctx context.Context) error {
 			case errors.As(err, &trimmed):
 				// Records after our position aged out before we read them: Lambda
 				// loses them too. Restart at the oldest record still there.
-				w.log.Error("records trimmed before they were read", "after_sequence_number", w.lastFetched)
+				if w.lastFetched == "" {
+					// DynamoDB Local answers a LATEST iterator of a fresh shard this way
+					// on its first records; starting at the horizon loses nothing.
+					w.log.Debug("iterator trimmed before the first read; restarting at the horizon")
+				} else {
+					w.log.Error("records trimmed before they were read", "after_sequence_number", w.lastFetched)
+				}
 				w.iter, w.lastFetched, w.startType = nil, "", types.ShardIteratorTypeTrimHorizon
 				return nil
 			}
