@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/dynamolocal"
 )
 
 func TestUnauthorized(t *testing.T) {
@@ -275,4 +277,27 @@ func TestPingFrames(t *testing.T) {
 	if n := pings.Load(); n < 5 {
 		t.Fatalf("%d pings in 600ms at a 50ms interval", n)
 	}
+}
+
+// TestInternalErrorClosesWithoutDetails: an unexpected store failure while serving a
+// frame answers internal and closes the socket; the client never sees the cause.
+func TestInternalErrorClosesWithoutDetails(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	c.hello("a1")
+	db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
+	table := e.stack.Tables["LogTable"]
+	if _, err := db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table}); err != nil {
+		t.Fatal(err)
+	}
+	c.send(`{"type":"subscribe","from_seq":0}`)
+	f := c.expectError("internal")
+	for _, leak := range []string{"ResourceNotFound", "dynamodb", "sessionlog", table} {
+		if strings.Contains(f.String(), leak) {
+			t.Fatalf("internal error frame %s leaks %q", f, leak)
+		}
+	}
+	c.expectClosed()
 }
