@@ -301,3 +301,20 @@ func TestInternalErrorClosesWithoutDetails(t *testing.T) {
 	}
 	c.expectClosed()
 }
+
+// TestInjectTextBound: text longer than one event can carry is refused whole with
+// bad_frame; nothing is logged and nothing is cut.
+func TestInjectTextBound(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	c := e.dial(t, "a1", e.token(t, "a1"))
+	c.hello("a1")
+	c.send(map[string]any{"type": "inject", "text": strings.Repeat("x", 70000), "wake": true})
+	if f := c.expectError("bad_frame"); !strings.Contains(f.Msg, "at most 65536") {
+		t.Fatalf("bad_frame message %q does not state the bound", f.Msg)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if tip, err := e.log.Tip(context.Background(), "a1"); err != nil || tip != 0 {
+		t.Fatalf("tip = %d, %v after a refused inject; want 0", tip, err)
+	}
+}

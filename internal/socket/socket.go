@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
@@ -244,15 +246,14 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 	return ErrUnsupported
 }
 
-// maxTextBytes bounds injected text so that its event (user/message or context/injected)
-// fits the 128 KiB envelope with room for the envelope's own fields.
-const maxTextBytes = sessionlog.MaxEnvelopeBytes - 1024
-
+// checkText refuses injected text longer than the runtime's bound for one event
+// (agent.MaxTextBytes of JSON-encoded text), so that nothing a client sent is cut: the
+// client learns it with bad_frame and nothing is logged.
 func checkText(text string) error {
 	b, _ := json.Marshal(text)
-	if len(b) > maxTextBytes {
+	if len(b) > agent.MaxTextBytes {
 		return &protocol.BadFrameError{FrameType: protocol.TypeInject, Field: "text",
-			Message: "inject: field \"text\" is too long for one event (at most about 127 KiB of JSON-encoded text)"}
+			Message: fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", len(b), agent.MaxTextBytes)}
 	}
 	return nil
 }
