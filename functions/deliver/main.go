@@ -4,27 +4,13 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/service"
 )
 
 func main() {
-	cfg, err := config.Load("deliver")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	awsCfg, err := config.AWS(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	d := service.Deliverer(cfg, awsCfg, service.Logger(os.Stdout, cfg.LogLevel), service.Tuning{})
+	env := service.Boot("deliver")
+	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
 	lambda.Start(d.Handle)
 }

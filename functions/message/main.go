@@ -3,33 +3,17 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/service"
 )
 
 func main() {
-	cfg, err := config.Load("message")
+	env := service.Boot("message")
+	rt, err := service.Agent(env.Config, env.AWS, env.Logger)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		service.Exit(err)
 	}
-	awsCfg, err := config.AWS(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	logger := service.Logger(os.Stdout, cfg.LogLevel)
-	agent, err := service.Agent(cfg, awsCfg, logger)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	h := service.Socket(cfg, awsCfg, agent, logger, service.Tuning{})
+	h := service.Socket(env.Config, env.AWS, rt, env.Logger, service.Tuning{})
 	lambda.Start(h.Message)
 }

@@ -4,31 +4,16 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/service"
 )
 
 func main() {
-	cfg, err := config.Load("runner")
+	env := service.Boot("runner")
+	rt, err := service.Agent(env.Config, env.AWS, env.Logger)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	awsCfg, err := config.AWS(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	rt, err := service.Agent(cfg, awsCfg, service.Logger(os.Stdout, cfg.LogLevel))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		service.Exit(err)
 	}
 	lambda.Start(rt.HandleRunner)
 }

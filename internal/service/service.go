@@ -4,8 +4,11 @@
 package service
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -68,4 +71,34 @@ func Socket(cfg config.Config, awsCfg aws.Config, agent socket.Controller, logge
 		agent,
 		logger,
 	)
+}
+
+// Env is what a function's main loads once at cold start.
+type Env struct {
+	Config config.Config
+	AWS    aws.Config
+	Logger *slog.Logger
+}
+
+// Boot loads function's configuration (config.Load) and the AWS configuration, and
+// builds the JSON logger. A function that cannot start exits here, before lambda.Start,
+// with the reason on stderr (Lambda reports it as an init error).
+func Boot(function string) Env {
+	cfg, err := config.Load(function)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	awsCfg, err := config.AWS(context.Background())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	return Env{Config: cfg, AWS: awsCfg, Logger: Logger(os.Stdout, cfg.LogLevel)}
+}
+
+// Exit ends a function whose handler could not be built, before lambda.Start.
+func Exit(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
 }

@@ -124,7 +124,8 @@ func envNamesRead(dir string) (map[string]string, error) {
 
 var envName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 
-// configLoads returns the string arguments of the config.Load calls in dir.
+// configLoads returns the string arguments of the config.Load (or service.Boot, which
+// calls it) calls in dir.
 func configLoads(dir string) ([]string, error) {
 	_, files, err := parseDir(dir)
 	if err != nil {
@@ -138,10 +139,11 @@ func configLoads(dir string) ([]string, error) {
 				return true
 			}
 			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok || sel.Sel.Name != "Load" {
+			if !ok {
 				return true
 			}
-			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "config" {
+			x, ok := sel.X.(*ast.Ident)
+			if !ok || !(x.Name == "config" && sel.Sel.Name == "Load" || x.Name == "service" && sel.Sel.Name == "Boot") {
 				return true
 			}
 			if len(call.Args) == 1 {
