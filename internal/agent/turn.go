@@ -539,6 +539,14 @@ func (inv *invocation) title(ctx context.Context) {
 	}
 	log := inv.c.logger.With("agent_id", inv.agent)
 	spec := inv.c.modelSpec(inv.st, RoleTitler)
+	if spec == model.SpecScripted {
+		// The scripted titler names the session after its first message, without a
+		// model call: a script meant for the main model must not run here.
+		if _, err := inv.append(ctx, TypeSessionTitled, sessionTitled{Title: boundTitle(first)}); err != nil {
+			log.Warn("append session/titled", "error", err.Error())
+		}
+		return
+	}
 	m, err := inv.c.models.Resolve(spec)
 	if err != nil {
 		log.Warn("titler model", "spec", spec, "error", err.Error())

@@ -48,8 +48,14 @@ func startStack(t *testing.T, o devstack.Options) env {
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
-	t.Cleanup(func() { st.Close() })
 	db := dynamolocal.Client(st.DynamoDBEndpoint)
+	t.Cleanup(func() {
+		st.Close()
+		// A shared DynamoDB Local slows down as tables pile up.
+		for _, name := range st.Tables {
+			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+		}
+	})
 	return env{stack: st, tokens: auth.New(db, st.Tables["ConnectionsTable"]), log: sessionlog.New(db, st.Tables["LogTable"])}
 }
 
