@@ -1,0 +1,164 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/terret/terret-ws/internal/protocol"
+)
+
+// conn is one WebSocket connection and the goroutine reading it ahead of the
+// callbacks, so that pings are answered while a callback runs.
+type conn struct {
+	ws     *websocket.Conn
+	hello  Hello
+	frames chan read // in arrival order; the last one carries the error that ended it
+	quit   chan struct{}
+	once   sync.Once
+}
+
+type read struct {
+	data []byte
+	err  error
+}
+
+// connect opens one connection and reads its hello, within ctx and DialTimeout.
+func (c *Client) connect(ctx context.Context) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+	defer cancel()
+	h := c.opts.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	o := &websocket.DialOptions{HTTPClient: c.opts.HTTPClient, HTTPHeader: h}
+	if c.opts.SubprotocolAuth {
+		o.Subprotocols = []string{Subprotocol, SubprotocolBearer + c.token}
+	} else if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	ws, resp, err := websocket.Dial(ctx, c.url, o)
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			return nil, &ProtocolError{Code: CodeUnauthorized, Message: "refused at the handshake (HTTP 401)"}
+		}
+		return nil, fmt.Errorf("client: dial %s: %w", c.url, err)
+	}
+	ws.SetReadLimit(readLimit)
+	typ, data, err := ws.Read(ctx)
+	if err != nil {
+		ws.CloseNow()
+		return nil, fmt.Errorf("client: read hello from %s: %w", c.url, err)
+	}
+	hello, err := firstFrame(typ, data)
+	if err != nil {
+		ws.CloseNow()
+		return nil, err
+	}
+	cn := &conn{ws: ws, hello: hello, frames: make(chan read, c.opts.ReadAhead), quit: make(chan struct{})}
+	go cn.readLoop()
+	if c.opts.PingInterval > 0 {
+		go cn.pingLoop(c.opts.PingInterval)
+	}
+	return cn, nil
+}
+
+// firstFrame checks the protocol's promise that hello comes first. The server may
+// instead refuse the connection with an error frame (unauthorized, on API Gateway).
+func firstFrame(typ websocket.MessageType, data []byte) (Hello, error) {
+	var f wireFrame
+	if typ != websocket.MessageText || json.Unmarshal(data, &f) != nil || f.Seq != nil {
+		return Hello{}, fmt.Errorf("%w: first frame is not hello: %.200s", ErrProtocol, data)
+	}
+	switch f.Type {
+	case protocol.TypeHello:
+		if f.Proto != protocol.ProtoVersion {
+			return Hello{}, &fatal{fmt.Errorf("%w: server speaks protocol %d, this client %d", ErrProtocol, f.Proto, protocol.ProtoVersion)}
+		}
+		return Hello{Proto: f.Proto, SessionID: f.SessionID, LastSeq: f.LastSeq}, nil
+	case protocol.TypeError:
+		return Hello{}, &ProtocolError{Code: f.Code, Message: f.Message}
+	}
+	return Hello{}, fmt.Errorf("%w: first frame is %q, not hello", ErrProtocol, f.Type)
+}
+
+func (cn *conn) readLoop() {
+	for {
+		typ, data, err := cn.ws.Read(context.Background())
+		if err == nil && typ != websocket.MessageText {
+			err = fmt.Errorf("%w: binary frame", ErrProtocol)
+		}
+		if err != nil {
+			err = dropped(err)
+		}
+		select {
+		case cn.frames <- read{data, err}:
+		case <-cn.quit:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// pingLoop pings every interval; a ping unanswered for an interval ends the connection.
+func (cn *conn) pingLoop(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-cn.quit:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		err := cn.ws.Ping(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case cn.frames <- read{err: fmt.Errorf("client: connection lost: no pong within %s", interval)}:
+			case <-cn.quit:
+			}
+			cn.ws.CloseNow()
+			return
+		}
+	}
+}
+
+// dropped describes a connection that ended without an error frame.
+func dropped(err error) error {
+	if errors.Is(err, ErrProtocol) {
+		return err
+	}
+	if code := websocket.CloseStatus(err); code != -1 {
+		return fmt.Errorf("client: connection closed by the server (%d)", code)
+	}
+	return fmt.Errorf("client: connection lost: %w", err)
+}
+
+func (cn *conn) write(ctx context.Context, f protocol.ClientFrame) error {
+	if err := cn.ws.Write(ctx, websocket.MessageText, protocol.Marshal(f)); err != nil {
+		// A failed write leaves the socket unusable: drop it so the reader ends and the
+		// client reconnects.
+		cn.ws.CloseNow()
+		return err
+	}
+	return nil
+}
+
+func (cn *conn) close() {
+	cn.once.Do(func() { close(cn.quit) })
+	cn.ws.CloseNow()
+}
+
+func (cn *conn) closeNormally() {
+	cn.once.Do(func() { close(cn.quit) })
+	cn.ws.Close(websocket.StatusNormalClosure, "")
+}
