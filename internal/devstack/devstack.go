@@ -123,6 +123,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Functions:    map[string]lambda.Handler{"deliver": deliver, "runner": runner},
 		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
 		RetryBackoff: 200 * time.Millisecond,
+		// A client that cannot take one frame in 2 s is treated as gone: a sender blocked
+		// on it holds up the other sessions of its stream shard meanwhile.
+		WriteTimeout: 2 * time.Second,
 		Logger:       logger,
 		Pages:        o.Pages,
 	})

@@ -66,7 +66,7 @@ func TestLaggedLiveTail(t *testing.T) {
 	if f, _ := read(); !strings.Contains(f, `"seq":0`) {
 		t.Fatalf("replay frame %q", f)
 	}
-	// The slow client stops reading while large events pile up.
+	// Large events pile up faster than the slow client reads them (one frame per 40 ms).
 	big := strings.Repeat("x", 60*1024)
 	appended := make(chan error, 1)
 	go func() {
@@ -84,34 +84,44 @@ func TestLaggedLiveTail(t *testing.T) {
 		}
 		appended <- nil
 	}()
+	slowDone := make(chan int64, 1)
+	go func() {
+		// An exact prefix of the log, then lagged, then the close.
+		want := int64(1)
+		defer func() { slowDone <- want }()
+		for {
+			f, err := read()
+			if err != nil {
+				t.Errorf("socket ended without lagged after seq %d: %v", want-1, err)
+				return
+			}
+			if strings.Contains(f, `"type":"error"`) {
+				if !strings.Contains(f, `"code":"lagged"`) {
+					t.Errorf("error frame %s, want lagged", f)
+				}
+				if _, err := read(); err == nil {
+					t.Error("socket still open after lagged")
+				}
+				return
+			}
+			if !strings.Contains(f, `"seq":`+itoa(want)+`,`) {
+				t.Errorf("frame %.80s…, want seq %d", f, want)
+				return
+			}
+			want++
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
 	fast.events(1, 15) // the other agent streams on, unaffected
 	if err := <-appended; err != nil {
 		t.Fatal(err)
 	}
-	// Now read slowly: an exact prefix of the log, then lagged, then the close.
-	want := int64(1)
-	for {
-		f, err := read()
-		if err != nil {
-			t.Fatalf("socket ended without lagged after seq %d: %v", want-1, err)
-		}
-		if strings.Contains(f, `"type":"error"`) {
-			if !strings.Contains(f, `"code":"lagged"`) {
-				t.Fatalf("error frame %s, want lagged", f)
-			}
-			break
-		}
-		if !strings.Contains(f, `"seq":`+itoa(want)+`,`) {
-			t.Fatalf("frame %.80s…, want seq %d", f, want)
-		}
-		want++
-		time.Sleep(5 * time.Millisecond)
+	want := <-slowDone
+	if t.Failed() {
+		return
 	}
 	if want > 150 {
 		t.Fatalf("all %d events arrived before lagged: the client never lagged", want-1)
-	}
-	if _, err := read(); err == nil {
-		t.Fatal("socket still open after lagged")
 	}
 }
 
