@@ -1,0 +1,646 @@
+package delivery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	gwtypes "github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	"github.com/coder/websocket"
+
+	terretws "github.com/terret/terret-ws"
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/history"
+	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/socket"
+	"github.com/terret/terret-ws/internal/tables"
+)
+
+// rig serves agents' sockets with a Deliverer built here: the real socket routes on the
+// local API Gateway, over real DynamoDB Local tables, but no stream poller — so the
+// Deliverer under test is the only sender, and a fault it does not handle is not
+// papered over by a backstop. Appends are handed to a Notifier, as the runner's are.
+type rig struct {
+	gw     *localgw.Gateway
+	db     *dynamodb.Client
+	names  tables.Names
+	log    *sessionlog.Log
+	conns  *connections.Store
+	tokens *auth.Store
+	d      *delivery.Deliverer
+	fast   *delivery.Notifier
+}
+
+type rigConfig struct {
+	db    *dynamodb.Client                        // default: the shared DynamoDB Local
+	names tables.Names                            // default: fresh tables there
+	posts func(delivery.PostAPI) delivery.PostAPI // wraps the @connections client
+	cfg   delivery.Config
+}
+
+// lazyHandler is a route bound once the gateway's own address is known.
+type lazyHandler struct {
+	h atomic.Pointer[lambda.Handler]
+}
+
+func (l *lazyHandler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	h := l.h.Load()
+	if h == nil {
+		return nil, errors.New("handler not ready")
+	}
+	return (*h).Invoke(ctx, payload)
+}
+
+func (l *lazyHandler) set(h lambda.Handler) { l.h.Store(&h) }
+
+func startRig(t *testing.T, rc rigConfig) *rig {
+	t.Helper()
+	if rc.db == nil {
+		rc.db = dynamotest.Client(t)
+	}
+	if rc.names == nil {
+		rc.names = dynamotest.CreateTables(t)
+	}
+	logger := service.Logger(logOut(), "info")
+	var connect, message, disconnect, deliver lazyHandler
+	gw, err := localgw.Start(context.Background(), localgw.Config{
+		Addr:         "127.0.0.1:0",
+		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &connect, localgw.RouteDefault: &message, localgw.RouteDisconnect: &disconnect},
+		Functions:    map[string]lambda.Handler{"deliver": &deliver},
+		RetryBackoff: 200 * time.Millisecond,
+		Logger:       logger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	awsCfg := dynamolocal.Config()
+	var posts delivery.PostAPI = apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = aws.String(gw.ManagementEndpoint())
+	})
+	if rc.posts != nil {
+		posts = rc.posts(posts)
+	}
+	invoke := lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })
+	rc.cfg.DeliverFunction, rc.cfg.Logger = "deliver", logger
+	r := &rig{
+		gw: gw, db: rc.db, names: rc.names,
+		log:    sessionlog.New(rc.db, rc.names["LogTable"]),
+		conns:  connections.New(rc.db, rc.names["ConnectionsTable"]),
+		tokens: auth.New(rc.db, rc.names["ConnectionsTable"]),
+	}
+	r.d = delivery.New(rc.cfg, r.log, r.conns, posts, invoke)
+	r.fast = delivery.NewNotifier(r.d, time.Second)
+	t.Cleanup(r.fast.Flush)
+	sock := socket.New(r.tokens, r.conns, r.log, r.d, nil, logger)
+	connect.set(lambda.NewHandler(sock.Connect))
+	message.set(lambda.NewHandler(sock.Message))
+	disconnect.set(lambda.NewHandler(sock.Disconnect))
+	deliver.set(lambda.NewHandler(r.d.Handle))
+	return r
+}
+
+// logOut is where the rig's logs go: FAULTS_LOG=1 shows them.
+func logOut() io.Writer {
+	if os.Getenv("FAULTS_LOG") == "1" {
+		return os.Stderr
+	}
+	return io.Discard
+}
+
+// appendN appends n events to session through l and hands each to the fast path, as
+// the runner does.
+func (r *rig) appendN(t *testing.T, l *sessionlog.Log, session string, n int, tag string) {
+	t.Helper()
+	for i := range n {
+		ev, err := l.Append(context.Background(), session, "test/event", map[string]any{"tag": tag, "i": i})
+		if err != nil {
+			t.Errorf("append %s %d: %v", tag, i, err)
+			return
+		}
+		r.fast.OnAppend(context.Background(), ev)
+	}
+}
+
+func (r *rig) token(t *testing.T, agent string) string {
+	t.Helper()
+	tok, err := r.tokens.Create(context.Background(), agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// wsFrame is any server frame: events have seq, protocol frames do not.
+type wsFrame struct {
+	raw  string
+	Type string `json:"type"`
+	Seq  *int64 `json:"seq"`
+	ID   string `json:"id"`
+	Code string `json:"code"`
+	From int64  `json:"from_seq"`
+}
+
+type wsClient struct {
+	c      *websocket.Conn
+	frames chan wsRead // filled by one reader goroutine
+}
+
+type wsRead struct {
+	f   wsFrame
+	err error
+}
+
+var errNoFrame = errors.New("no frame in time")
+
+func (r *rig) dial(t *testing.T, agent, token string) *wsClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, r.gw.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}},
+	})
+	if err != nil {
+		t.Fatalf("dial %s: %v", agent, err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	c.SetReadLimit(1 << 20)
+	wc := &wsClient{c: c, frames: make(chan wsRead, 10000)}
+	go func() {
+		for {
+			_, b, err := c.Read(context.Background())
+			if err != nil {
+				wc.frames <- wsRead{err: err}
+				return
+			}
+			var f wsFrame
+			if err := json.Unmarshal(b, &f); err != nil {
+				wc.frames <- wsRead{err: fmt.Errorf("frame %q: %w", b, err)}
+				return
+			}
+			f.raw = string(b)
+			wc.frames <- wsRead{f: f}
+		}
+	}()
+	return wc
+}
+
+func (c *wsClient) next(d time.Duration) (wsFrame, error) {
+	select {
+	case r := <-c.frames:
+		if r.err != nil {
+			c.frames <- r // keep reporting the end
+		}
+		return r.f, r.err
+	case <-time.After(d):
+		return wsFrame{}, errNoFrame
+	}
+}
+
+func (c *wsClient) send(t *testing.T, frame string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.c.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+}
+
+func (c *wsClient) hello(t *testing.T) {
+	t.Helper()
+	f, err := c.next(10 * time.Second)
+	if err != nil || f.Type != "hello" || f.Seq != nil {
+		t.Fatalf("first frame %s (%v), want hello", f.raw, err)
+	}
+}
+
+// subscribe sends subscribe{from_seq} and records it in h.
+func (c *wsClient) subscribe(t *testing.T, h *history.History, name string, from int64) *history.Sub {
+	t.Helper()
+	s := h.Subscribe(name, from)
+	c.send(t, fmt.Sprintf(`{"type":"subscribe","from_seq":%d}`, from))
+	return s
+}
+
+// follow records c's events into s until s has every event up to tip; each frame must
+// come within gap. Any protocol frame is an error.
+func (c *wsClient) follow(s *history.Sub, tip int64, gap time.Duration) error {
+	for !s.Reached(tip) {
+		f, err := c.next(gap)
+		if err != nil {
+			return fmt.Errorf("waiting for seq %d of %d: %w", s.Next(), tip, err)
+		}
+		if f.Seq == nil {
+			return fmt.Errorf("protocol frame %s while expecting seq %d", f.raw, s.Next())
+		}
+		s.ReceiveID(*f.Seq, f.ID)
+		if err := s.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quiet asserts that no frame arrives for d.
+func (c *wsClient) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	if f, err := c.next(d); !errors.Is(err, errNoFrame) {
+		t.Fatalf("frame %s (%v) where none was due", f.raw, err)
+	}
+}
+
+func readAll(t *testing.T, l *sessionlog.Log, session string) []sessionlog.Event {
+	t.Helper()
+	evs, err := l.Read(context.Background(), session, 0, 100000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// limitedPosts answers PostToConnection with LimitExceededException (API Gateway's 429)
+// before passing a frame through: the n-th distinct frame is refused n%3 times, so a
+// sender that gives up on a 429, or re-posts a frame it already delivered, is caught.
+type limitedPosts struct {
+	delivery.PostAPI
+	mu       sync.Mutex
+	refusals map[string]int // refusals still owed per frame
+	seen     int
+	injected int
+	posted   map[string]int // successful posts per frame
+}
+
+func (p *limitedPosts) PostToConnection(ctx context.Context, in *apigatewaymanagementapi.PostToConnectionInput, opts ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.PostToConnectionOutput, error) {
+	key := aws.ToString(in.ConnectionId) + "\x00" + string(in.Data)
+	p.mu.Lock()
+	owed, ok := p.refusals[key]
+	if !ok {
+		owed = p.seen % 3
+		p.seen++
+	}
+	if owed > 0 {
+		p.refusals[key] = owed - 1
+		p.injected++
+		p.mu.Unlock()
+		return nil, &gwtypes.LimitExceededException{Message: aws.String("injected: rate exceeded")}
+	}
+	p.refusals[key] = 0
+	p.mu.Unlock()
+	out, err := p.PostAPI.PostToConnection(ctx, in, opts...)
+	if err == nil {
+		p.mu.Lock()
+		p.posted[key]++
+		p.mu.Unlock()
+	}
+	return out, err
+}
+
+// TestFaultPostLimitExceeded: PostToConnection answering LimitExceeded (429) for
+// replay, tail and hello frames alike — the sender backs off and retries the same frame,
+// and the client gets hello, then every event exactly once, in order.
+func TestFaultPostLimitExceeded(t *testing.T) {
+	t.Parallel()
+	lp := &limitedPosts{refusals: map[string]int{}, posted: map[string]int{}}
+	r := startRig(t, rigConfig{posts: func(p delivery.PostAPI) delivery.PostAPI { lp.PostAPI = p; return lp }})
+	const agent = "limited"
+	tok := r.token(t, agent)
+	if _, err := r.log.Create(context.Background(), agent); err != nil {
+		t.Fatal(err)
+	}
+	r.appendN(t, r.log, agent, 15, "replay") // history: 0..15
+	c := r.dial(t, agent, tok)
+	c.hello(t)
+	h := history.New()
+	s := c.subscribe(t, h, "c", 0)
+	if err := c.follow(s, 15, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.appendN(t, r.log, agent, 15, "tail") // live: 16..30
+	if err := c.follow(s, 30, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.fast.Flush()
+	c.quiet(t, 200*time.Millisecond)
+	h.CheckLog(t, readAll(t, r.log, agent))
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	if lp.injected < 20 {
+		t.Fatalf("only %d posts refused: the test did not exercise throttling", lp.injected)
+	}
+	for k, n := range lp.posted {
+		if n != 1 {
+			t.Errorf("frame %.80q posted %d times", k[strings.IndexByte(k, 0)+1:], n)
+		}
+	}
+	t.Logf("%d posts refused with LimitExceeded across %d frames", lp.injected, lp.seen)
+}
+
+// gonePosts answers GoneException for the connections marked gone, as API Gateway does
+// once a client vanished without $disconnect reaching us.
+type gonePosts struct {
+	delivery.PostAPI
+	mu       sync.Mutex
+	gone     map[string]bool
+	attempts map[string]int // posts to gone connections
+}
+
+func (p *gonePosts) PostToConnection(ctx context.Context, in *apigatewaymanagementapi.PostToConnectionInput, opts ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.PostToConnectionOutput, error) {
+	id := aws.ToString(in.ConnectionId)
+	p.mu.Lock()
+	if p.gone[id] {
+		p.attempts[id]++
+		p.mu.Unlock()
+		return nil, &gwtypes.GoneException{Message: aws.String("injected: gone")}
+	}
+	p.mu.Unlock()
+	return p.PostAPI.PostToConnection(ctx, in, opts...)
+}
+
+// TestFaultPostGone: a post answering Gone makes the sender forget the connection —
+// its conn# record and the agent# ownership record are deleted — and nothing more is
+// posted to it; the events keep accumulating in the log for the next subscribe.
+func TestFaultPostGone(t *testing.T) {
+	t.Parallel()
+	gp := &gonePosts{gone: map[string]bool{}, attempts: map[string]int{}}
+	r := startRig(t, rigConfig{posts: func(p delivery.PostAPI) delivery.PostAPI { gp.PostAPI = p; return gp }})
+	const agent = "vanishing"
+	c := r.dial(t, agent, r.token(t, agent))
+	c.hello(t)
+	h := history.New()
+	s := c.subscribe(t, h, "c", 0)
+	r.appendN(t, r.log, agent, 5, "before")
+	if err := c.follow(s, 5, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.fast.Flush()
+	ctx := context.Background()
+	o, err := r.conns.Owner(ctx, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp.mu.Lock()
+	gp.gone[o.ConnID] = true
+	gp.mu.Unlock()
+
+	r.appendN(t, r.log, agent, 3, "after") // 6..8: the first post answers Gone
+	// The sender may be the fast path or, on a loaded machine, the deliver invocation it
+	// handed over to: wait for the outcome rather than for one of them.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		_, cerr := r.conns.Conn(ctx, o.ConnID)
+		cur, oerr := r.conns.Owner(ctx, agent)
+		if errors.Is(cerr, connections.ErrNotFound) && errors.Is(oerr, connections.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("records of the gone connection kept: conn# %v, agent# %+v (%v)", cerr, cur, oerr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.appendN(t, r.log, agent, 2, "later")
+	r.fast.Flush()
+	time.Sleep(200 * time.Millisecond) // a handed-over sender, if any, finds no owner
+	gp.mu.Lock()
+	attempts := gp.attempts[o.ConnID]
+	gp.mu.Unlock()
+	if attempts != 1 {
+		t.Errorf("%d posts to the gone connection, want 1 (Gone is final)", attempts)
+	}
+	c.quiet(t, 200*time.Millisecond) // the socket itself is open: nothing reached it
+	s.Drop()
+	evs := readAll(t, r.log, agent)
+	if len(evs) != 11 {
+		t.Errorf("log has %d events, want 11: appends go on without a connection", len(evs))
+	}
+	h.CheckLog(t, evs)
+}
+
+// throttler fails DynamoDB requests before they are sent with the error responses
+// DynamoDB throttles with, for the SDK's retryer to handle. It is a Finalize-step
+// middleware placed after signing, so each attempt is decided on its own.
+type throttler struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	p        float64
+	injected map[string]int // by operation
+	calls    map[string]int
+}
+
+var throttleCodes = []string{"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
+
+func (th *throttler) decide(op string) string {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	th.calls[op]++
+	// The first attempt of every operation is throttled, so each is exercised however
+	// few calls of it a run makes (a connect's single claim transaction).
+	if th.calls[op] > 1 && th.rng.Float64() >= th.p {
+		return ""
+	}
+	th.injected[op]++
+	return throttleCodes[th.rng.IntN(len(throttleCodes))]
+}
+
+func (th *throttler) addTo(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("InjectThrottling",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			if code := th.decide(awsmiddleware.GetOperationName(ctx)); code != "" {
+				return middleware.FinalizeOutput{}, middleware.Metadata{}, &smithy.GenericAPIError{Code: code, Message: "injected: throughput exceeded", Fault: smithy.FaultServer}
+			}
+			return next.HandleFinalize(ctx, in)
+		}), middleware.After)
+}
+
+// TestFaultDynamoDBThrottled: a fifth of all DynamoDB requests — log appends and reads,
+// token checks, the claim transaction, lease and cursor writes, replay slots — fail with
+// a throttling error before they are sent. Connect, hello, replay, two concurrent
+// writers' appends and the live tail still come out exact: each append lands once, the
+// log is gapless and the client sees 0..tip once, in order.
+func TestFaultDynamoDBThrottled(t *testing.T) {
+	t.Parallel()
+	th := &throttler{rng: rand.New(rand.NewPCG(4, 2)), p: 0.2, injected: map[string]int{}, calls: map[string]int{}}
+	endpoint := dynamotest.Endpoint(t)
+	names := dynamotest.CreateTables(t)
+	// The product's client configuration (dynamolocal.Config: the SDK's standard
+	// retryer, 10 attempts) with the throttling middleware; only the backoff sleeps are
+	// shortened so that a hundred throttled requests cost milliseconds, not minutes.
+	db := dynamodb.NewFromConfig(dynamolocal.Config(), func(o *dynamodb.Options) {
+		o.BaseEndpoint = aws.String(endpoint)
+		o.APIOptions = append(o.APIOptions, th.addTo)
+		o.Retryer = retry.AddWithMaxBackoffDelay(o.Retryer, 20*time.Millisecond)
+	})
+	r := startRig(t, rigConfig{db: db, names: names, cfg: delivery.Config{ReplayPage: 4}})
+	const agent = "throttled"
+	c := r.dial(t, agent, r.token(t, agent))
+	c.hello(t)
+	r.appendN(t, r.log, agent, 8, "replay")
+	h := history.New()
+	s := c.subscribe(t, h, "c", 0)
+	if err := c.follow(s, 8, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const writers, perWriter = 2, 12
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.appendN(t, sessionlog.New(db, names["LogTable"]), agent, perWriter, fmt.Sprintf("w%d", w))
+		}()
+	}
+	tip := int64(8 + writers*perWriter)
+	err := c.follow(s, tip, 15*time.Second)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.fast.Flush()
+	c.quiet(t, 200*time.Millisecond)
+	evs := readAll(t, sessionlog.New(dynamotest.Client(t), names["LogTable"]), agent)
+	h.CheckLog(t, evs)
+	// Each append landed exactly once.
+	seen := map[string]int{}
+	for _, ev := range evs[1:] {
+		seen[string(ev.Payload)]++
+	}
+	for p, n := range seen {
+		if n != 1 {
+			t.Errorf("payload %s logged %d times", p, n)
+		}
+	}
+	if len(seen) != int(tip) {
+		t.Errorf("%d distinct appends logged, want %d", len(seen), tip)
+	}
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	for _, op := range []string{"PutItem", "Query", "GetItem", "UpdateItem", "TransactWriteItems"} {
+		if th.injected[op] == 0 {
+			t.Errorf("no %s was throttled (%d calls): the test did not exercise it", op, th.calls[op])
+		}
+	}
+	t.Logf("throttled %v of %v requests", th.injected, th.calls)
+}
+
+// TestFaultDynamoDBLocalRestart: DynamoDB itself goes away and comes back (a file-backed
+// DynamoDB Local, killed and started again on the same port and path) between appends,
+// while a client stays connected. The log continues gapless from where it was (the
+// appender's cached tip agrees with what was stored), a fresh reader sees 0..N, and the
+// sender resumes the live tail from the cursor stored in the connections table: the
+// client sees every event once, in order, across the restart.
+func TestFaultDynamoDBLocalRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	port := freePort(t)
+	srv := startLocal(t, dir, port)
+	db := dynamolocal.Client(srv.Endpoint())
+	defs, err := tables.Parse(terretws.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := tables.NamesWithPrefix(defs, "restart-")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tables.Ensure(ctx, db, defs, names); err != nil {
+		t.Fatal(err)
+	}
+	r := startRig(t, rigConfig{db: db, names: names})
+	const agent = "restarted"
+	c := r.dial(t, agent, r.token(t, agent))
+	c.hello(t)
+	h := history.New()
+	s := c.subscribe(t, h, "c", 0)
+	r.appendN(t, r.log, agent, 10, "before")
+	if err := c.follow(s, 10, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.fast.Flush()
+	idle(t, r.conns, agent) // between appends: no sender is mid-write
+
+	began := time.Now()
+	srv.Close()
+	srv = startLocal(t, dir, port)
+	t.Logf("DynamoDB Local restarted in %v", time.Since(began).Round(time.Millisecond))
+
+	r.appendN(t, r.log, agent, 10, "after") // the same appender, its tip cached
+	if err := c.follow(s, 20, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.fast.Flush()
+	c.quiet(t, 200*time.Millisecond)
+	evs := readAll(t, sessionlog.New(dynamolocal.Client(srv.Endpoint()), names["LogTable"]), agent)
+	if len(evs) != 21 {
+		t.Errorf("a fresh reader sees %d events, want 21", len(evs))
+	}
+	h.CheckLog(t, evs)
+}
+
+// idle waits until no sender holds agent's lease and none is owed a look.
+func idle(t *testing.T, conns *connections.Store, agent string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o, err := conns.Owner(context.Background(), agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Lease == "" && !o.Pending {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a sender still holds %s: %+v", agent, o)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startLocal starts a file-backed DynamoDB Local on port, stopped with the test.
+func startLocal(t *testing.T, dir string, port int) *dynamolocal.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := dynamolocal.Start(ctx, dynamolocal.Options{DBPath: dir, Port: port})
+	if errors.Is(err, dynamolocal.ErrNotInstalled) && os.Getenv("CI") != "true" {
+		t.Skipf("%v", err) // as dynamotest does: never skipped on CI
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
