@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -130,7 +131,7 @@ func (st *Store) Reject(ctx context.Context, connID, agentID string) error {
 // fails with ErrTokenGone if the token was revoked meanwhile. It returns the superseded
 // connection id ("" when there was none).
 func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck types.TransactWriteItem) (superseded string, err error) {
-	for attempt := 0; attempt < 10; attempt++ {
+	for attempt := 0; attempt < 30; attempt++ {
 		prev, err := st.Owner(ctx, agentID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return "", err
@@ -182,8 +183,8 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 			return "", fmt.Errorf("%w: %s", ErrTokenGone, agentID)
 		}
 		// Another connect changed the owner between our read and write (or a
-		// transaction conflict): read again and retry.
-		time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
+		// transaction conflict): read again and retry, with jitter so racers spread.
+		time.Sleep(time.Duration(rand.N(min(attempt+1, 10)*20)) * time.Millisecond)
 	}
 	return "", fmt.Errorf("connections: claim %s for %s: too much contention", agentID, connID)
 }

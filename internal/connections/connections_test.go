@@ -226,7 +226,7 @@ func TestSlotsBoundAcrossInstances(t *testing.T) {
 				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 				}
 				acquired.Add(1)
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(150 * time.Millisecond) // long enough that holders overlap even on a loaded machine
 				holding.Add(-1)
 				if err := sl.Release(context.Background(), holder, slot); err != nil {
 					t.Error(err)

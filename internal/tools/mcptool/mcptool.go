@@ -202,7 +202,10 @@ func Connect(ctx context.Context, cfg Config, client *http.Client) (*Server, err
 		cfg.MaxResultBytes = DefaultMaxResultBytes
 	}
 	if client == nil {
-		client = &http.Client{}
+		// A transport of its own: the shared default one can have its idle connections
+		// closed by anyone in the process (httptest.Server.Close does), which would break
+		// this session's streams.
+		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	if len(cfg.Headers) > 0 {
 		c := *client
