@@ -241,7 +241,7 @@ func (c *client) events(from, to int64) []frame {
 	var out []frame
 	want := from
 	for want <= to {
-		f := c.must(15 * time.Second)
+		f := c.must(30 * time.Second)
 		if f.Seq == nil {
 			c.t.Fatalf("protocol frame %s while expecting seq %d", f, want)
 		}
