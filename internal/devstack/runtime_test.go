@@ -624,9 +624,8 @@ func TestRuntimeScriptSteps(t *testing.T) {
 		script string
 		want   []want
 		usage  [2]int64 // when set: model calls and tool calls of the turn
-		// mayBeUntitled: titling is best effort, and the scripted titler, given a
-		// script, runs its first step (a failing one leaves the session untitled);
-		// given an empty text, there is nothing to title.
+		// mayBeUntitled: the scripted titler names the session after its first
+		// message; given an empty text, there is nothing to title.
 		mayBeUntitled bool
 	}{
 		{name: "say in one chunk", script: `{"script":[{"say":"one piece","chunks":1}]}`,
@@ -652,7 +651,7 @@ func TestRuntimeScriptSteps(t *testing.T) {
 				answerW("third", 3), endW("completed", "")},
 			usage: [2]int64{3, 2}},
 		{name: "fail", script: `{"script":[{"fail":"model exploded"}]}`,
-			want: []want{endW("failed", "model exploded")}, mayBeUntitled: true},
+			want: []want{endW("failed", "model exploded")}},
 		{name: "fail after a call", script: `{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"fail":"second call broke"}]}`,
 			want: []want{callW("echo", `{"text":"x"}`), resultW(`{"text":"x"}`), endW("failed", "second call broke")}},
 		// An addition to the dev profile (docs/lifecycle.md): the model declines.
