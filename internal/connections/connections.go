@@ -687,3 +687,54 @@ func (sl *Slots) Release(ctx context.Context, holder string, i int) error {
 	}
 	return nil
 }
+
+// ClaimWatch makes watcher the one watcher of agentID's ownership record until until: the
+// invocation that makes sure a Pending mark left with a lease holder is served even if
+// that holder dies. It returns false if another watcher's claim is still live or the
+// record is gone. A watcher calls it again with its own id to extend its claim.
+func (st *Store) ClaimWatch(ctx context.Context, agentID, watcher string, until time.Time) (bool, error) {
+	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(st.table),
+		Key:              ownerKey(agentID),
+		UpdateExpression: aws.String("SET watch = :me, watch_until = :until"),
+		ConditionExpression: aws.String("attribute_exists(conn) AND " +
+			"(attribute_not_exists(watch_until) OR watch_until < :now OR watch = :me)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":me": s(watcher), ":until": n(until.UnixMilli()), ":now": n(st.now().UnixMilli()),
+		},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("connections: claim watch on %s: %w", agentID, err)
+	}
+	return true, nil
+}
+
+// EndWatch gives watcher's claim up. Unless force is set it does so only while no
+// Pending mark is set, so that a wake-up that marks Pending and finds the claim taken
+// can rely on the watcher; it returns false (claim kept) if one is set, and true when the
+// claim is gone (or was not watcher's).
+func (st *Store) EndWatch(ctx context.Context, agentID, watcher string, force bool) (bool, error) {
+	cond := "watch = :me"
+	if !force {
+		cond += " AND attribute_not_exists(pending)"
+	}
+	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(st.table),
+		Key:                                 ownerKey(agentID),
+		UpdateExpression:                    aws.String("REMOVE watch, watch_until"),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(watcher)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return str(ccf.Item, "watch") != watcher, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("connections: end watch on %s: %w", agentID, err)
+	}
+	return true, nil
+}

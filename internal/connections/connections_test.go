@@ -246,3 +246,61 @@ func TestSlotsBoundAcrossInstances(t *testing.T) {
 		t.Fatalf("peak %d: the test did not exercise concurrency", peak.Load())
 	}
 }
+
+// TestWatchClaim: one watcher per agent; it may extend its own claim, another may take
+// an expired one, and it cannot give its claim up while a Pending mark relies on it
+// unless forced.
+func TestWatchClaim(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	if ok, err := f.conns.ClaimWatch(ctx, "a", "w1", time.Now().Add(time.Minute)); ok || err != nil {
+		t.Fatalf("claim without an owner record = %v, %v; want false", ok, err)
+	}
+	tok, _ := f.tokens.Create(ctx, "a")
+	if _, err := f.claim(t, "a", "c1", tok); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name    string
+		watcher string
+		until   time.Duration
+		want    bool
+	}{
+		{"first claim", "w1", time.Minute, true},
+		{"another while live", "w2", time.Minute, false},
+		{"the holder extends", "w1", 50 * time.Millisecond, true},
+	}
+	for _, s := range steps {
+		ok, err := f.conns.ClaimWatch(ctx, "a", s.watcher, time.Now().Add(s.until))
+		if err != nil || ok != s.want {
+			t.Fatalf("%s: claim = %v, %v; want %v", s.name, ok, err, s.want)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if ok, err := f.conns.ClaimWatch(ctx, "a", "w2", time.Now().Add(time.Minute)); !ok || err != nil {
+		t.Fatalf("claim of an expired watch = %v, %v", ok, err)
+	}
+	// w2 holds it. A lease holder gets a Pending mark: w2 may not leave unforced.
+	if _, ok, err := f.conns.Acquire(ctx, "a", "h1", time.Minute, -1); !ok || err != nil {
+		t.Fatalf("acquire = %v, %v", ok, err)
+	}
+	if marked, err := f.conns.MarkPending(ctx, "a", -1); !marked || err != nil {
+		t.Fatalf("mark = %v, %v", marked, err)
+	}
+	if done, err := f.conns.EndWatch(ctx, "a", "w2", false); done || err != nil {
+		t.Fatalf("end watch with a mark set = %v, %v; want kept", done, err)
+	}
+	if ok, _ := f.conns.ClaimWatch(ctx, "a", "w3", time.Now().Add(time.Minute)); ok {
+		t.Fatal("another watcher claimed a kept watch")
+	}
+	if done, err := f.conns.EndWatch(ctx, "a", "w1", true); !done || err != nil {
+		t.Fatalf("end of a claim that is not w1's = %v, %v; want done (nothing of w1's left)", done, err)
+	}
+	if done, err := f.conns.EndWatch(ctx, "a", "w2", true); !done || err != nil {
+		t.Fatalf("forced end = %v, %v", done, err)
+	}
+	if ok, err := f.conns.ClaimWatch(ctx, "a", "w3", time.Now().Add(time.Minute)); !ok || err != nil {
+		t.Fatalf("claim after the end = %v, %v", ok, err)
+	}
+}

@@ -77,7 +77,11 @@ type Config struct {
 	ReplayPage           int           // events per replay read; default 1000
 	HelloGrace           time.Duration // how long a fresh connection may answer Gone; default 5s
 	HandoverMargin       time.Duration // stop this long before the invocation deadline; default 10s
-	Logger               *slog.Logger
+	// CheckpointEvery is how many posts a sender makes between two writes of its cursor
+	// (default 32): a sender that dies re-sends at most this many frames through its
+	// successor, and a replay pays one write unit per this many events.
+	CheckpointEvery int
+	Logger          *slog.Logger
 	// Observer, if set, is told when a replay read starts and ends (metrics, tests).
 	Observer Observer
 }
@@ -121,6 +125,9 @@ func New(cfg Config, log LogReader, store *connections.Store, posts PostAPI, inv
 	if cfg.HandoverMargin <= 0 {
 		cfg.HandoverMargin = 10 * time.Second
 	}
+	if cfg.CheckpointEvery <= 0 {
+		cfg.CheckpointEvery = 32
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -161,7 +168,7 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 // (from a stream batch or an appender) that spare a log read when they are next in line;
 // they are only ever a shortcut, never the source of truth.
 func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog.Event) error {
-	return d.pump(ctx, agentID, hints, time.Time{})
+	return d.pump(ctx, agentID, hints, time.Time{}, true)
 }
 
 // PumpFor is Pump with a time budget: a sender still busy when it runs out (a long
@@ -169,10 +176,14 @@ func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog
 // The stream consumer uses it so that one session can never hold up the others of its
 // shard.
 func (d *Deliverer) PumpFor(ctx context.Context, agentID string, hints []sessionlog.Event, budget time.Duration) error {
-	return d.pump(ctx, agentID, hints, time.Now().Add(budget))
+	return d.pump(ctx, agentID, hints, time.Now().Add(budget), true)
 }
 
-func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, stopAt time.Time) error {
+// pump wakes agentID's sender. backstop says whether this wake-up is the last one its
+// events will get (the stream consumer, a subscribe, a kick): such a wake-up that finds
+// the lease held makes sure somebody looks again if the holder dies (watch). The
+// appender's fast path is not a backstop — the stream consumer follows it.
+func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, stopAt time.Time, backstop bool) error {
 	hints = normalize(hints)
 	upTo := int64(-1)
 	if len(hints) > 0 {
@@ -206,6 +217,9 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				return err
 			}
 			if marked {
+				if backstop {
+					return d.watch(ctx, o, upTo)
+				}
 				return nil
 			}
 			continue // the lease was let go meanwhile: try to take it
@@ -243,14 +257,21 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 	// renew keeps the lease well ahead of every post: a sender never posts on a lease
 	// with less than half its term left, so a slow sender stops (ErrLeaseLost) rather
 	// than overlapping the next one.
+	// It also stores the cursor every CheckpointEvery posts, which bounds what a
+	// successor re-sends should this sender die (an unavoidable window: a post and the
+	// write recording it cannot be one atomic step).
+	unrecorded := 0
 	renew := func() error {
-		if time.Until(o.LeaseUntil) > d.cfg.Lease/2 {
+		if time.Until(o.LeaseUntil) > d.cfg.Lease/2 && unrecorded < d.cfg.CheckpointEvery {
 			return nil
 		}
 		var err error
 		o, err = d.checkpoint(ctx, o, holder, &p)
 		if errors.Is(err, connections.ErrLeaseLost) {
 			released = true
+		}
+		if err == nil {
+			unrecorded = 0
 		}
 		return err
 	}
@@ -320,6 +341,7 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 					return d.postFailed(ctx, o, err)
 				}
 				p.Next = ev.Seq + 1
+				unrecorded++
 				if !stopAt.IsZero() && time.Now().After(stopAt) {
 					return d.handover(ctx, o, holder, p, &released)
 				}
@@ -560,6 +582,8 @@ func normalize(hints []sessionlog.Event) []sessionlog.Event {
 const (
 	KickPump = "pump" // send what the owner is owed (hello after connect, handover)
 	KickDrop = "drop" // tell a connection Code and close it (unauthorized at connect)
+	// KickWatch outlives a lease holder that was left a Pending mark: see watch.
+	KickWatch = "watch"
 )
 
 // Kick is the payload of an asynchronous deliver invocation.
@@ -568,6 +592,7 @@ type Kick struct {
 	AgentID      string        `json:"agent_id,omitempty"`
 	ConnectionID string        `json:"connection_id,omitempty"`
 	Code         protocol.Code `json:"code,omitempty"`
+	Watcher      string        `json:"watcher,omitempty"` // KickWatch: the claim to act under
 }
 
 // Kick invokes the deliver function asynchronously with k.
@@ -592,6 +617,8 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 	switch k.Kind {
 	case KickPump:
 		return d.Pump(ctx, k.AgentID, nil)
+	case KickWatch:
+		return d.runWatch(ctx, k)
 	case KickDrop:
 		// The connection may still be finishing $connect: allow the hello grace.
 		deadline := time.Now().Add(d.cfg.HelloGrace)
@@ -630,4 +657,88 @@ func message(code protocol.Code) string {
 // It returns ErrGone if the connection no longer exists.
 func (d *Deliverer) Send(ctx context.Context, connID string, frame []byte) error {
 	return d.post(ctx, connID, frame)
+}
+
+// watchSlack is how long past a lease's end a watcher looks: a live holder renews its
+// lease long before the end, so only a dead one's is still there.
+const watchSlack = 250 * time.Millisecond
+
+// watch is called by a backstop wake-up (see pump) that left a Pending mark with lease
+// holder o.Lease. A live holder serves the mark before it lets go; a dead one never
+// will, and no later wake-up may come. So one watcher per agent — an asynchronous
+// deliver invocation, claimed on the ownership record — sleeps until the lease would
+// run out and takes over if the holder has not served the mark. A wake-up that finds a
+// watcher already claimed relies on it: the watcher gives up its claim only while no
+// mark is set (connections.EndWatch). Cost: one invocation per busy spell, idle most of
+// its time.
+func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) error {
+	id := newHolder()
+	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, o.LeaseUntil.Add(watchSlack))
+	if err != nil || !claimed {
+		return err
+	}
+	if err := d.Kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id}); err != nil {
+		// Nobody is watching: give the claim back so that the retried wake-up can claim.
+		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o.AgentID, id, true); eerr != nil {
+			d.logger.Error("end watch", "agent_id", o.AgentID, "error", eerr)
+		}
+		return err
+	}
+	d.logger.Debug("watching a busy sender", "agent_id", o.AgentID, "up_to", upTo, "lease_until", o.LeaseUntil.UnixMilli())
+	return nil
+}
+
+// runWatch serves a KickWatch: while a Pending mark is set, wait for the lease holder's
+// term to run out; a holder that renewed is alive and is watched again, one whose lease
+// expired with the mark still set is dead, and the watcher sends in its place. It ends
+// when no mark is left — usually at its first look, a few hundred milliseconds in, since
+// a live holder serves marks within one post; it looks again with a growing pause (one
+// read each) so that it costs little either way. Near its invocation's deadline it hands
+// the watch to a fresh one.
+func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
+	lg := d.logger.With("agent_id", k.AgentID, "watcher", k.Watcher)
+	pause := watchSlack
+	var claimedUntil time.Time
+	for {
+		o, err := d.store.Owner(ctx, k.AgentID)
+		if errors.Is(err, connections.ErrNotFound) {
+			return nil // the connection is gone, and the watch with its record
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		switch {
+		case !o.Pending || (o.HelloSent && o.Sub == 0):
+			// Nothing asked for (or nothing owed, not subscribed): done, unless a mark
+			// lands meanwhile — then EndWatch refuses and we look again.
+			done, err := d.store.EndWatch(ctx, k.AgentID, k.Watcher, o.Pending)
+			if err != nil || done {
+				return err
+			}
+		case o.Lease == "" || o.LeaseUntil.Before(now):
+			lg.Info("lease holder gone with a pending mark: taking over", "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli())
+			if err := d.pump(ctx, k.AgentID, nil, time.Time{}, false); err != nil {
+				return err
+			}
+		default:
+			wake := o.LeaseUntil.Add(watchSlack)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Until(wake)+d.cfg.HandoverMargin {
+				return d.Kick(ctx, k) // carry on in a fresh invocation, under the same claim
+			}
+			if wake.After(claimedUntil) {
+				claimed, err := d.store.ClaimWatch(ctx, k.AgentID, k.Watcher, wake.Add(watchSlack))
+				if err != nil || !claimed {
+					return err // someone else watches now
+				}
+				claimedUntil = wake
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(pause, time.Until(wake))):
+			}
+			pause = min(2*pause, 8*time.Second)
+		}
+	}
 }

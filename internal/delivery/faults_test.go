@@ -42,6 +42,11 @@ import (
 	"github.com/terret/terret-ws/internal/tables"
 )
 
+// patience bounds each wait for a frame or an outcome: generous, as DynamoDB Local
+// on a loaded 2-core machine can stall delivery for seconds; only a failing run waits
+// it out.
+const patience = 45 * time.Second
+
 // rig serves agents' sockets with a Deliverer built here: the real socket routes on the
 // local API Gateway, over real DynamoDB Local tables, but no stream poller — so the
 // Deliverer under test is the only sender, and a fault it does not handle is not
@@ -234,7 +239,7 @@ func (c *wsClient) send(t *testing.T, frame string) {
 
 func (c *wsClient) hello(t *testing.T) {
 	t.Helper()
-	f, err := c.next(10 * time.Second)
+	f, err := c.next(patience)
 	if err != nil || f.Type != "hello" || f.Seq != nil {
 		t.Fatalf("first frame %s (%v), want hello", f.raw, err)
 	}
@@ -338,11 +343,11 @@ func TestFaultPostLimitExceeded(t *testing.T) {
 	c.hello(t)
 	h := history.New()
 	s := c.subscribe(t, h, "c", 0)
-	if err := c.follow(s, 15, 10*time.Second); err != nil {
+	if err := c.follow(s, 15, patience); err != nil {
 		t.Fatal(err)
 	}
 	r.appendN(t, r.log, agent, 15, "tail") // live: 16..30
-	if err := c.follow(s, 30, 10*time.Second); err != nil {
+	if err := c.follow(s, 30, patience); err != nil {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
@@ -395,7 +400,7 @@ func TestFaultPostGone(t *testing.T) {
 	h := history.New()
 	s := c.subscribe(t, h, "c", 0)
 	r.appendN(t, r.log, agent, 5, "before")
-	if err := c.follow(s, 5, 10*time.Second); err != nil {
+	if err := c.follow(s, 5, patience); err != nil {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
@@ -411,7 +416,7 @@ func TestFaultPostGone(t *testing.T) {
 	r.appendN(t, r.log, agent, 3, "after") // 6..8: the first post answers Gone
 	// The sender may be the fast path or, on a loaded machine, the deliver invocation it
 	// handed over to: wait for the outcome rather than for one of them.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		_, cerr := r.conns.Conn(ctx, o.ConnID)
 		cur, oerr := r.conns.Owner(ctx, agent)
@@ -502,7 +507,7 @@ func TestFaultDynamoDBThrottled(t *testing.T) {
 	r.appendN(t, r.log, agent, 8, "replay")
 	h := history.New()
 	s := c.subscribe(t, h, "c", 0)
-	if err := c.follow(s, 8, 10*time.Second); err != nil {
+	if err := c.follow(s, 8, patience); err != nil {
 		t.Fatal(err)
 	}
 	const writers, perWriter = 2, 12
@@ -515,7 +520,7 @@ func TestFaultDynamoDBThrottled(t *testing.T) {
 		}()
 	}
 	tip := int64(8 + writers*perWriter)
-	err := c.follow(s, tip, 15*time.Second)
+	err := c.follow(s, tip, patience)
 	wg.Wait()
 	if err != nil {
 		t.Fatal(err)
@@ -576,7 +581,7 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 	h := history.New()
 	s := c.subscribe(t, h, "c", 0)
 	r.appendN(t, r.log, agent, 10, "before")
-	if err := c.follow(s, 10, 10*time.Second); err != nil {
+	if err := c.follow(s, 10, patience); err != nil {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
@@ -588,7 +593,7 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 	t.Logf("DynamoDB Local restarted in %v", time.Since(began).Round(time.Millisecond))
 
 	r.appendN(t, r.log, agent, 10, "after") // the same appender, its tip cached
-	if err := c.follow(s, 20, 10*time.Second); err != nil {
+	if err := c.follow(s, 20, patience); err != nil {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
@@ -603,7 +608,7 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 // idle waits until no sender holds agent's lease and none is owed a look.
 func idle(t *testing.T, conns *connections.Store, agent string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for {
 		o, err := conns.Owner(context.Background(), agent)
 		if err != nil {

@@ -90,9 +90,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		logger = slog.Default()
 	}
 	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint}
+	// A failed start closes what it started; the local copy survives the
+	// `return nil, err` that clears the named result.
+	started := st
 	defer func() {
 		if err != nil {
-			st.Close()
+			started.Close()
 		}
 	}()
 	if st.DynamoDBEndpoint == "" {

@@ -318,3 +318,22 @@ func TestInjectTextBound(t *testing.T) {
 		t.Fatalf("tip = %d, %v after a refused inject; want 0", tip, err)
 	}
 }
+
+// TestStartFailsCleanly: a stack that cannot reach its DynamoDB endpoint returns the
+// error and closes what it had started, rather than panicking.
+func TestStartFailsCleanly(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := devstack.Start(ctx, devstack.Options{DynamoDBEndpoint: "http://127.0.0.1:1", Addr: "127.0.0.1:0"})
+	if err == nil {
+		st.Close()
+		t.Fatal("Start with an unreachable DynamoDB endpoint succeeded")
+	}
+	if st != nil {
+		t.Fatalf("Start returned a stack with its error %v", err)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("error %q does not name the endpoint", err)
+	}
+}
