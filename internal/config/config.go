@@ -139,9 +139,17 @@ func AWS(ctx context.Context) (aws.Config, error) {
 	return cfg, nil
 }
 
-// DynamoDB returns a DynamoDB client, pointed at DynamoDBEndpoint when set.
+// DynamoDBMaxAttempts is how many times a DynamoDB request is tried before its error
+// reaches the caller: throttling on a hot partition or during on-demand scaling passes
+// within the SDK's backoff (up to 20 s between attempts), far cheaper than failing a
+// stream batch or a client's frame. The SDK's default is 3.
+const DynamoDBMaxAttempts = 8
+
+// DynamoDB returns a DynamoDB client, pointed at DynamoDBEndpoint when set, that retries
+// throttled and failed requests DynamoDBMaxAttempts times.
 func (c Config) DynamoDB(awsCfg aws.Config) *dynamodb.Client {
 	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
+		o.RetryMaxAttempts = DynamoDBMaxAttempts
 		if c.DynamoDBEndpoint != "" {
 			o.BaseEndpoint = aws.String(c.DynamoDBEndpoint)
 		}

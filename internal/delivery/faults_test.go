@@ -30,6 +30,7 @@ import (
 
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamolocal"
@@ -492,12 +493,14 @@ func TestFaultDynamoDBThrottled(t *testing.T) {
 	th := &throttler{rng: rand.New(rand.NewPCG(4, 2)), p: 0.2, injected: map[string]int{}, calls: map[string]int{}}
 	endpoint := dynamotest.Endpoint(t)
 	names := dynamotest.CreateTables(t)
-	// The product's client configuration (dynamolocal.Config: the SDK's standard
-	// retryer, 10 attempts) with the throttling middleware; only the backoff sleeps are
-	// shortened so that a hundred throttled requests cost milliseconds, not minutes.
+	// The functions' client configuration (the SDK's standard retryer,
+	// config.DynamoDBMaxAttempts attempts) with the throttling middleware; only the
+	// backoff sleeps are shortened so that a hundred throttled requests cost
+	// milliseconds, not minutes.
 	db := dynamodb.NewFromConfig(dynamolocal.Config(), func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(endpoint)
 		o.APIOptions = append(o.APIOptions, th.addTo)
+		o.RetryMaxAttempts = config.DynamoDBMaxAttempts
 		o.Retryer = retry.AddWithMaxBackoffDelay(o.Retryer, 20*time.Millisecond)
 	})
 	r := startRig(t, rigConfig{db: db, names: names, cfg: delivery.Config{ReplayPage: 4}})
