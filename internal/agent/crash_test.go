@@ -186,9 +186,11 @@ func TestFailedResumeLeavesTurnOpen(t *testing.T) {
 
 func TestDeadlineHandover(t *testing.T) {
 	t.Parallel()
-	// Each invocation may run 2 s; it hands over with less than half of that left.
-	e := newEnv(t, opts{timeout: 2 * time.Second, margin: 1900 * time.Millisecond})
-	step := `{"call":[{"tool":"sleep","args":{"ms":400}}]}`
+	// Each invocation may run 6 s; it hands over with less than half of that left, so
+	// the 4 s of tool sleeps take two invocations at least, and a DynamoDB request slowed
+	// down by a loaded machine still has 3 s to finish before the deadline.
+	e := newEnv(t, opts{timeout: 6 * time.Second, margin: 5900 * time.Millisecond})
+	step := `{"call":[{"tool":"sleep","args":{"ms":1000}}]}`
 	e.inject(script(step, step, step, step, `{"say":"made it"}`), true)
 	evs := e.waitTurnEnds(1)
 	e.settle()
