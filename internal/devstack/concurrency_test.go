@@ -221,7 +221,7 @@ func TestMaxConcurrentReplays(t *testing.T) {
 	obs := &peakObserver{}
 	// Pages of 10 events: each replay is several reads, so 20 replays contend.
 	e := startStack(t, devstack.Options{MaxConcurrentReplays: 2, Observer: obs, ReplayPage: 10})
-	const conns, events = 20, 30
+	const conns, events = 12, 30
 	clients := make([]*client, conns)
 	var setup sync.WaitGroup
 	for i := range conns {

@@ -743,13 +743,14 @@ func TestRuntimeSteering(t *testing.T) {
 			a.matchLog()
 		}},
 		flow{"inject while the final answer streams", func(a *agentConn) {
-			// The steer lands while "abc" streams (3 s between deltas): the turn does
-			// not end after that answer but takes another step for it. (The first step
-			// is a call so that the scripted titler, which runs it, does not sleep.)
-			script := `{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"say":"abc","chunks":3,"delay_ms":3000},{"say":"again"}]}`
+			// The steer lands while "abc" streams (6 s between deltas, room for an
+			// inject on a loaded machine): the turn does not end after that answer but
+			// takes another step for it. (The first step is a call so that the scripted
+			// titler, which runs it, does not sleep.)
+			script := `{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"say":"abc","chunks":3,"delay_ms":6000},{"say":"again"}]}`
 			a.inject(script, true)
 			// The first chunk is logged when the second delta arrives: the last one
-			// comes 3 s later, and no step boundary comes before it.
+			// comes 6 s later, and no step boundary comes before it.
 			a.whenLogged("assistant/chunk", "", 0)
 			a.inject("late steer", false)
 			id := a.startTurn(script)
