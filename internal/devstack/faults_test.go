@@ -391,20 +391,23 @@ func killSenderMidReplay(t *testing.T, e env, agent string, n int) *killedSender
 	return ks
 }
 
-// seedPadded is env.seed with events of about pad bytes.
+// seedPadded writes session/created, then events 1..n of about pad bytes of payload
+// (none if pad is 0) straight into table, 25 to a BatchWriteItem.
 func seedPadded(t *testing.T, l *sessionlog.Log, db *dynamodb.Client, table, session string, n, pad int) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := l.Create(ctx, session); err != nil {
 		t.Fatal(err)
 	}
-	padding := strings.Repeat("p", pad)
 	for start := 1; start <= n; start += 25 {
 		var reqs []types.WriteRequest
 		for seq := start; seq < start+25 && seq <= n; seq++ {
+			payload := fmt.Sprintf(`{"i":%d}`, seq)
+			if pad > 0 {
+				payload = fmt.Sprintf(`{"i":%d,"pad":%q}`, seq, strings.Repeat("p", pad))
+			}
 			ev := sessionlog.Event{ID: fmt.Sprintf("seed-%d", seq), SessionID: session, Seq: int64(seq),
-				At: time.Now().UTC().Format(sessionlog.TimeFormat), Type: "test/event",
-				Payload: json.RawMessage(fmt.Sprintf(`{"i":%d,"pad":%q}`, seq, padding))}
+				At: time.Now().UTC().Format(sessionlog.TimeFormat), Type: "test/event", Payload: json.RawMessage(payload)}
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: ev.Item()}})
 		}
 		in := &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}}

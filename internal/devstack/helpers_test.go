@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/auth"
@@ -280,31 +279,7 @@ func appendN(t *testing.T, l *sessionlog.Log, session string, n int) {
 // through sessionlog.Append.
 func (e env) seed(t *testing.T, session string, n int) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := e.log.Create(ctx, session); err != nil {
-		t.Fatal(err)
-	}
-	db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
-	table := e.stack.Tables["LogTable"]
-	for start := 1; start <= n; start += 25 {
-		var reqs []types.WriteRequest
-		for seq := start; seq < start+25 && seq <= n; seq++ {
-			ev := sessionlog.Event{ID: fmt.Sprintf("seed-%d", seq), SessionID: session, Seq: int64(seq),
-				At: time.Now().UTC().Format(sessionlog.TimeFormat), Type: "test/event", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d}`, seq))}
-			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: ev.Item()}})
-		}
-		in := &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}}
-		for {
-			out, err := db.BatchWriteItem(ctx, in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(out.UnprocessedItems) == 0 {
-				break
-			}
-			in.RequestItems = out.UnprocessedItems
-		}
-	}
+	seedPadded(t, e.log, dynamolocal.Client(e.stack.DynamoDBEndpoint), e.stack.Tables["LogTable"], session, n, 0)
 }
 
 // testLogOut is where the stack's logs go: DEVSTACK_LOG=1 shows them.
