@@ -44,6 +44,13 @@ build-%:
 # lambda_dir maps a logical id to its directory under functions/: RunnerFunction → runner.
 lambda_dir = $(shell printf '%s' '$(1:%Function=%)' | tr A-Z a-z)
 
+## bench: tail latency, replay throughput, request costs, reconnect storm and cold start
+## on the local stack, each beside a floor (docs/performance.md). Prints a table and
+## writes build/bench.json; BENCH_FLAGS passes flags (go run ./cmd/bench -h).
+bench:
+	./scripts/deps.sh
+	go run ./cmd/bench $(BENCH_FLAGS)
+
 ## fuzz: run the frame parser fuzzer for a minute.
 fuzz:
 	go test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./internal/protocol

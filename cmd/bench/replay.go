@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// seed writes events 0..n-1 of session (seq 0 being session/created, as sessionlog.Create
+// writes it) with BatchWriteItem, 25 items a request, on the unmetered client, from
+// `workers` goroutines shared by all sessions given.
+func (b *bench) seed(ctx context.Context, sessions []string, n int, workers int) error {
+	type batch []types.WriteRequest
+	jobs := make(chan batch, workers*2)
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	table := b.st.cfg.LogTable
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for reqs := range jobs {
+				in := &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}}
+				for attempt := 0; ; attempt++ {
+					out, err := b.st.raw.BatchWriteItem(ctx, in)
+					if err != nil {
+						once.Do(func() { firstErr = err })
+						break
+					}
+					if len(out.UnprocessedItems) == 0 {
+						break
+					}
+					in.RequestItems = out.UnprocessedItems
+					time.Sleep(time.Duration(attempt+1) * 10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	at := time.Now().UTC().Format(sessionlog.TimeFormat)
+	for _, s := range sessions {
+		var reqs batch
+		for seq := 0; seq < n; seq++ {
+			ev := sessionlog.Event{ID: fmt.Sprintf("seed-%s-%d", s, seq), SessionID: s, Seq: int64(seq), At: at, Type: "assistant/chunk", Payload: chunkPayload(int64(seq))}
+			if seq == 0 {
+				ev.Type, ev.Payload = sessionlog.TypeSessionCreated, json.RawMessage("{}")
+			}
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: ev.Item()}})
+			if len(reqs) == 25 {
+				jobs <- reqs
+				reqs = nil
+			}
+		}
+		if len(reqs) > 0 {
+			jobs <- reqs
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return firstErr
+}
+
+const replaySession = "replay"
+
+func stormSessions(n int) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprintf("storm-%03d", i)
+	}
+	return s
+}
+
+// seedAll seeds, before the service starts, the logs the replay and storm phases
+// replay: BatchWriteItem from several goroutines (DynamoDB Local's write rate bounds it).
+func (b *bench) seedAll(ctx context.Context, phases map[string]bool) error {
+	var sessions []string
+	events := 0
+	if phases["replay"] {
+		began := time.Now()
+		if err := b.seed(ctx, []string{replaySession}, b.o.replayEvents, 4); err != nil {
+			return fmt.Errorf("seed replay: %w", err)
+		}
+		b.res.replaySeeded = time.Since(began)
+		b.progress("seeded %d events for the replay in %v", b.o.replayEvents, b.res.replaySeeded.Round(time.Millisecond))
+	}
+	if phases["storm"] {
+		sessions = stormSessions(b.o.stormClients)
+		events = b.o.stormEvents
+		began := time.Now()
+		if err := b.seed(ctx, sessions, events, 4); err != nil {
+			return fmt.Errorf("seed storm: %w", err)
+		}
+		b.res.storm.Seeded = time.Since(began)
+		b.progress("seeded %d sessions × %d events for the storm in %v", len(sessions), events, b.res.storm.Seeded.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// replayResult is one replay measurement: the service's and the floor's.
+type replayResult struct {
+	Events        int
+	Rate, Floor   float64 // events/s, best of the rounds
+	Rates, Floors []float64
+	Cost          phaseCost // of the service's first round
+	FloorCost     usage
+}
+
+// runReplay measures a replay of b.o.replayEvents events to one client: subscribe
+// from 0 on a seeded session, until the last event arrives. The floor reads the same
+// events from the same table with the same strongly consistent Query pages of 1,000
+// and posts each to an open socket, awaited, one at a time (API Gateway does not order
+// concurrent posts). Rounds alternate floor and service; the best of each is kept.
+func (b *bench) runReplay(ctx context.Context) error {
+	n := b.o.replayEvents
+	const session = replaySession
+	cl, err := b.connect(ctx, session, nil)
+	if err != nil {
+		return err
+	}
+	defer cl.close()
+	reader := sessionlog.New(b.floor.db, b.st.cfg.LogTable)
+	res := replayResult{Events: n}
+	last := int64(n - 1)
+	for r := 0; r < b.o.rounds; r++ {
+		// Floor.
+		fb := b.floor.meter.snapshot()
+		t0 := time.Now()
+		for from := int64(0); from <= last; {
+			evs, err := reader.Read(ctx, session, from, 1000)
+			if err != nil {
+				return fmt.Errorf("replay floor read: %w", err)
+			}
+			if len(evs) == 0 {
+				return fmt.Errorf("replay floor: nothing at seq %d", from)
+			}
+			for _, ev := range evs {
+				data, err := json.Marshal(ev)
+				if err != nil {
+					return err
+				}
+				if err := b.floor.post(ctx, data); err != nil {
+					return fmt.Errorf("replay floor post: %w", err)
+				}
+			}
+			from = evs[len(evs)-1].Seq + 1
+		}
+		f, err := b.floor.client.seqRun(60*time.Second, 0, last)
+		if err != nil {
+			return fmt.Errorf("replay floor: %w", err)
+		}
+		res.Floors = append(res.Floors, float64(n)/f.At.Sub(t0).Seconds())
+		if r == 0 {
+			res.FloorCost = b.floor.meter.snapshot().since(fb)
+		}
+
+		// Service.
+		b.st.settle(ctx)
+		before := b.st.snap()
+		t0 = time.Now()
+		if err := cl.send(ctx, subscribe(0)); err != nil {
+			return err
+		}
+		f, err = cl.seqRun(120*time.Second, 0, last)
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		res.Rates = append(res.Rates, float64(n)/f.At.Sub(t0).Seconds())
+		b.st.settle(ctx)
+		if r == 0 {
+			res.Cost = before.to(b.st.snap())
+		}
+		b.progress("replay round %d: service %.0f events/s, floor %.0f events/s", r+1, res.Rates[r], res.Floors[r])
+	}
+	for i := range res.Rates {
+		res.Rate = max(res.Rate, res.Rates[i])
+		res.Floor = max(res.Floor, res.Floors[i])
+	}
+	b.res.replay = res
+	return nil
+}
+
+// seqRun reads events from..to in order, failing on a gap, a duplicate or a protocol
+// frame, and returns the last.
+func (cl *wsClient) seqRun(d time.Duration, from, to int64) (frame, error) {
+	deadline := time.Now().Add(d)
+	var f frame
+	for want := from; want <= to; want++ {
+		var err error
+		if f, err = cl.expectSeq(time.Until(deadline), want); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
