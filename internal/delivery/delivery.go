@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -138,10 +139,41 @@ func New(cfg Config, log LogReader, store *connections.Store, posts PostAPI, inv
 	}
 }
 
-func newHolder() string {
+// Lease holder ids start with "r" when the holder runs in an asynchronous deliver
+// invocation, which Lambda retries if it dies — its retry takes the expired lease and
+// sends from the cursor, so a Pending mark left with it needs no watcher — and "x"
+// otherwise (the stream consumer, the message function, the appender's fast path).
+const retriedPrefix = "r"
+
+func newHolder(retried bool) string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	if retried {
+		return retriedPrefix + hex.EncodeToString(b)
+	}
+	return "x" + hex.EncodeToString(b)
+}
+
+// selfHealing reports whether holder's invocation is retried by Lambda should it die.
+func selfHealing(holder string) bool { return strings.HasPrefix(holder, retriedPrefix) }
+
+// wake describes a wake-up of a sender.
+type wake struct {
+	// stopAt, if set, is when a sender still busy hands its work to a fresh
+	// asynchronous invocation.
+	stopAt time.Time
+	// backstop: this is the last wake-up its events get (the stream consumer, a
+	// subscribe, a kick), so one that leaves a Pending mark makes sure somebody looks
+	// again should the lease holder die (watch). The appender's fast path is not a
+	// backstop: the stream consumer follows it.
+	backstop bool
+	// retried: the caller is an asynchronous deliver invocation (see retriedPrefix).
+	retried bool
+	// preRead: read the record before trying the lease, and stop if nothing is owed —
+	// 1 read unit where a failed conditional write would cost 1 write unit. The stream
+	// consumer does, since most of its wake-ups find the events sent or nobody
+	// subscribed; the fast path does not, since most of its wake-ups send.
+	preRead bool
 }
 
 // Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
@@ -168,7 +200,8 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 // (from a stream batch or an appender) that spare a log read when they are next in line;
 // they are only ever a shortcut, never the source of truth.
 func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog.Event) error {
-	return d.pump(ctx, agentID, hints, time.Time{}, true)
+	_, err := d.pump(ctx, agentID, hints, wake{backstop: true, preRead: true})
+	return err
 }
 
 // PumpFor is Pump with a time budget: a sender still busy when it runs out (a long
@@ -176,63 +209,61 @@ func (d *Deliverer) Pump(ctx context.Context, agentID string, hints []sessionlog
 // The stream consumer uses it so that one session can never hold up the others of its
 // shard.
 func (d *Deliverer) PumpFor(ctx context.Context, agentID string, hints []sessionlog.Event, budget time.Duration) error {
-	return d.pump(ctx, agentID, hints, time.Now().Add(budget), true)
+	_, err := d.pump(ctx, agentID, hints, wake{stopAt: time.Now().Add(budget), backstop: true, preRead: true})
+	return err
 }
 
-// pump wakes agentID's sender. backstop says whether this wake-up is the last one its
-// events will get (the stream consumer, a subscribe, a kick): such a wake-up that finds
-// the lease held makes sure somebody looks again if the holder dies (watch). The
-// appender's fast path is not a backstop — the stream consumer follows it.
-func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, stopAt time.Time, backstop bool) error {
+// pump wakes agentID's sender as w describes. idle reports that nothing is owed to
+// anyone — no owner connection, or one not subscribed — for the fast path's benefit.
+func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, w wake) (idle bool, err error) {
 	hints = normalize(hints)
 	upTo := int64(-1)
 	if len(hints) > 0 {
 		upTo = hints[len(hints)-1].Seq
-		// A wake-up for news: read the record first (1 read unit) and stop if nobody is
-		// subscribed or the events were sent already — far cheaper than a conditional
-		// write that fails (1 write unit), and the common case for an agent nobody watches.
+	}
+	if upTo >= 0 && w.preRead {
 		o, err := d.store.Owner(ctx, agentID)
 		if errors.Is(err, connections.ErrNotFound) {
-			return nil
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
-			return nil
+			return o.Sub == 0, nil
 		}
 	}
-	holder := newHolder()
+	holder := newHolder(w.retried)
 	for {
 		o, ok, err := d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo)
 		switch {
 		case errors.Is(err, connections.ErrNotFound):
-			return nil // nobody owns the agent: the log keeps the events for the next subscribe
+			return true, nil // nobody owns the agent: the log keeps the events for the next subscribe
 		case errors.Is(err, connections.ErrLeaseHeld):
 			if upTo >= 0 && o.HelloSent && o.Next > upTo {
-				return nil // already past every hinted event
+				return false, nil // already past every hinted event
 			}
 			marked, err := d.store.MarkPending(ctx, agentID, upTo)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if marked {
-				if backstop {
-					return d.watch(ctx, o, upTo)
+				if w.backstop {
+					return false, d.watch(ctx, o, upTo)
 				}
-				return nil
+				return false, nil
 			}
 			continue // the lease was let go meanwhile: try to take it
 		case err != nil:
-			return err
+			return false, err
 		case !ok:
-			return nil
+			return o.HelloSent && o.Sub == 0, nil
 		}
-		err = d.send(ctx, o, holder, hints, stopAt)
+		err = d.send(ctx, o, holder, hints, w.stopAt)
 		if errors.Is(err, connections.ErrLeaseLost) {
-			return nil // another sender holds the connection now and continues from the cursor
+			return false, nil // another sender holds the connection now and continues from the cursor
 		}
-		return err
+		return false, err
 	}
 }
 
@@ -301,7 +332,7 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				if !stopAt.IsZero() && time.Now().After(stopAt) {
 					return d.handover(ctx, o, holder, p, &released)
 				}
-				batch, err = d.read(ctx, o, p.Next, renew)
+				batch, err = d.read(ctx, o, p.Next, stopAt, renew)
 				if errors.Is(err, errDeadline) {
 					return d.handover(ctx, o, holder, p, &released)
 				}
@@ -389,13 +420,13 @@ func (d *Deliverer) checkpoint(ctx context.Context, o connections.Owner, holder 
 // read returns the next events from the log. Replay reads (below ReplayEnd) hold one of
 // the cluster-wide replay slots for the duration of the read only; tail reads are never
 // gated.
-func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64, renew func() error) ([]sessionlog.Event, error) {
+func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64, stopAt time.Time, renew func() error) ([]sessionlog.Event, error) {
 	if next >= o.ReplayEnd {
 		return d.log.Read(ctx, o.AgentID, next, d.cfg.OutboundQueue+1)
 	}
 	limit := int(min(int64(d.cfg.ReplayPage), o.ReplayEnd-next))
-	holder := newHolder()
-	slot, err := d.acquireSlot(ctx, holder, renew)
+	holder := newHolder(false)
+	slot, err := d.acquireSlot(ctx, holder, stopAt, renew)
 	if err != nil {
 		return nil, err
 	}
@@ -412,8 +443,9 @@ func (d *Deliverer) read(ctx context.Context, o connections.Owner, next int64, r
 }
 
 // acquireSlot waits, with jittered polling, for a replay slot. The connection stays
-// open meanwhile; only this read waits, and the connection's lease is kept renewed.
-func (d *Deliverer) acquireSlot(ctx context.Context, holder string, renew func() error) (int, error) {
+// open meanwhile; only this read waits, and the connection's lease is kept renewed. A
+// sender with a budget (stopAt) hands the wait over when it runs out.
+func (d *Deliverer) acquireSlot(ctx context.Context, holder string, stopAt time.Time, renew func() error) (int, error) {
 	began := time.Now()
 	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
 		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(d.cfg.MaxConcurrentReplays))
@@ -426,7 +458,7 @@ func (d *Deliverer) acquireSlot(ctx context.Context, holder string, renew func()
 		if err := renew(); err != nil {
 			return -1, err
 		}
-		if d.nearDeadline(ctx) {
+		if d.nearDeadline(ctx) || (!stopAt.IsZero() && time.Now().After(stopAt)) {
 			return -1, errDeadline
 		}
 		select {
@@ -616,7 +648,8 @@ func (d *Deliverer) Kick(ctx context.Context, k Kick) error {
 func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 	switch k.Kind {
 	case KickPump:
-		return d.Pump(ctx, k.AgentID, nil)
+		_, err := d.pump(ctx, k.AgentID, nil, wake{backstop: true, retried: true})
+		return err
 	case KickWatch:
 		return d.runWatch(ctx, k)
 	case KickDrop:
@@ -663,17 +696,61 @@ func (d *Deliverer) Send(ctx context.Context, connID string, frame []byte) error
 // lease long before the end, so only a dead one's is still there.
 const watchSlack = 250 * time.Millisecond
 
-// watch is called by a backstop wake-up (see pump) that left a Pending mark with lease
-// holder o.Lease. A live holder serves the mark before it lets go; a dead one never
-// will, and no later wake-up may come. So one watcher per agent — an asynchronous
-// deliver invocation, claimed on the ownership record — sleeps until the lease would
-// run out and takes over if the holder has not served the mark. A wake-up that finds a
-// watcher already claimed relies on it: the watcher gives up its claim only while no
-// mark is set (connections.EndWatch). Cost: one invocation per busy spell, idle most of
-// its time.
+// watchLooks are the pauses of a backstop wake-up's own looks at the record before it
+// starts a watcher: a fast-path sender lets go within milliseconds.
+var watchLooks = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}
+
+// covered reports whether the record needs no watcher: nothing owed (hello sent, not
+// subscribed), no mark and no lease, or a live lease held by a self-healing holder — which
+// serves any mark, or dies and is retried by Lambda, its retry sending from the cursor.
+// A live lease of any other holder is not covered even without a mark: a holder that
+// took a mark is serving it, and would strand it if it died.
+func covered(o connections.Owner, now time.Time) bool {
+	live := o.Lease != "" && !o.LeaseUntil.Before(now)
+	switch {
+	case o.HelloSent && o.Sub == 0:
+		return true
+	case !o.Pending && o.Lease == "":
+		return true
+	default:
+		return live && selfHealing(o.Lease)
+	}
+}
+
+// watch is called by a backstop wake-up (see wake) that left a Pending mark with the
+// lease holder of o. A live holder serves the mark before it lets go; a dead one never
+// will, and no later wake-up may come. Unless the record is covered (its own looks, a
+// few hundred milliseconds at most, usually see the holder let go), one watcher per
+// agent — an asynchronous deliver invocation, claimed on the ownership record — waits
+// for the lease to be let go or to run out, and takes over in the second case. A
+// wake-up that finds a watcher already claimed relies on it: the watcher gives up its
+// claim only while no mark is set (connections.EndWatch).
 func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) error {
-	id := newHolder()
-	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, o.LeaseUntil.Add(watchSlack))
+	for _, pause := range watchLooks {
+		if covered(o, time.Now()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		var err error
+		if o, err = d.store.Owner(ctx, o.AgentID); errors.Is(err, connections.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+	if covered(o, time.Now()) {
+		return nil
+	}
+	id := newHolder(true)
+	until := o.LeaseUntil
+	if now := time.Now(); until.Before(now) {
+		until = now
+	}
+	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, until.Add(watchSlack))
 	if err != nil || !claimed {
 		return err
 	}
@@ -684,17 +761,14 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) 
 		}
 		return err
 	}
-	d.logger.Debug("watching a busy sender", "agent_id", o.AgentID, "up_to", upTo, "lease_until", o.LeaseUntil.UnixMilli())
+	d.logger.Debug("watching a busy sender", "agent_id", o.AgentID, "up_to", upTo, "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli())
 	return nil
 }
 
-// runWatch serves a KickWatch: while a Pending mark is set, wait for the lease holder's
-// term to run out; a holder that renewed is alive and is watched again, one whose lease
-// expired with the mark still set is dead, and the watcher sends in its place. It ends
-// when no mark is left — usually at its first look, a few hundred milliseconds in, since
-// a live holder serves marks within one post; it looks again with a growing pause (one
-// read each) so that it costs little either way. Near its invocation's deadline it hands
-// the watch to a fresh one.
+// runWatch serves a KickWatch: it looks at the record with a growing pause (one read
+// each) until it is covered, then gives its claim up; a lease that runs out uncovered
+// belonged to a dead holder, and the watcher sends in its place. Near its invocation's
+// deadline it hands the watch to a fresh one.
 func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 	lg := d.logger.With("agent_id", k.AgentID, "watcher", k.Watcher)
 	pause := watchSlack
@@ -708,17 +782,18 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 			return err
 		}
 		now := time.Now()
+		live := o.Lease != "" && !o.LeaseUntil.Before(now)
 		switch {
-		case !o.Pending || (o.HelloSent && o.Sub == 0):
-			// Nothing asked for (or nothing owed, not subscribed): done, unless a mark
-			// lands meanwhile — then EndWatch refuses and we look again.
+		case covered(o, now):
+			// Forced only where the record is covered with a mark set; otherwise a mark
+			// that lands meanwhile makes EndWatch refuse, and we look again.
 			done, err := d.store.EndWatch(ctx, k.AgentID, k.Watcher, o.Pending)
 			if err != nil || done {
 				return err
 			}
-		case o.Lease == "" || o.LeaseUntil.Before(now):
-			lg.Info("lease holder gone with a pending mark: taking over", "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli())
-			if err := d.pump(ctx, k.AgentID, nil, time.Time{}, false); err != nil {
+		case !live:
+			lg.Info("lease holder gone with work owed: taking over", "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli(), "pending", o.Pending)
+			if _, err := d.pump(ctx, k.AgentID, nil, wake{retried: true}); err != nil {
 				return err
 			}
 		default:

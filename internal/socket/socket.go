@@ -34,6 +34,10 @@ type Controller interface {
 	SetPolicy(ctx context.Context, sessionID string, patterns []string) error
 }
 
+// subscribeBudget is how long a subscribe's own invocation sends before it hands the
+// rest of a replay to an asynchronous deliver invocation.
+const subscribeBudget = time.Second
+
 // SessionLog is the part of the log the routes use.
 type SessionLog interface {
 	Create(ctx context.Context, sessionID string) (bool, error)
@@ -221,7 +225,10 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 		if err := s.deliver.Subscribe(ctx, c.AgentID, c.ID, f.FromSeq); err != nil {
 			return err
 		}
-		return s.deliver.Pump(ctx, c.AgentID, nil)
+		// A replay that outlasts subscribeBudget is handed to an asynchronous deliver
+		// invocation: the message function answers at once, and the replay runs where
+		// Lambda retries it should it die.
+		return s.deliver.PumpFor(ctx, c.AgentID, nil, subscribeBudget)
 	}
 	if s.agent == nil {
 		return ErrUnsupported
