@@ -172,9 +172,26 @@ type wake struct {
 	// preRead: read the record before trying the lease, and stop if nothing is owed —
 	// 1 read unit where a failed conditional write would cost 1 write unit. The stream
 	// consumer does, since most of its wake-ups find the events sent or nobody
-	// subscribed; the fast path does not, since most of its wake-ups send.
+	// subscribed; the fast path does only for a session whose last wake-up found
+	// nobody subscribed, since most of its wake-ups send.
 	preRead bool
+	// more, if set, lets a sender that has sent everything wait up to its argument for
+	// the appender's next events before it lets the lease go (the fast path's linger):
+	// a turn's events, streamed one after another, then go out under one lease, with no
+	// lease write of their own. Each batch it returns renews the budget.
+	more   func(time.Duration) []sessionlog.Event
+	budget time.Duration
 }
+
+// lingerFor is how long a fast-path sender keeps its lease for the appender's next
+// event: longer than the gap between a streamed answer's chunks (the runtime flushes
+// every 200 ms), and shorter than a backstop wake-up's own looks (watchLooks), so that
+// one meeting a lingering sender sees it let go instead of starting a watcher.
+const lingerFor = 250 * time.Millisecond
+
+// lingerLook is how often a lingering sender writes its cursor and looks at the record:
+// a resubscribe or another process's Pending mark waits no longer than this for it.
+const lingerLook = time.Second
 
 // Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
 // limit (pulling from forward and owing replay_truncated) and moves the cursor. It
@@ -259,7 +276,7 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 		case !ok:
 			return o.HelloSent && o.Sub == 0, nil
 		}
-		err = d.send(ctx, o, holder, hints, w.stopAt)
+		err = d.send(ctx, o, holder, hints, w)
 		if errors.Is(err, connections.ErrLeaseLost) {
 			return false, nil // another sender holds the connection now and continues from the cursor
 		}
@@ -269,7 +286,8 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 
 // send runs under the lease: hello if owed, then events from the cursor, until the log
 // has nothing more and the lease can be let go.
-func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, stopAt time.Time) (err error) {
+func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, w wake) (err error) {
+	stopAt, looked := w.stopAt, time.Now()
 	p := connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated}
 	lg := d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID)
 	began, first := time.Now(), o.Next
@@ -382,6 +400,27 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			}
 			if !fromHints || o.Sub != sub {
 				continue // there may be more in the log
+			}
+		}
+		if w.more != nil && o.Sub > 0 && (stopAt.IsZero() || time.Until(stopAt) > lingerFor) {
+			if next := w.more(lingerFor); len(next) > 0 {
+				hints = normalize(next)
+				if w.budget > 0 {
+					stopAt = time.Now().Add(w.budget)
+				}
+				if time.Since(looked) >= lingerLook {
+					if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
+						if errors.Is(err, connections.ErrLeaseLost) {
+							released = true
+						}
+						return err
+					}
+					unrecorded, looked = 0, time.Now()
+					if o.Pending {
+						hints = nil // another process appended or asked: read the log
+					}
+				}
+				continue
 			}
 		}
 		cur, ok, err := d.store.Release(ctx, o, holder, p)

@@ -16,26 +16,24 @@ import (
 //
 // The fast path tries the lease straight away, without reading the ownership record
 // first: most of its wake-ups send. When one finds nothing owed (nobody connected, or
-// not subscribed) the session is left to the stream consumer for idleFor, so that an
-// agent nobody watches costs one failed conditional write a second at most.
+// not subscribed), the session's next wake-ups read the record first again (1 read unit
+// instead of a failed conditional write's 1 write unit) until one finds something to
+// send: an agent nobody watches costs what it did before the fast path skipped the read.
 type Notifier struct {
 	d      *Deliverer
 	budget time.Duration
 
 	mu        sync.Mutex
 	pending   map[string][]sessionlog.Event
-	idleUntil map[string]time.Time
+	unwatched map[string]bool          // sessions whose last wake-up found nothing owed
+	arrived   map[string]chan struct{} // a lingering sender's wake-up, by session
 	busy      int
 	idle      *sync.Cond
 }
 
-// idleFor is how long the fast path leaves a session with nothing owed to the stream
-// consumer.
-const idleFor = time.Second
-
 // NewNotifier returns a Notifier that gives each send at most budget.
 func NewNotifier(d *Deliverer, budget time.Duration) *Notifier {
-	n := &Notifier{d: d, budget: budget, pending: map[string][]sessionlog.Event{}, idleUntil: map[string]time.Time{}}
+	n := &Notifier{d: d, budget: budget, pending: map[string][]sessionlog.Event{}, unwatched: map[string]bool{}, arrived: map[string]chan struct{}{}}
 	n.idle = sync.NewCond(&n.mu)
 	return n
 }
@@ -43,22 +41,14 @@ func NewNotifier(d *Deliverer, budget time.Duration) *Notifier {
 // OnAppend queues ev for delivery. It never blocks on the network.
 func (n *Notifier) OnAppend(ctx context.Context, ev sessionlog.Event) {
 	n.mu.Lock()
-	if until, ok := n.idleUntil[ev.SessionID]; ok {
-		if time.Now().Before(until) {
-			n.mu.Unlock()
-			return
-		}
-		delete(n.idleUntil, ev.SessionID)
-	}
-	if len(n.idleUntil) > 1024 { // a long-lived process: forget sessions long quiet
-		for s, until := range n.idleUntil {
-			if time.Now().After(until) {
-				delete(n.idleUntil, s)
-			}
-		}
-	}
 	_, queued := n.pending[ev.SessionID]
 	n.pending[ev.SessionID] = append(n.pending[ev.SessionID], ev)
+	if c, ok := n.arrived[ev.SessionID]; ok {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 	if !queued {
 		n.busy++
 		go n.send(context.WithoutCancel(ctx), ev.SessionID)
@@ -80,16 +70,22 @@ func (n *Notifier) send(ctx context.Context, session string) {
 		}
 		n.pending[session] = hints[:0:0]
 		n.mu.Unlock()
-		idle, err := n.d.pump(ctx, session, hints, wake{stopAt: time.Now().Add(n.budget)})
+		n.mu.Lock()
+		unwatched := n.unwatched[session]
+		n.mu.Unlock()
+		idle, err := n.d.pump(ctx, session, hints, wake{stopAt: time.Now().Add(n.budget), budget: n.budget, more: n.more(session), preRead: unwatched})
 		if err != nil {
 			// The stream consumer delivers what this missed.
 			n.d.logger.Warn("fast path", "agent_id", session, "error", err)
 		}
-		if idle {
-			n.mu.Lock()
-			n.idleUntil[session] = time.Now().Add(idleFor)
-			n.mu.Unlock()
+		n.mu.Lock()
+		switch {
+		case idle && len(n.unwatched) < 4096: // bounded: a long-lived process forgets
+			n.unwatched[session] = true
+		case !idle:
+			delete(n.unwatched, session)
 		}
+		n.mu.Unlock()
 	}
 }
 
@@ -101,4 +97,35 @@ func (n *Notifier) Flush() {
 		n.idle.Wait()
 	}
 	n.mu.Unlock()
+}
+
+// more returns the session's sender's linger: the events queued for it, waiting up to
+// wait for the first.
+func (n *Notifier) more(session string) func(time.Duration) []sessionlog.Event {
+	return func(wait time.Duration) []sessionlog.Event {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		for {
+			n.mu.Lock()
+			if hints := n.pending[session]; len(hints) > 0 {
+				n.pending[session] = hints[:0:0]
+				n.mu.Unlock()
+				return hints
+			}
+			c, ok := n.arrived[session]
+			if !ok {
+				c = make(chan struct{}, 1)
+				n.arrived[session] = c
+			}
+			n.mu.Unlock()
+			select {
+			case <-c:
+			case <-timer.C:
+				n.mu.Lock()
+				delete(n.arrived, session)
+				n.mu.Unlock()
+				return nil
+			}
+		}
+	}
 }

@@ -276,4 +276,7 @@ func (o *peakObserver) ReplayRead(start bool) {
 	n := o.now.Add(1)
 	for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
 	}
+	// A slow read (a large page, a busy table): each read holds its slot long enough
+	// that the subscribes contend however fast the machine is.
+	time.Sleep(50 * time.Millisecond)
 }
