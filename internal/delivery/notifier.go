@@ -27,6 +27,8 @@ type Notifier struct {
 	pending   map[string][]sessionlog.Event
 	unwatched map[string]bool          // sessions whose last wake-up found nothing owed
 	arrived   map[string]chan struct{} // a lingering sender's wake-up, by session
+	flushes   int                      // Flush calls so far: a linger ends at the next
+	flushing  int                      // Flush calls under way: no linger starts
 	busy      int
 	idle      *sync.Cond
 }
@@ -90,13 +92,23 @@ func (n *Notifier) send(ctx context.Context, session string) {
 }
 
 // Flush waits until every queued event has been handed to a sender. A Lambda handler
-// calls it before returning, since the runtime freezes after the return.
+// calls it before returning, since the runtime freezes after the return; no more of its
+// events are coming, so lingering senders let go at once rather than hold the lease
+// (and the invocation) for the rest of their linger.
 func (n *Notifier) Flush() {
 	n.mu.Lock()
+	n.flushes++
+	n.flushing++
+	defer func() { n.flushing--; n.mu.Unlock() }()
+	for _, c := range n.arrived {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 	for n.busy > 0 {
 		n.idle.Wait()
 	}
-	n.mu.Unlock()
 }
 
 // more returns the session's sender's linger: the events queued for it, waiting up to
@@ -105,12 +117,20 @@ func (n *Notifier) more(session string) func(time.Duration) []sessionlog.Event {
 	return func(wait time.Duration) []sessionlog.Event {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
+		n.mu.Lock()
+		flushes := n.flushes
+		n.mu.Unlock()
 		for {
 			n.mu.Lock()
 			if hints := n.pending[session]; len(hints) > 0 {
 				n.pending[session] = hints[:0:0]
 				n.mu.Unlock()
 				return hints
+			}
+			if n.flushes != flushes || n.flushing > 0 {
+				delete(n.arrived, session)
+				n.mu.Unlock()
+				return nil
 			}
 			c, ok := n.arrived[session]
 			if !ok {
