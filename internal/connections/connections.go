@@ -585,7 +585,9 @@ func isConditionFailed(err error) bool {
 }
 
 // Abandon records progress and lets the lease go even if Pending is set, for a holder
-// that must stop (its invocation is ending) and hands the work to a fresh one.
+// that must stop (its invocation is ending) and hands the work to a fresh one. If the
+// subscription changed under the holder, only the lease goes: the new subscription's
+// cursor is kept.
 func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress) error {
 	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(st.table),
@@ -597,6 +599,22 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 			":me": s(holder), ":c": s(o.ConnID), ":sub": n(o.Sub), ":next": n(p.Next),
 			":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent}, ":trunc": &types.AttributeValueMemberBOOL{Value: p.Truncated},
 		},
+	})
+	if err == nil {
+		return nil
+	}
+	if !isConditionFailed(err) {
+		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
+	}
+	// Resubscribed meanwhile: the progress belongs to the replaced subscription and is
+	// dropped, but the lease must still go, or the new subscription would wait for it to
+	// run out. Pending stays set for whoever comes next.
+	_, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       ownerKey(o.AgentID),
+		UpdateExpression:          aws.String("REMOVE lease, lease_until"),
+		ConditionExpression:       aws.String("lease = :me AND conn = :c"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID)},
 	})
 	if err != nil && !isConditionFailed(err) {
 		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)

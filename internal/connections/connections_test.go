@@ -304,3 +304,36 @@ func TestWatchClaim(t *testing.T) {
 		t.Fatalf("claim after the end = %v, %v", ok, err)
 	}
 }
+
+// TestAbandonAfterResubscribe: a holder that hands over after the client resubscribed
+// still lets the lease go — the new subscription must not wait for it to run out — and
+// leaves the new subscription's cursor and its Pending mark as they are.
+func TestAbandonAfterResubscribe(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	tok, _ := f.tokens.Create(ctx, "a")
+	if _, err := f.claim(t, "a", "c1", tok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.conns.Subscribe(ctx, "a", "c1", connections.Subscription{From: 0, ReplayEnd: 20}); err != nil {
+		t.Fatal(err)
+	}
+	o, ok, err := f.conns.Acquire(ctx, "a", "h1", time.Minute, -1)
+	if err != nil || !ok {
+		t.Fatalf("acquire = %v, %v", ok, err)
+	}
+	if _, err := f.conns.Subscribe(ctx, "a", "c1", connections.Subscription{From: 3, Requested: 3, ReplayEnd: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.conns.Abandon(ctx, o, "h1", connections.Progress{Next: 15, HelloSent: true}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := f.conns.Owner(ctx, "a")
+	if err != nil || cur.Lease != "" || cur.Next != 3 || cur.Sub != 2 || !cur.Pending {
+		t.Fatalf("after abandon = %+v, %v; want the lease gone, the new cursor 3 and the mark kept", cur, err)
+	}
+	if _, ok, err := f.conns.Acquire(ctx, "a", "h2", time.Minute, -1); !ok || err != nil {
+		t.Fatalf("acquire after abandon = %v, %v", ok, err)
+	}
+}
