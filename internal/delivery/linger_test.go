@@ -18,16 +18,17 @@ import (
 )
 
 // acquisitions counts the lease acquisitions (connections.Store.Acquire) made through a
-// DynamoDB client.
+// DynamoDB client that took the lease; attempts that found it held are not counted.
 type acquisitions struct{ n atomic.Int64 }
 
 func (a *acquisitions) addTo(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("CountAcquire",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && strings.HasPrefix(aws.ToString(u.UpdateExpression), "SET lease = :me") {
+			out, md, err := next.HandleInitialize(ctx, in)
+			if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && err == nil && strings.HasPrefix(aws.ToString(u.UpdateExpression), "SET lease = :me") {
 				a.n.Add(1)
 			}
-			return next.HandleInitialize(ctx, in)
+			return out, md, err
 		}), middleware.After)
 }
 
@@ -111,7 +112,7 @@ func TestFastPathLingers(t *testing.T) {
 	c.quiet(t, 300*time.Millisecond)
 	h.CheckLog(t, readAll(t, r.log, agent))
 	// One acquisition to start, one per gap long enough for the sender to let go, and a
-	// few around the resubscribe (its own attempt, the replay's hand-back).
+	// few around the resubscribe (its replay, a hand-over, a watcher).
 	got, gaps := acq.n.Load()-before, longGaps.Load()
 	t.Logf("%d lease acquisitions for %d streamed events (%d gaps over 200 ms)", got, n, gaps)
 	if got > gaps+6 {
