@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -262,11 +261,11 @@ var (
 // coldOnce starts the emulator with bootstrap and invokes it once with event as soon as
 // it listens.
 func (b *bench) coldOnce(ctx context.Context, rie, bootstrap string, env []string, event []byte) (wall, init, first time.Duration, err error) {
-	port, err := freePort()
+	port, err := dynamolocal.FreePort()
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	apiPort, err := freePort()
+	apiPort, err := dynamolocal.FreePort()
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -326,15 +325,6 @@ func (b *bench) coldOnce(ctx context.Context, rie, bootstrap string, env []strin
 func ms(s string) time.Duration {
 	f, _ := strconv.ParseFloat(s, 64)
 	return time.Duration(f * float64(time.Millisecond))
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 type lockedBuffer struct {

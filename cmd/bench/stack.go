@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -49,21 +48,6 @@ type stack struct {
 	logger      *slog.Logger
 	poll        time.Duration
 }
-
-// lazy is a handler bound once the gateway's address is known (as in devstack).
-type lazy struct {
-	h atomic.Pointer[lambda.Handler]
-}
-
-func (l *lazy) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
-	h := l.h.Load()
-	if h == nil {
-		return nil, errors.New("bench: handler not ready")
-	}
-	return (*h).Invoke(ctx, payload)
-}
-
-func (l *lazy) set(h lambda.Handler) { l.h.Store(&h) }
 
 // lambdaConcurrency is Lambda's default concurrency limit per account and region.
 const lambdaConcurrency = 1000
@@ -142,7 +126,7 @@ func (st *stack) start(ctx context.Context, o stackOptions) error {
 		return err
 	}
 	var err error
-	connect, message, disconnect, deliver, runner := &lazy{}, &lazy{}, &lazy{}, &lazy{}, &lazy{}
+	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
 	life := context.WithoutCancel(ctx)
 	st.gw, err = localgw.Start(life, localgw.Config{
 		Addr: "127.0.0.1:0",
@@ -191,11 +175,11 @@ func (st *stack) start(ctx context.Context, o stackOptions) error {
 	tune := service.Tuning{Observer: st.replays}
 	sock := service.Socket(st.cfg, st.awsCfg, agent, o.logger, tune)
 	d := service.Deliverer(st.cfg, st.awsCfg, o.logger, tune)
-	connect.set(lambda.NewHandler(sock.Connect))
-	message.set(lambda.NewHandler(sock.Message))
-	disconnect.set(lambda.NewHandler(sock.Disconnect))
-	deliver.set(lambda.NewHandler(d.Handle))
-	runner.set(lambda.NewHandler(agent.HandleRunner))
+	connect.Bind(lambda.NewHandler(sock.Connect))
+	message.Bind(lambda.NewHandler(sock.Message))
+	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
+	deliver.Bind(lambda.NewHandler(d.Handle))
+	runner.Bind(lambda.NewHandler(agent.HandleRunner))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
 	if err != nil {

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,21 +68,6 @@ type rigConfig struct {
 	cfg   delivery.Config
 }
 
-// lazyHandler is a route bound once the gateway's own address is known.
-type lazyHandler struct {
-	h atomic.Pointer[lambda.Handler]
-}
-
-func (l *lazyHandler) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
-	h := l.h.Load()
-	if h == nil {
-		return nil, errors.New("handler not ready")
-	}
-	return (*h).Invoke(ctx, payload)
-}
-
-func (l *lazyHandler) set(h lambda.Handler) { l.h.Store(&h) }
-
 func startRig(t *testing.T, rc rigConfig) *rig {
 	t.Helper()
 	if rc.db == nil {
@@ -94,7 +77,7 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 		rc.names = dynamotest.CreateTables(t)
 	}
 	logger := service.Logger(logOut(), "info")
-	var connect, message, disconnect, deliver lazyHandler
+	var connect, message, disconnect, deliver localgw.Deferred
 	gw, err := localgw.Start(context.Background(), localgw.Config{
 		Addr:         "127.0.0.1:0",
 		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &connect, localgw.RouteDefault: &message, localgw.RouteDisconnect: &disconnect},
@@ -125,10 +108,10 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	r.fast = delivery.NewNotifier(r.d, time.Second)
 	t.Cleanup(r.fast.Flush)
 	sock := socket.New(r.tokens, r.conns, r.log, r.d, nil, logger)
-	connect.set(lambda.NewHandler(sock.Connect))
-	message.set(lambda.NewHandler(sock.Message))
-	disconnect.set(lambda.NewHandler(sock.Disconnect))
-	deliver.set(lambda.NewHandler(r.d.Handle))
+	connect.Bind(lambda.NewHandler(sock.Connect))
+	message.Bind(lambda.NewHandler(sock.Message))
+	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
+	deliver.Bind(lambda.NewHandler(r.d.Handle))
 	return r
 }
 
@@ -629,12 +612,11 @@ func idle(t *testing.T, conns *connections.Store, agent string) {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := dynamolocal.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // startLocal starts a file-backed DynamoDB Local on port, stopped with the test.

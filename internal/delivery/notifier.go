@@ -71,8 +71,6 @@ func (n *Notifier) send(ctx context.Context, session string) {
 			return
 		}
 		n.pending[session] = hints[:0:0]
-		n.mu.Unlock()
-		n.mu.Lock()
 		unwatched := n.unwatched[session]
 		n.mu.Unlock()
 		idle, err := n.d.pump(ctx, session, hints, wake{stopAt: time.Now().Add(n.budget), budget: n.budget, more: n.more(session), preRead: unwatched})

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -61,21 +60,6 @@ type Stack struct {
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
 func (s *Stack) WebSocketURL() string { return s.gw.WebSocketURL() }
 
-// lazy is a handler bound once the gateway's own address is known.
-type lazy struct {
-	h atomic.Pointer[lambda.Handler]
-}
-
-func (l *lazy) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
-	h := l.h.Load()
-	if h == nil {
-		return nil, errors.New("devstack: handler not ready")
-	}
-	return (*h).Invoke(ctx, payload)
-}
-
-func (l *lazy) set(h lambda.Handler) { l.h.Store(&h) }
-
 // Start brings the stack up and returns once it serves. Close stops everything it
 // started.
 func Start(ctx context.Context, o Options) (st *Stack, err error) {
@@ -115,7 +99,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, fmt.Errorf("devstack: create tables at %s: %w", st.DynamoDBEndpoint, err)
 	}
 
-	connect, message, disconnect, deliver, runner := &lazy{}, &lazy{}, &lazy{}, &lazy{}, &lazy{}
+	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
 	// The gateway and pollers live until Close, not until ctx (which bounds start-up).
 	life := context.WithoutCancel(ctx)
 	st.gw, err = localgw.Start(life, localgw.Config{
@@ -160,11 +144,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
-	connect.set(lambda.NewHandler(sock.Connect))
-	message.set(lambda.NewHandler(sock.Message))
-	disconnect.set(lambda.NewHandler(sock.Disconnect))
-	deliver.set(lambda.NewHandler(d.Handle))
-	runner.set(lambda.NewHandler(agent.HandleRunner))
+	connect.Bind(lambda.NewHandler(sock.Connect))
+	message.Bind(lambda.NewHandler(sock.Message))
+	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
+	deliver.Bind(lambda.NewHandler(d.Handle))
+	runner.Bind(lambda.NewHandler(agent.HandleRunner))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
 	if err != nil {

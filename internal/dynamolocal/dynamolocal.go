@@ -76,7 +76,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	port := o.Port
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +175,8 @@ func findJar(root string) (string, error) {
 	return matches[len(matches)-1], nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port free on 127.0.0.1 at the time of the call.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

@@ -70,12 +70,11 @@ func fileExists(p string) bool {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := dynamolocal.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // recorder is a local stand-in for an AWS HTTP API that records every request.
