@@ -18,6 +18,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/webui"
@@ -49,6 +50,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	readyFile := fs.String("ready-file", "", "once ready, write JSON {ws_url, dynamodb_endpoint, region} to this path")
 	logLevel := fs.String("log-level", "warn", "log level of the service's JSON logs on stderr (debug, info, warn, error)")
 	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
+	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
+	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -58,7 +61,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	for name, v := range map[string]int{"replay-limit": *replayLimit, "max-concurrent-replays": *maxReplays, "outbound-queue": *queue} {
+	for name, v := range map[string]int{"replay-limit": *replayLimit, "max-concurrent-replays": *maxReplays, "outbound-queue": *queue, "lambda-concurrency": *concurrency} {
 		if v <= 0 {
 			return fmt.Errorf("%w: --%s must be positive", errUsage, name)
 		}
@@ -78,7 +81,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
-		Pages: pages,
+		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
 	})
 	if err != nil {
 		return err
@@ -102,6 +105,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
 	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
+	if e := st.Emulator(); e != nil {
+		fmt.Fprintf(stdout, "terret dev: functions run as built bootstraps under aws-lambda-rie: %s\n", e)
+	}
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "terret dev: stopping")
 	return nil

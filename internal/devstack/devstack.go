@@ -20,6 +20,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/eventsource"
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/service"
@@ -43,6 +44,7 @@ type Options struct {
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
 	Logger               *slog.Logger
+	LambdaEmulator       *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
 }
 
 // Stack is a running local service.
@@ -55,6 +57,7 @@ type Stack struct {
 	gw     *localgw.Gateway
 	poller *eventsource.Poller
 	ddb    *dynamolocal.Server
+	emu    *emulator.Emulator
 }
 
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
@@ -100,6 +103,15 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 
 	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
+	gwFunctions := map[string]lambda.Handler{"deliver": deliver, "runner": runner}
+	gwTimeouts := map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute}
+	var emu *emulation
+	if o.LambdaEmulator != nil {
+		if emu, err = newEmulation(ctx, o, st.Tables, logger); err != nil {
+			return nil, err
+		}
+		emu.route(gwFunctions, gwTimeouts)
+	}
 	// The gateway and pollers live until Close, not until ctx (which bounds start-up).
 	life := context.WithoutCancel(ctx)
 	st.gw, err = localgw.Start(life, localgw.Config{
@@ -107,8 +119,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		PingInterval: o.PingInterval,
 		Region:       st.Region,
 		Routes:       map[string]lambda.Handler{"$connect": connect, "$default": message, "$disconnect": disconnect},
-		Functions:    map[string]lambda.Handler{"deliver": deliver, "runner": runner},
-		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
+		Functions:    gwFunctions,
+		Timeouts:     gwTimeouts,
 		RetryBackoff: 200 * time.Millisecond,
 		// A client that cannot take one frame in 2 s is treated as gone: a sender blocked
 		// on it holds up the other sessions of its stream shard meanwhile.
@@ -149,6 +161,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
 	deliver.Bind(lambda.NewHandler(d.Handle))
 	runner.Bind(lambda.NewHandler(agent.HandleRunner))
+	if emu != nil { // every handler rebound to its function's emulated environments
+		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner}
+		if st.emu, err = emu.start(st, handlers); err != nil {
+			return nil, err
+		}
+	}
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
 	if err != nil {
@@ -183,6 +201,9 @@ func (s *Stack) Close() error {
 	}
 	if s.gw != nil {
 		errs = append(errs, s.gw.Close())
+	}
+	if s.emu != nil {
+		errs = append(errs, s.emu.Close())
 	}
 	if s.ddb != nil {
 		errs = append(errs, s.ddb.Close())

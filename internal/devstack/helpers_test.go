@@ -41,6 +41,15 @@ func startStack(t *testing.T, o devstack.Options) env {
 	if o.Logger == nil {
 		o.Logger = service.Logger(testLogOut(), testLogLevel())
 	}
+	switch {
+	case o.LambdaEmulator == inProcess:
+		o.LambdaEmulator = nil
+	case o.LambdaEmulator == nil && emulated():
+		if o.Observer != nil {
+			t.Skip("observes replays inside the handlers: in-process only")
+		}
+		o.LambdaEmulator = emulatorOptions(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := devstack.Start(ctx, o)
