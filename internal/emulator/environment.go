@@ -124,10 +124,46 @@ func (e *environment) waitListening(ctx context.Context, port int) error {
 	}
 }
 
-// kill ends the process group (emulator and bootstrap) and waits for it.
+// kill ends the emulator and the bootstrap and waits for both. The emulator starts the
+// bootstrap in a process group of its own, which outlives the emulator's: its groups
+// go first.
 func (e *environment) kill() {
-	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	pid := e.cmd.Process.Pid
+	for _, child := range children(pid) {
+		_ = syscall.Kill(-child, syscall.SIGKILL)
+		_ = syscall.Kill(child, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	<-e.exited
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, ent := range entries {
+		child, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) >= 2 && f[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
 }
 
 // The emulator's own log lines ("01 Dec 2026 07:50:29,661 [INFO] (rapid) ...") and the
