@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/localgw"
 )
 
@@ -49,14 +48,11 @@ const startupTimeout = 30 * time.Second
 // startEnvironment runs rie with bootstrap and exactly env (the emulator hands its own
 // environment to the function) and returns once its invoke endpoint listens.
 func startEnvironment(ctx context.Context, rie, bootstrap, fn string, id int, env []string, log *slog.Logger) (*environment, error) {
-	port, err := dynamolocal.FreePort()
+	ps, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	apiPort, err := dynamolocal.FreePort()
-	if err != nil {
-		return nil, err
-	}
+	port, apiPort := ps[0], ps[1]
 	cmd := exec.Command(rie,
 		"--runtime-interface-emulator-address", fmt.Sprintf("127.0.0.1:%d", port),
 		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", apiPort),
@@ -122,6 +118,50 @@ func (e *environment) waitListening(ctx context.Context, port int) error {
 			return fmt.Errorf("%w: %s environment %d not listening after %v", ErrEnvironment, e.fn, e.id, startupTimeout)
 		}
 	}
+}
+
+// handedOut holds the ports freePorts returned lately: between the check that a port
+// is free and the emulator's bind, another start in this process must not take it.
+var handedOut = struct {
+	sync.Mutex
+	at map[int]time.Time
+}{at: map[int]time.Time{}}
+
+// portQuarantine is how long a handed-out port is not handed out again.
+const portQuarantine = time.Minute
+
+// freePorts returns n distinct TCP ports free on 127.0.0.1 and not handed out lately.
+func freePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for p, at := range handedOut.at {
+		if time.Since(at) > portQuarantine {
+			delete(handedOut.at, p)
+		}
+	}
+	var out []int
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for len(out) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, l)
+		p := l.Addr().(*net.TCPAddr).Port
+		if _, recent := handedOut.at[p]; recent {
+			continue
+		}
+		out = append(out, p)
+	}
+	for _, p := range out {
+		handedOut.at[p] = time.Now()
+	}
+	return out, nil
 }
 
 // kill ends the emulator and the bootstrap and waits for both. The emulator starts the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -35,6 +36,9 @@ type ColdStart struct {
 }
 
 const maxWarm = 10000
+
+// startTries is how many times an environment that exits at start is started.
+const startTries = 3
 
 // pool is one function's execution environments, a lambda.Handler.
 type pool struct {
@@ -179,6 +183,10 @@ func (p *pool) acquire(ctx context.Context) (*environment, time.Time, error) {
 			p.mu.Unlock()
 			started := time.Now()
 			e, err := startEnvironment(ctx, p.rie, p.bootstrap, p.fn.Name, id, p.env, p.log)
+			for try := 1; errors.Is(err, ErrEnvironment) && try < startTries; try++ {
+				// Another process took a port between our check and the emulator's bind.
+				e, err = startEnvironment(ctx, p.rie, p.bootstrap, p.fn.Name, id, p.env, p.log)
+			}
 			p.mu.Lock()
 			p.starting--
 			if err == nil && p.closed {
