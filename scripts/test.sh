@@ -28,3 +28,10 @@ export TERRET_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
 echo "test: DynamoDB Local at $TERRET_TEST_DYNAMODB_ENDPOINT"
 
 go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
+
+# The protocol and runtime tests once more with every function as its built bootstrap
+# under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
+# both stream consumers into deliver, the runner, and a runner killed mid-invocation.
+TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 6m \
+  -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestEmulator.*)$' \
+  ./internal/devstack
