@@ -264,6 +264,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"token", "create"}, 2, "--agent is required"},
 		{[]string{"token", "create", "--agent", "bad id"}, 2, "invalid agent id"},
 		{[]string{"dev", "--replay-limit", "0"}, 2, "--replay-limit must be positive"},
+		{[]string{"dev", "--lambda-emulator", "--lambda-concurrency", "0"}, 2, "--lambda-concurrency must be positive"},
 		{[]string{"dev", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"usage"}, 2, "--agent is required"},
 	}

@@ -256,7 +256,8 @@ type probeResult struct {
 // environments are reused warm.
 func TestPoolGrowsToItsLimit(t *testing.T) {
 	t.Parallel()
-	em := startProbe(t, emulator.Function{}, 2)
+	con := &console{}
+	em := startProbe(t, emulator.Function{}, 2, con)
 	h := em.Handler("probe")
 	b := newBarrier(t)
 	held, _ := json.Marshal(map[string]any{"wait": b.srv.URL})
@@ -285,6 +286,16 @@ func TestPoolGrowsToItsLimit(t *testing.T) {
 	st := em.Stats()["probe"]
 	if len(distinct) != 2 || st.Peak != 2 || len(st.ColdStarts) != 2 || len(st.Warm) != 1 || st.Invocations != 3 {
 		t.Fatalf("%d environments served 3 invocations (peak %d, %d cold, %d warm); want 2, 2 cold and 1 warm", len(distinct), st.Peak, len(st.ColdStarts), len(st.Warm))
+	}
+	// One console line per cold start, with its init time.
+	lines := strings.Split(strings.TrimSpace(con.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("console:\n%s\nwant one line per cold start (2)", con)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "lambda emulator: cold start probe environment ") || !strings.Contains(l, ": init ") || !strings.HasSuffix(l, ", ok") {
+			t.Errorf("console line %q, want a cold start of probe with its init time", l)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,8 +96,27 @@ func probeDir(t *testing.T) string {
 	return dir
 }
 
-// startProbe runs the probe function under the emulator with fn's settings.
-func startProbe(t *testing.T, fn emulator.Function, maxEnvs int) *emulator.Emulator {
+// console is an emulator's Console, safe for concurrent writes.
+type console struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (c *console) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.Write(p)
+}
+
+func (c *console) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.String()
+}
+
+// startProbe runs the probe function under the emulator with fn's settings; its cold
+// start lines go to con, if given.
+func startProbe(t *testing.T, fn emulator.Function, maxEnvs int, con ...*console) *emulator.Emulator {
 	t.Helper()
 	fn.Name = "probe"
 	if fn.FunctionName == "" {
@@ -111,10 +131,14 @@ func startProbe(t *testing.T, fn emulator.Function, maxEnvs int) *emulator.Emula
 	if fn.Async == (emulator.AsyncConfig{}) {
 		fn.Async = emulator.DefaultAsync
 	}
-	em, err := emulator.Start(emulator.Options{
+	o := emulator.Options{
 		Root: repoRoot(t), RIE: rie(t), BuildDir: probeDir(t), MaxEnvironments: maxEnvs,
 		Logger: slog.New(slog.DiscardHandler),
-	}, []emulator.Function{fn})
+	}
+	if len(con) > 0 {
+		o.Console = con[0]
+	}
+	em, err := emulator.Start(o, []emulator.Function{fn})
 	if err != nil {
 		t.Fatal(err)
 	}
