@@ -408,3 +408,14 @@ func TestInitFailureNamesTheReason(t *testing.T) {
 		t.Fatalf("error %v, want ErrInit with the bootstrap's message", err)
 	}
 }
+
+// TestExitOnFirstInvocationIsNoInitFailure: a runtime that passed init and exits during
+// its first invocation is a runtime failure, not an init failure.
+func TestExitOnFirstInvocationIsNoInitFailure(t *testing.T) {
+	t.Parallel()
+	em := startProbe(t, emulator.Function{}, 1)
+	_, err := em.Handler("probe").Invoke(context.Background(), []byte(`{"exit":true}`))
+	if !errors.Is(err, emulator.ErrEnvironment) || errors.Is(err, emulator.ErrInit) {
+		t.Fatalf("error %v, want ErrEnvironment and not ErrInit", err)
+	}
+}

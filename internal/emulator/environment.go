@@ -38,6 +38,8 @@ type environment struct {
 	mu       sync.Mutex
 	initDur  time.Duration // the emulator's INIT REPORT
 	initErr  string        // the emulator's "Init failed" reason
+	initOK   bool          // the emulator's first INIT RTDONE said success
+	initSeen bool          // an INIT RTDONE was read
 	lines    []string      // the function's last lines of plain output (init errors land here)
 	invoked  bool          // an invocation has run: the next one is warm
 }
@@ -211,6 +213,7 @@ func children(pid int) []int {
 var (
 	rapidLine  = regexp.MustCompile(`^\d\d \w{3} \d{4} [\d:,]+ \[(\w+)\] \(rapid\) (.*)$`)
 	initReport = regexp.MustCompile(`^INIT REPORT\(durationMs: ([\d.]+)\)`)
+	initDone   = regexp.MustCompile(`^INIT RTDONE\(status: (\w+)\)`)
 	initFailed = regexp.MustCompile(`^Init failed error=(.*?)(?: InvokeID=.*)?$`)
 	invokeLine = regexp.MustCompile(`^(START|END|REPORT) RequestId: `)
 )
@@ -231,7 +234,13 @@ func (e *environment) readOutput(r io.ReadCloser) {
 		line := sc.Text()
 		if m := rapidLine.FindStringSubmatch(line); m != nil {
 			msg := m[2]
-			if ir := initReport.FindStringSubmatch(msg); ir != nil {
+			if d := initDone.FindStringSubmatch(msg); d != nil {
+				e.mu.Lock()
+				if !e.initSeen {
+					e.initSeen, e.initOK = true, d[1] == "success"
+				}
+				e.mu.Unlock()
+			} else if ir := initReport.FindStringSubmatch(msg); ir != nil {
 				ms, _ := strconv.ParseFloat(ir[1], 64)
 				e.mu.Lock()
 				e.initDur = time.Duration(ms * float64(time.Millisecond))
@@ -294,6 +303,14 @@ func (e *environment) forwardJSON(line string) bool {
 	return true
 }
 
+// initSucceeded reports whether the init phase ended in success (the runtime then
+// exited during the invocation instead).
+func (e *environment) initSucceeded() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.initOK
+}
+
 func (e *environment) lastLines() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -346,7 +363,7 @@ func (e *environment) invoke(ctx context.Context, requestID string, payload []by
 	case err != nil:
 		res.err = fmt.Errorf("%w: %s environment %d: %v: %w", ErrEnvironment, e.fn, e.id, err,
 			&localgw.FunctionError{Type: "Runtime.ExitError", Message: fmt.Sprintf("RequestId: %s Error: Runtime exited without providing a reason", requestID)})
-	case resp.StatusCode == http.StatusBadGateway && cold:
+	case resp.StatusCode == http.StatusBadGateway && cold && !e.initSucceeded():
 		e.mu.Lock()
 		reason := e.initErr
 		e.mu.Unlock()
