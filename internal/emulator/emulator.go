@@ -177,15 +177,6 @@ func (em *Emulator) Handler(name string) lambda.Handler {
 	return p
 }
 
-// Function returns the resolved function named name.
-func (em *Emulator) Function(name string) (Function, bool) {
-	p, ok := em.pools[name]
-	if !ok {
-		return Function{}, false
-	}
-	return p.fn, true
-}
-
 // Kill ends one execution environment of function name that is running an invocation,
 // as a crash of its host would: the invocation fails (an asynchronous one is retried)
 // and the pool replaces the environment. It reports whether one was running. It is a
