@@ -96,6 +96,9 @@ func (p *pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		p.settle(reqID, attempt, err)
 		return nil, err
 	}
+	if !e.invoked {
+		go p.announce(e, started)
+	}
 	res := e.invoke(ctx, reqID, payload, p.fn.Timeout)
 	elapsed := time.Since(started)
 	p.release(e, res.healthy)
@@ -251,20 +254,35 @@ func (p *pool) record(e *environment, res outcome, elapsed time.Duration) {
 			p.stats.Warm = p.stats.Warm[1:]
 		}
 	}
-	running := len(p.busy) + len(p.idle)
 	p.mu.Unlock()
-	if !res.cold {
+	if res.cold {
+		p.log.Info("cold start", "function", p.fn.Name, "environment", e.id, "init_ms", ms(res.initDur), "first_invocation_ms", ms(elapsed), "ok", res.err == nil)
+	}
+}
+
+// announce writes a new environment's cold start line on the console once its init
+// phase has ended (a runner's first invocation may last minutes after it).
+func (p *pool) announce(e *environment, started time.Time) {
+	if p.console == nil {
 		return
 	}
-	status := "ok"
-	if res.err != nil {
-		status = "failed: " + res.err.Error()
+	<-e.inited
+	ready := time.Since(started)
+	e.mu.Lock()
+	initDur, ok, failure := e.initDur, e.initOK, e.initErr
+	e.mu.Unlock()
+	p.mu.Lock()
+	running := len(p.busy) + len(p.idle)
+	p.mu.Unlock()
+	status := fmt.Sprintf("ready %s after the process started", ready.Round(100*time.Microsecond))
+	if !ok {
+		status = "init failed"
+		if failure != "" {
+			status += ": " + failure
+		}
 	}
-	p.log.Info("cold start", "function", p.fn.Name, "environment", e.id, "init_ms", ms(res.initDur), "first_invocation_ms", ms(elapsed), "ok", res.err == nil)
-	if p.console != nil {
-		fmt.Fprintf(p.console, "lambda emulator: cold start %s environment %d (%d of at most %d): init %s, first invocation %s, %s\n",
-			p.fn.Name, e.id, running, p.max, res.initDur.Round(100*time.Microsecond), elapsed.Round(100*time.Microsecond), status)
-	}
+	fmt.Fprintf(p.console, "lambda emulator: cold start %s environment %d (%d of at most %d): init %s, %s\n",
+		p.fn.Name, e.id, running, p.max, initDur.Round(100*time.Microsecond), status)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
