@@ -49,6 +49,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	readyFile := fs.String("ready-file", "", "once ready, write JSON {ws_url, dynamodb_endpoint, region} to this path")
 	logLevel := fs.String("log-level", "warn", "log level of the service's JSON logs on stderr (debug, info, warn, error)")
 	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
+	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -66,6 +67,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *ping <= 0 {
 		return fmt.Errorf("%w: --ping-interval must be positive", errUsage)
 	}
+	if *profileFile == "" {
+		if _, err := os.Stat(defaultProfileFile); err == nil {
+			*profileFile = defaultProfileFile
+		}
+	}
 	// The page's "Dev token" button mints tokens in the stack's own table, known once it is up.
 	var devTokens atomic.Pointer[auth.Store]
 	pages := webui.Handler(webui.Options{DevToken: func(ctx context.Context, agentID string) (string, error) {
@@ -78,7 +84,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
-		Pages: pages,
+		Pages: pages, Profile: *profileFile,
 	})
 	if err != nil {
 		return err
@@ -101,11 +107,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
 	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
+	if *profileFile != "" {
+		fmt.Fprintf(stdout, "terret dev: profile %s (edits apply from the next turn)\n", *profileFile)
+	}
 	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "terret dev: stopping")
 	return nil
 }
+
+// defaultProfileFile is the profile `terret dev` serves without --profile, when the
+// working directory has it.
+const defaultProfileFile = "terret.json"
 
 func writeAtomic(path string, b []byte) error {
 	tmp := path + ".tmp"
