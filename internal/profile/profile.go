@@ -329,10 +329,11 @@ func parseProviders(ctx context.Context, pe *tools.ProfileError, p tools.Profile
 		if resolve {
 			switch {
 			case pr.keyEnv != "":
-				v, ok := "", false
-				if env.LookupEnv != nil {
-					v, ok = env.LookupEnv(pr.keyEnv)
+				if env.LookupEnv == nil {
+					pe.Add(path+".api_key_env", "no environment is read where this profile runs: on AWS name the key with api_key_secret")
+					continue
 				}
+				v, ok := env.LookupEnv(pr.keyEnv)
 				if !ok || strings.TrimSpace(v) == "" {
 					pe.Add(path+".api_key_env", "environment variable %s is not set (locally it may also be in .env in the working directory)", pr.keyEnv)
 					continue
