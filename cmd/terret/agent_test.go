@@ -626,4 +626,3 @@ func testAgentCommands(t *testing.T, p *ownDev, model *fakeOpenAI) {
 		t.Errorf("after delete own1 sent system %q model %q, want the default's", req.system(), req.Body.Model)
 	}
 }
-
