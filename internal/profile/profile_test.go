@@ -59,7 +59,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, profile, want string
-		env               func(*profile.Env)
+		env                 func(*profile.Env)
 	}{
 		{"unknown provider kind", `{"providers": {"p": {"kind": "anthropic"}}}`, `providers.p.kind: unknown provider kind "anthropic" (openai, bedrock)`, nil},
 		{"provider without kind", `{"providers": {"p": {"base_url": "http://x/v1"}}}`, `providers.p.kind: required`, nil},
