@@ -41,6 +41,3 @@ func LookupKey(name string, dotenv bool) (string, bool) {
 	}
 	return "", false
 }
-
-// OnLambda reports whether this process runs in AWS Lambda.
-func OnLambda() bool { return os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" }
