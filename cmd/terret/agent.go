@@ -83,9 +83,14 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		// Checked before the store is even opened: nothing is written for a bad file.
 		var err error
-		if stored, err = checkAgentProfile(ctx, *file, *base, *sf.region != "" || *sf.table != ""); err != nil {
+		if stored, err = checkAgentProfile(ctx, *file, *base, *sf.region != "" || (*sf.table != "" && *sf.endpoint == "")); err != nil {
 			return err
 		}
+	}
+	if *sf.region != "" && *sf.table == "" && *sf.agentsTable != "" {
+		// Profiles live in the agents table alone; the connections table the shared
+		// store flags ask for against AWS is not used here.
+		*sf.table = "-"
 	}
 	st, err := sf.open(ctx, env)
 	if err != nil {
