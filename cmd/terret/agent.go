@@ -184,6 +184,15 @@ func checkAgentProfile(ctx context.Context, file, base string, deployed bool) (s
 	return out.String(), nil
 }
 
+// profileError is err, or, if it is a profile's problems, problems(file, err).
+func profileError(file string, err error) error {
+	var pe *tools.ProfileError
+	if errors.As(err, &pe) {
+		return problems(file, err)
+	}
+	return err
+}
+
 // problems formats a profile error as FILE: PATH: PROBLEM, one line each.
 func problems(file string, err error) error {
 	var pe *tools.ProfileError

@@ -626,3 +626,35 @@ func testAgentCommands(t *testing.T, p *ownDev, model *fakeOpenAI) {
 		t.Errorf("after delete own1 sent system %q model %q, want the default's", req.system(), req.Body.Model)
 	}
 }
+
+// TestDevRefusesBadProfile: `terret dev --profile FILE` with a profile that does not
+// pass exits 1, naming the file and the JSON path of each problem, without quoting
+// the key written in it.
+func TestDevRefusesBadProfile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "agent.json"), `{"models": {"main": "openai/gpt-4o-mini"},
+	  "providers": {"acme": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "api_key": "sk-WRITTEN-IN-FILE"}},
+	  "tools": [{"name": "x", "kind": "weird"}]}`)
+	cmd := exec.Command(terretBin(t), "dev", "--addr", "127.0.0.1:0", "--profile", "agent.json",
+		"--dynamodb-endpoint", dynamotest.Endpoint(t), "--table-prefix", dynamotest.UniqueName("bad")+"-")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TERRET_STATE_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("terret dev with a bad profile: %v, want exit 1\n%s", err, out)
+	}
+	for _, want := range []string{
+		`agent.json: providers.acme.api_key: a key is never written in a profile`,
+		`agent.json: models.main: no provider "openai" is configured (configured: acme, bedrock, scripted)`,
+		`agent.json: tools[0].kind: unknown tool kind "weird"`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(string(out), "sk-WRITTEN-IN-FILE") {
+		t.Errorf("the key written in the file was printed:\n%s", out)
+	}
+}

@@ -87,7 +87,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Pages: pages, Profile: *profileFile,
 	})
 	if err != nil {
-		return err
+		return profileError(*profileFile, err)
 	}
 	defer st.Close()
 	devTokens.Store(auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]))
