@@ -395,7 +395,25 @@ func TestOwnAgent(t *testing.T) {
 	base := model.srv.URL + "/v1"
 	writeFile(t, filepath.Join(dir, "terret.json"), profileJSON("You are the support agent of ACME.", base, mcpBin))
 	writeFile(t, filepath.Join(dir, ".env"), "# local keys\nLOCAL_KEY=\""+localKey+"\"\n")
-	p := startOwnDev(t, dir, []string{"ACME_KEY=" + acmeKey})
+	// Bedrock gets the user's own AWS credentials (here from the environment), pointed
+	// at a server of the test's that records who signed the request.
+	var bedrockAuth struct {
+		sync.Mutex
+		v []string
+	}
+	bedrockSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bedrockAuth.Lock()
+		bedrockAuth.v = append(bedrockAuth.v, r.Header.Get("Authorization"))
+		bedrockAuth.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Amzn-ErrorType", "ValidationException")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"message":"The provided model identifier is invalid."}`)
+	}))
+	defer bedrockSrv.Close()
+	p := startOwnDev(t, dir, []string{"ACME_KEY=" + acmeKey,
+		"AWS_ACCESS_KEY_ID=AKIATERRETUSER", "AWS_SECRET_ACCESS_KEY=user-secret", "AWS_REGION=us-east-1",
+		"AWS_ENDPOINT_URL_BEDROCK_RUNTIME=" + bedrockSrv.URL, "AWS_MAX_ATTEMPTS=1"})
 	if !strings.Contains(p.stdout.String(), "terret dev: profile terret.json") {
 		t.Fatalf("banner does not name the profile:\n%s", p.stdout)
 	}
@@ -499,6 +517,24 @@ func TestOwnAgent(t *testing.T) {
 	a.turn(`{"script":[{"fail":"model exploded"}]}`)
 	if s := p.stderr.String(); !strings.Contains(s, `"msg":"turn failed"`) || !strings.Contains(s, "model exploded") {
 		t.Errorf("failed turn not on the console:\n%s", s)
+	}
+
+	// A Bedrock turn is signed with the user's credentials, not DynamoDB Local's; its
+	// failure is on the console.
+	if f := a.setModel("main", "bedrock/no.such-model"); f != "" {
+		t.Fatalf("set_model bedrock: %s", f)
+	}
+	if end := lastEnd(t, a.turn("bedrock?")); end.Payload.Status != "failed" || !strings.Contains(end.Payload.Reason, "model identifier is invalid") {
+		t.Errorf("bedrock turn ended %+v, want failed with the server's message", end.Payload)
+	}
+	bedrockAuth.Lock()
+	auths := strings.Join(bedrockAuth.v, "\n")
+	bedrockAuth.Unlock()
+	if !strings.Contains(auths, "Credential=AKIATERRETUSER/") || strings.Contains(auths, "Credential=local/") {
+		t.Errorf("Bedrock requests signed with %q, want the user's AKIATERRETUSER", auths)
+	}
+	if s := p.stderr.String(); !strings.Contains(s, "model identifier is invalid") {
+		t.Errorf("the failed Bedrock turn is not on the console:\n%s", s)
 	}
 
 	// 7. terret agent put/get/list/delete.
