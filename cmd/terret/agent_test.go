@@ -217,11 +217,20 @@ func (a *agentConn) send(frame string) {
 	}
 }
 
+// frameWait bounds the wait for one frame: a turn's next event, on a loaded machine.
+const frameWait = 60 * time.Second
+
 // until reads frames until one satisfies ok, and returns it.
 func (a *agentConn) until(ok func(string) bool) string {
 	a.t.Helper()
 	for {
-		f := readFrame(a.t, a.c)
+		ctx, cancel := context.WithTimeout(context.Background(), frameWait)
+		_, b, err := a.c.Read(ctx)
+		cancel()
+		if err != nil {
+			a.t.Fatalf("%s: read: %v", a.id, err)
+		}
+		f := string(b)
 		a.frames = append(a.frames, f)
 		if strings.Contains(f, `"type":"turn/end"`) {
 			a.ends++
