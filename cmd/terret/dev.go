@@ -52,6 +52,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
+	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -69,6 +70,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *ping <= 0 {
 		return fmt.Errorf("%w: --ping-interval must be positive", errUsage)
 	}
+	if *profileFile == "" {
+		if _, err := os.Stat(defaultProfileFile); err == nil {
+			*profileFile = defaultProfileFile
+		}
+	}
 	// The page's "Dev token" button mints tokens in the stack's own table, known once it is up.
 	var devTokens atomic.Pointer[auth.Store]
 	pages := webui.Handler(webui.Options{DevToken: func(ctx context.Context, agentID string) (string, error) {
@@ -82,9 +88,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
+		Profile: *profileFile,
 	})
 	if err != nil {
-		return err
+		return profileError(*profileFile, err)
 	}
 	defer st.Close()
 	devTokens.Store(auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]))
@@ -104,6 +111,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
 	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
+	if *profileFile != "" {
+		fmt.Fprintf(stdout, "terret dev: profile %s (edits apply from the next turn)\n", *profileFile)
+	}
 	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
 	if e := st.Emulator(); e != nil {
 		fmt.Fprintf(stdout, "terret dev: functions run as built bootstraps under aws-lambda-rie: %s\n", e)
@@ -112,6 +122,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintln(stdout, "terret dev: stopping")
 	return nil
 }
+
+// defaultProfileFile is the profile `terret dev` serves without --profile, when the
+// working directory has it.
+const defaultProfileFile = "terret.json"
 
 func writeAtomic(path string, b []byte) error {
 	tmp := path + ".tmp"

@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runChat(ctx, args[1:], stdout, stderr)
 	case "tail":
 		err = runTail(ctx, args[1:], stdout, stderr)
+	case "agent":
+		err = runAgent(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

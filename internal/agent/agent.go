@@ -79,12 +79,16 @@ type Config struct {
 	Invoker        Invoker
 	RunnerFunction string // name or ARN of the runner function
 
-	Models      *model.Registry // nil: the scripted model only
-	Tools       *tools.Registry // nil: the builtin (demo) tools only
-	Profile     *tools.Profile  // the deployment's default profile; nil: tools.DefaultProfile()
-	MainModel   string          // spec of role main when the agent set none; "": scripted
-	TitlerModel string          // spec of role titler when the agent set none; "": scripted
-	Approvals   bool            // the approvals plugin row is mounted
+	Models  *model.Registry // nil: the scripted model only
+	Tools   *tools.Registry // nil: the builtin (demo) tools only
+	Profile *tools.Profile  // the deployment's default profile; nil: tools.DefaultProfile()
+	// Profiles, when set, replaces Profile and Models: the default profile is read
+	// from it at every model step (a profile file may have changed), and each
+	// profile's models come from its providers.
+	Profiles    Profiles
+	MainModel   string // spec of role main when the agent set none; "": scripted
+	TitlerModel string // spec of role titler when the agent set none; "": scripted
+	Approvals   bool   // the approvals plugin row is mounted
 
 	Now            func() time.Time // nil: time.Now
 	LeaseDuration  time.Duration    // a runner's lease, renewed every third of it; 0: DefaultLeaseDuration
@@ -114,6 +118,15 @@ const (
 	CrashTurnEnded    = "turn_ended"    // turn/end logged, the state item not yet updated
 	CrashAfterAcquire = "after_acquire" // the lease is taken, nothing read yet
 )
+
+// Profiles supplies the runtime's profiles; profile.Source is one.
+type Profiles interface {
+	// Default returns the deployment's default profile as of now.
+	Default() tools.Profile
+	// Models returns the models the providers of p serve (the scripted model always);
+	// an error says which provider or key could not be set up.
+	Models(p tools.Profile) (*model.Registry, error)
+}
 
 // core is what Service and Runner share.
 type core struct {
@@ -194,20 +207,49 @@ func (c *core) invoke(ctx context.Context, agentID string) error {
 	return nil
 }
 
-// modelSpec is the spec of role for an agent whose state item holds st.
-func (c *core) modelSpec(st state, role string) string {
+// modelSpec is the spec of role for an agent whose state item holds st and whose
+// profile is prof: set_model's choice, else the profile's, else the deployment's.
+func (c *core) modelSpec(st state, prof tools.Profile, role string) string {
 	switch role {
 	case RoleTitler:
-		if st.ModelTitler != "" {
-			return st.ModelTitler
-		}
-		return c.cfg.TitlerModel
+		return firstOf(st.ModelTitler, prof.Models.Titler, c.cfg.TitlerModel)
 	default:
-		if st.ModelMain != "" {
-			return st.ModelMain
-		}
-		return c.cfg.MainModel
+		return firstOf(st.ModelMain, prof.Models.Main, c.cfg.MainModel)
 	}
+}
+
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// agentProfile is the default profile with the agent's override (JSON, "" for none)
+// merged over it.
+func (c *core) agentProfile(overrideJSON string) (tools.Profile, error) {
+	prof := c.profile
+	if c.cfg.Profiles != nil {
+		prof = c.cfg.Profiles.Default()
+	}
+	if overrideJSON == "" {
+		return prof, nil
+	}
+	over, err := tools.DecodeProfile([]byte(overrideJSON))
+	if err != nil {
+		return tools.Profile{}, fmt.Errorf("the agent's stored profile: %w", err)
+	}
+	return prof.Merge(over), nil
+}
+
+// modelsOf returns the models prof's providers serve.
+func (c *core) modelsOf(prof tools.Profile) (*model.Registry, error) {
+	if c.cfg.Profiles != nil {
+		return c.cfg.Profiles.Models(prof)
+	}
+	return c.models, nil
 }
 
 // logView is a window of the log reaching back at least to the open turn's

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -352,15 +353,16 @@ func (inv *invocation) oldestWake() *inboxItem {
 
 // toolset is the agent's profile and its built tools.
 func (inv *invocation) toolset() (tools.Profile, *tools.Set, error) {
-	prof := inv.c.profile
-	if inv.profileJSON != "" {
-		over, err := tools.DecodeProfile([]byte(inv.profileJSON))
-		if err != nil {
-			return tools.Profile{}, nil, err
-		}
-		prof = prof.Merge(over)
+	prof, err := inv.c.agentProfile(inv.profileJSON)
+	if err != nil {
+		return tools.Profile{}, nil, err
 	}
-	set, err := inv.r.set(inv.profileJSON, prof)
+	// Keyed by the tools themselves: an edited default profile builds a new set.
+	key, err := json.Marshal(prof.Tools)
+	if err != nil {
+		return tools.Profile{}, nil, err
+	}
+	set, err := inv.r.set(string(key), prof)
 	if err != nil {
 		return tools.Profile{}, nil, err
 	}

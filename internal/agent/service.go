@@ -3,8 +3,12 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/terret/terret-ws/internal/model"
+	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -98,7 +102,10 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 
 // SetModel points role (RoleMain or RoleTitler) at spec, stored on the agent's state
 // item; the runner reads it at every step boundary. It returns ErrBadSpec for an
-// unknown role or a spec no registered provider resolves.
+// unknown role or a spec the agent's profile cannot run, wrapping a
+// *protocol.BadFrameError whose message says which was wrong and why (for example
+// `set_model: spec "openai/gpt-4o-mini": no provider "openai" is configured
+// (configured: bedrock, scripted)`).
 func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) error {
 	var attr string
 	switch role {
@@ -107,12 +114,33 @@ func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) erro
 	case RoleTitler:
 		attr = "model_titler"
 	default:
-		return fmt.Errorf("%w: unknown role %q", ErrBadSpec, role)
+		return badSpec("set_model: role %q: unknown role (main, titler)", role)
 	}
-	if _, err := s.c.models.Resolve(spec); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadSpec, err)
+	st, err := s.c.store.getState(ctx, agentID, "profile")
+	if err != nil {
+		return err
+	}
+	prof, err := s.c.agentProfile(st.Profile)
+	if err != nil {
+		return badSpec("set_model: spec %q: %v", spec, err)
+	}
+	models, err := s.c.modelsOf(prof)
+	if err != nil {
+		return badSpec("set_model: spec %q: the agent's providers cannot be set up: %v", spec, err)
+	}
+	if _, err := models.Resolve(spec); err != nil {
+		if errors.Is(err, model.ErrUnknownProvider) {
+			provider, _, _ := strings.Cut(spec, "/")
+			return badSpec("set_model: spec %q: no provider %q is configured (configured: %s)", spec, provider, strings.Join(models.Names(), ", "))
+		}
+		return badSpec("set_model: spec %q: %s", spec, strings.TrimPrefix(err.Error(), model.ErrBadSpec.Error()+": "))
 	}
 	return s.c.store.setAttr(ctx, agentID, attr, spec)
+}
+
+// badSpec is ErrBadSpec with the client-facing message.
+func badSpec(format string, args ...any) error {
+	return fmt.Errorf("%w: %w", ErrBadSpec, &protocol.BadFrameError{FrameType: "set_model", Message: fmt.Sprintf(format, args...)})
 }
 
 // SetPolicy appends policy/updated with patterns and counts the stimulus, so a

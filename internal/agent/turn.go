@@ -204,14 +204,18 @@ func (inv *invocation) drain(ctx context.Context) error {
 // tool calls become tool/call events (their results are owed to the next boundary),
 // and a refusal, an empty answer or a failure ends the turn.
 func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, error) {
-	spec := inv.c.modelSpec(inv.st, RoleMain)
-	m, err := inv.c.models.Resolve(spec)
-	if err != nil {
-		return inv.endTurn(ctx, p, StatusFailed, "model "+spec+": "+err.Error(), nil)
-	}
 	prof, set, err := inv.toolset()
 	if err != nil {
 		return inv.endTurn(ctx, p, StatusFailed, err.Error(), nil)
+	}
+	spec := inv.c.modelSpec(inv.st, prof, RoleMain)
+	models, err := inv.c.modelsOf(prof)
+	if err != nil {
+		return inv.endTurn(ctx, p, StatusFailed, "model "+spec+": "+err.Error(), nil)
+	}
+	m, err := models.Resolve(spec)
+	if err != nil {
+		return inv.endTurn(ctx, p, StatusFailed, "model "+spec+": "+err.Error(), nil)
 	}
 	req := model.Request{System: prof.System, Messages: history(inv.evs)}
 	for _, d := range set.Definitions() {
@@ -498,6 +502,11 @@ func (inv *invocation) endTurn(ctx context.Context, p progress, status, reason s
 		u.WallMS = max(0, inv.c.now().Sub(p.startAt).Milliseconds())
 	}
 	reason, _ = boundText(reason, MaxReasonBytes)
+	if status == StatusFailed {
+		// The console's (and CloudWatch's) one line about a failed turn; reason is
+		// safe to log (model and tool errors carry no credentials).
+		inv.c.logger.Error("turn failed", "agent_id", inv.agent, "turn_id", p.turnID, "reason", reason)
+	}
 	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: p.turnID, Status: status, Reason: reason, Usage: &u}); err != nil {
 		return 0, err
 	}
@@ -538,7 +547,12 @@ func (inv *invocation) title(ctx context.Context) {
 		return
 	}
 	log := inv.c.logger.With("agent_id", inv.agent)
-	spec := inv.c.modelSpec(inv.st, RoleTitler)
+	prof, err := inv.c.agentProfile(inv.profileJSON)
+	if err != nil {
+		log.Warn("titler profile", "error", err.Error())
+		return
+	}
+	spec := inv.c.modelSpec(inv.st, prof, RoleTitler)
 	if spec == model.SpecScripted {
 		// The scripted titler names the session after its first message, without a
 		// model call: a script meant for the main model must not run here.
@@ -547,7 +561,12 @@ func (inv *invocation) title(ctx context.Context) {
 		}
 		return
 	}
-	m, err := inv.c.models.Resolve(spec)
+	models, err := inv.c.modelsOf(prof)
+	if err != nil {
+		log.Warn("titler model", "spec", spec, "error", err.Error())
+		return
+	}
+	m, err := models.Resolve(spec)
 	if err != nil {
 		log.Warn("titler model", "spec", spec, "error", err.Error())
 		return

@@ -45,6 +45,9 @@ type Options struct {
 	Pages                http.Handler       // served at every other GET path (the web page)
 	Logger               *slog.Logger
 	LambdaEmulator       *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
+	// Profile is the default profile's file, read again when it changes; "" serves the
+	// demo profile. Bedrock and api_key_secret use the default AWS credentials.
+	Profile string
 }
 
 // Stack is a running local service.
@@ -149,7 +152,13 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		LogLevel:             "info",
 	}
 	awsCfg := dynamolocal.Config()
-	agent, err := service.Agent(st.Config, awsCfg, logger)
+	// The user's own AWS credentials for Bedrock and secrets, never the fixed local
+	// ones DynamoDB Local takes.
+	userAWS, err := config.AWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	agent, err := service.AgentWith(st.Config, awsCfg, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -64,6 +65,18 @@ func (r *Registry) Register(name string, p Provider) error {
 	defer r.mu.Unlock()
 	r.providers[name] = p
 	return nil
+}
+
+// Names returns the provider names r resolves, with "scripted", sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	out := []string{SpecScripted}
+	for name := range r.providers {
+		out = append(out, name)
+	}
+	r.mu.RUnlock()
+	sort.Strings(out)
+	return out
 }
 
 // Resolve returns the model named by spec. Every error wraps ErrBadSpec; an unknown

@@ -3,7 +3,10 @@ package service
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,43 +15,92 @@ import (
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/delivery"
-	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/model/bedrock"
-	"github.com/terret/terret-ws/internal/model/openai"
+	"github.com/terret/terret-ws/internal/profile"
+	"github.com/terret/terret-ws/internal/secret"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/tools/lambdatool"
 	"github.com/terret/terret-ws/internal/tools/mcptool"
 )
 
-// AgentConfig builds the runtime's configuration: the deployment profile
-// (AGENT_PROFILE), the model providers it names (Bedrock always, OpenAI-compatible when
-// configured) and the tool kinds (lambda, mcp). The message and runner functions share
-// it, so set_model accepts exactly the specs the runner can run.
+// AgentOptions are what `terret dev` sets differently from the deployed functions.
+// The zero value is the functions'.
+type AgentOptions struct {
+	// ProfileFile, if set, is the default profile, read again whenever it changes
+	// (a broken edit keeps the last good profile and is logged at error level).
+	ProfileFile string
+	// ModelAWS, if set, is the AWS configuration of Bedrock and of secret fetches —
+	// the user's own credentials — instead of the one the tables are reached with.
+	ModelAWS *aws.Config
+	// Local runs the profile on this machine: api_key_env is also read from .env in
+	// the working directory, and MCP servers may be started from a command.
+	Local bool
+	// Stderr receives command MCP servers' stderr (nil: os.Stderr).
+	Stderr io.Writer
+}
+
+// AgentConfig builds the runtime's configuration as the functions do: see
+// AgentConfigWith.
 func AgentConfig(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (agent.Config, error) {
-	profile, err := tools.ParseProfile(cfg.AgentProfile)
-	if err != nil {
-		return agent.Config{}, fmt.Errorf("service: AGENT_PROFILE: %w", err)
+	return AgentConfigWith(cfg, awsCfg, logger, AgentOptions{})
+}
+
+// ProfileEnv is where profiles run with these options: keys from the environment
+// (and .env locally) or from Secrets Manager / SSM, Bedrock clients by region, the
+// tool kinds of ToolKinds. `terret agent put` checks profiles against it.
+func ProfileEnv(modelAWS aws.Config, o AgentOptions) profile.Env {
+	secrets := secret.NewFromConfig(modelAWS)
+	var mu sync.Mutex
+	clients := map[string]bedrock.API{}
+	return profile.Env{
+		LookupEnv: func(name string) (string, bool) { return config.LookupKey(name, o.Local) },
+		Secrets:   secrets,
+		Kinds:     []string{tools.KindBuiltin, lambdatool.Kind, mcptool.Kind},
+		NoCommand: !o.Local,
+		Bedrock: func(region string) bedrock.API {
+			mu.Lock()
+			defer mu.Unlock()
+			if c, ok := clients[region]; ok {
+				return c
+			}
+			c := bedrockruntime.NewFromConfig(modelAWS, func(opt *bedrockruntime.Options) {
+				if region != "" {
+					opt.Region = region
+				}
+			})
+			clients[region] = c
+			return c
+		},
 	}
-	models := model.NewRegistry()
-	bcfg, err := bedrock.ParseConfig(profile.Providers["bedrock"])
-	if err != nil {
-		return agent.Config{}, err
+}
+
+// AgentConfigWith builds the runtime's configuration: the default profile
+// (AGENT_PROFILE, or o.ProfileFile), checked where it runs — its providers' keys
+// fetched now, at cold start, and cached — and the tool kinds (lambda, mcp). The
+// message and runner functions share it, so set_model accepts exactly the specs the
+// runner can run. A profile that does not pass is an error naming its JSON paths.
+func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, o AgentOptions) (agent.Config, error) {
+	modelAWS := awsCfg
+	if o.ModelAWS != nil {
+		modelAWS = *o.ModelAWS
 	}
-	if err := models.Register("bedrock", bedrock.NewProvider(bedrockruntime.NewFromConfig(awsCfg), bcfg)); err != nil {
-		return agent.Config{}, err
-	}
-	if raw, ok := profile.Providers["openai"]; ok {
-		ocfg, err := openai.ParseConfig(raw)
-		if err != nil {
+	env := ProfileEnv(modelAWS, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var src *profile.Source
+	if o.ProfileFile != "" {
+		var err error
+		if src, err = profile.NewFileSource(ctx, o.ProfileFile, env, logger); err != nil {
 			return agent.Config{}, err
 		}
-		p, err := openai.NewProvider(nil, ocfg)
+	} else {
+		def, err := tools.ParseProfile(cfg.AgentProfile)
 		if err != nil {
-			return agent.Config{}, err
+			return agent.Config{}, fmt.Errorf("service: AGENT_PROFILE: %w", err)
 		}
-		if err := models.Register("openai", p); err != nil {
-			return agent.Config{}, err
+		if src, err = profile.NewSource(ctx, def, env, logger); err != nil {
+			return agent.Config{}, fmt.Errorf("service: AGENT_PROFILE: %w", err)
 		}
 	}
 	lam := cfg.Lambda(awsCfg)
@@ -56,11 +108,11 @@ func AgentConfig(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (age
 	if err := kinds.RegisterKind(lambdatool.Kind, lambdatool.Builder(lam)); err != nil {
 		return agent.Config{}, err
 	}
-	if err := kinds.RegisterSetKind(mcptool.Kind, func(tc tools.ToolConfig) ([]tools.Tool, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		return mcptool.Build(ctx, tc.Spec, nil)
-	}); err != nil {
+	stderr := o.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	if err := kinds.RegisterSetKind(mcptool.Kind, mcptool.Sets(mcptool.Options{Stderr: stderr}, o.Local)); err != nil {
 		return agent.Config{}, err
 	}
 	db := cfg.DynamoDB(awsCfg)
@@ -70,9 +122,8 @@ func AgentConfig(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (age
 		AgentsTable:    cfg.AgentsTable,
 		Invoker:        lam,
 		RunnerFunction: cfg.RunnerFunction,
-		Models:         models,
 		Tools:          kinds,
-		Profile:        &profile,
+		Profiles:       src,
 		MainModel:      cfg.MainModel,
 		TitlerModel:    cfg.TitlerModel,
 		Approvals:      cfg.Approvals,
@@ -89,9 +140,14 @@ type Runtime struct {
 	fast   *delivery.Notifier
 }
 
-// Agent builds the runtime.
+// Agent builds the runtime as the functions do.
 func Agent(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (*Runtime, error) {
-	acfg, err := AgentConfig(cfg, awsCfg, logger)
+	return AgentWith(cfg, awsCfg, logger, AgentOptions{})
+}
+
+// AgentWith builds the runtime with o (see AgentOptions).
+func AgentWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, o AgentOptions) (*Runtime, error) {
+	acfg, err := AgentConfigWith(cfg, awsCfg, logger, o)
 	if err != nil {
 		return nil, err
 	}

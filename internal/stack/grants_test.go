@@ -36,7 +36,8 @@ var (
 		executeAPIARN + "DELETE/@connections/*",
 		executeAPIARN + "GET/@connections/*",
 	}
-	bedrockModels = []string{
+	profileSecretActions = []string{"secretsmanager:GetSecretValue", "ssm:GetParameter"}
+	bedrockModels        = []string{
 		"arn:${AWS::Partition}:bedrock:*::foundation-model/*",
 		"arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:inference-profile/*",
 		"arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:application-inference-profile/*",
@@ -93,7 +94,7 @@ func TestGrants(t *testing.T) {
 			t.Errorf("%s: Policies must be one inline policy document, got %v", f.LogicalID, got)
 		}
 		tablesGot := map[string][]string{}
-		var invokes, manage, bedrock []string
+		var invokes, manage, bedrock, secrets []string
 		for _, g := range grants(t, f) {
 			for _, a := range g.Actions {
 				if strings.Contains(a, "*") {
@@ -119,6 +120,8 @@ func TestGrants(t *testing.T) {
 				manage = append(manage, g.Resource)
 			case kind == "bedrock:InvokeModelWithResponseStream":
 				bedrock = append(bedrock, g.Resource)
+			case equalSets(g.Actions, profileSecretActions):
+				secrets = append(secrets, g.Resource)
 			default:
 				t.Errorf("%s: unexpected grant %v on %s", f.LogicalID, g.Actions, g.Resource)
 			}
@@ -153,6 +156,11 @@ func TestGrants(t *testing.T) {
 		_, posts := env["WS_MANAGEMENT_ENDPOINT"]
 		if posts && !equalSets(manage, manageConnections) || !posts && len(manage) > 0 {
 			t.Errorf("%s: execute-api:ManageConnections on %v, want %v iff WS_MANAGEMENT_ENDPOINT is set (%v)", f.LogicalID, manage, manageConnections, posts)
+		}
+		// The functions that build the agent runtime fetch the profiles' api_key_secret
+		// keys at cold start: exactly the secrets the operator lists in ProfileSecretArns.
+		if runtime := f.LogicalID == "MessageFunction" || f.LogicalID == "RunnerFunction"; runtime && !equalSets(secrets, []string{"${ProfileSecretArns}"}) || !runtime && len(secrets) > 0 {
+			t.Errorf("%s: profile secrets readable on %v; want ${ProfileSecretArns} for the message and runner functions only", f.LogicalID, secrets)
 		}
 		if f.LogicalID == "RunnerFunction" && !equalSets(bedrock, bedrockModels) || f.LogicalID != "RunnerFunction" && len(bedrock) > 0 {
 			t.Errorf("%s: Bedrock on %v; only the runner calls models (%v)", f.LogicalID, bedrock, bedrockModels)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -23,20 +24,31 @@ const KindBuiltin = "builtin"
 // DefaultSystem is the system prompt of DefaultProfile.
 const DefaultSystem = "You are a helpful agent. Use the tools you are given when they help."
 
-// Profile is what an agent runs with: its system prompt and its tools. A deployment
-// has one default profile (AGENT_PROFILE); an agent may carry an override, merged
-// over it by Merge. Providers holds provider settings by provider name, opaque here:
-// the wiring hands each to its provider (for example bedrock.ParseConfig).
+// Profile is what an agent runs with: its system prompt, its model roles, its model
+// providers and its tools. A deployment has one default profile (AGENT_PROFILE, or
+// `terret dev --profile`); an agent may carry an override, merged over it by Merge.
+// Providers holds provider settings by provider name, opaque here: package profile
+// checks them and hands each to its provider. docs/agents.md describes the format.
 //
 //	{"system": "You are …",
+//	 "models": {"main": "acme/gpt-4o-mini", "titler": "scripted"},
+//	 "providers": {"acme": {"kind": "openai", "base_url": "…", "api_key_env": "ACME_KEY"}},
 //	 "tools": [{"name": "echo"},
 //	           {"name": "weather", "kind": "lambda", "description": "…", "schema": {…},
-//	            "concurrency": "parallel", "needs_approval": false, "spec": {…}}],
-//	 "providers": {"bedrock": {"max_tokens": 4096}}}
+//	            "concurrency": "parallel", "needs_approval": false, "spec": {…}}]}
 type Profile struct {
 	System    string                     `json:"system,omitempty"`
-	Tools     []ToolConfig               `json:"tools"` // nil in an override: keep the default's
+	Models    Models                     `json:"models,omitzero"`
 	Providers map[string]json.RawMessage `json:"providers,omitempty"`
+	Tools     []ToolConfig               `json:"tools"` // nil in an override: keep the default's
+}
+
+// Models names the model spec of each role ("scripted" or "provider/model"); an empty
+// role keeps the default's (and, below every profile, the deployment's MAIN_MODEL or
+// TITLER_MODEL).
+type Models struct {
+	Main   string `json:"main,omitempty"`
+	Titler string `json:"titler,omitempty"`
 }
 
 // ToolConfig is one tool of a profile. Kind selects the Builder (default builtin);
@@ -53,6 +65,50 @@ type ToolConfig struct {
 	Spec          json.RawMessage `json:"spec,omitempty"`
 }
 
+// Problem is one thing wrong with a profile: Path is the JSON path of the offending
+// value ("providers.acme.base_url", "tools[2].spec.command"; "" for the document).
+type Problem struct {
+	Path    string
+	Message string
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// ProfileError lists every problem found in a profile. It wraps ErrBadProfile. Its
+// text quotes paths and names, never the values of keys (a profile holds none).
+type ProfileError struct {
+	Problems []Problem
+}
+
+func (e *ProfileError) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	return ErrBadProfile.Error() + ": " + strings.Join(parts, "; ")
+}
+
+// Unwrap returns ErrBadProfile.
+func (e *ProfileError) Unwrap() error { return ErrBadProfile }
+
+// Add records a problem at path.
+func (e *ProfileError) Add(path, format string, args ...any) {
+	e.Problems = append(e.Problems, Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// Err returns e if it holds a problem, else nil.
+func (e *ProfileError) Err() error {
+	if len(e.Problems) == 0 {
+		return nil
+	}
+	return e
+}
+
 // DefaultProfile is the profile of a deployment without AGENT_PROFILE: DefaultSystem
 // and the four demo tools.
 func DefaultProfile() Profile {
@@ -65,7 +121,7 @@ func DefaultProfile() Profile {
 
 // ParseProfile reads a profile from s: "" is DefaultProfile, text starting with "{"
 // is the profile's JSON, anything else is the path of a JSON file. It returns an
-// error wrapping ErrBadProfile if the JSON does not decode or a tool has no name.
+// error wrapping ErrBadProfile as DecodeProfile does.
 func ParseProfile(s string) (Profile, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -82,33 +138,190 @@ func ParseProfile(s string) (Profile, error) {
 	return DecodeProfile(raw)
 }
 
-// DecodeProfile decodes a profile's JSON, rejecting unknown fields. It returns an
-// error wrapping ErrBadProfile if the JSON does not decode or a tool has no name.
+// DecodeProfile decodes a profile's JSON strictly: an unknown key, a value of the
+// wrong type, a tool without a name or with an invalid concurrency is a problem. It
+// returns a *ProfileError (wrapping ErrBadProfile) naming the JSON path of each.
+// What the fields refer to (tool kinds, providers, keys) is checked by package
+// profile, which knows them.
 func DecodeProfile(raw []byte) (Profile, error) {
 	var p Profile
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return Profile{}, fmt.Errorf("%w: %v", ErrBadProfile, err)
+	pe := &ProfileError{}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil || top == nil {
+		msg := "not a JSON object"
+		if err != nil {
+			msg = "not a JSON object: " + jsonText(err)
+		}
+		pe.Add("", "%s", msg)
+		return Profile{}, pe
 	}
-	for i, t := range p.Tools {
-		if t.Name == "" {
-			return Profile{}, fmt.Errorf("%w: tool %d has no name", ErrBadProfile, i)
+	for _, k := range sortedKeys(top) {
+		v := top[k]
+		switch k {
+		case "system":
+			decodeInto(pe, k, v, &p.System)
+		case "models":
+			var m map[string]json.RawMessage
+			if !decodeInto(pe, k, v, &m) {
+				continue
+			}
+			for _, role := range sortedKeys(m) {
+				switch role {
+				case "main":
+					decodeInto(pe, "models.main", m[role], &p.Models.Main)
+				case "titler":
+					decodeInto(pe, "models.titler", m[role], &p.Models.Titler)
+				default:
+					pe.Add("models."+role, "unknown model role (main, titler)")
+				}
+			}
+		case "providers":
+			var m map[string]json.RawMessage
+			if !decodeInto(pe, k, v, &m) {
+				continue
+			}
+			for _, name := range sortedKeys(m) {
+				var obj map[string]json.RawMessage
+				if decodeInto(pe, "providers."+name, m[name], &obj) {
+					if p.Providers == nil {
+						p.Providers = map[string]json.RawMessage{}
+					}
+					p.Providers[name] = m[name]
+				}
+			}
+		case "tools":
+			var list []json.RawMessage
+			if !decodeInto(pe, k, v, &list) {
+				continue
+			}
+			if list == nil && string(bytes.TrimSpace(v)) == "null" {
+				continue
+			}
+			p.Tools = make([]ToolConfig, 0, len(list))
+			for i, item := range list {
+				if t, ok := decodeTool(pe, fmt.Sprintf("tools[%d]", i), item); ok {
+					p.Tools = append(p.Tools, t)
+				}
+			}
+		default:
+			pe.Add(k, "unknown key (system, models, providers, tools)")
 		}
-		if t.Concurrency != "" && t.Concurrency != Parallel && t.Concurrency != Serial {
-			return Profile{}, fmt.Errorf("%w: tool %s: concurrency %q", ErrBadProfile, t.Name, t.Concurrency)
-		}
+	}
+	if err := pe.Err(); err != nil {
+		return Profile{}, err
 	}
 	return p, nil
 }
 
-// Merge returns p with over laid on top: over's System if not empty, over's Tools if
-// not nil (the whole list is replaced, so `"tools": []` removes every tool), and
-// over's Providers entries replacing p's of the same name.
+var toolKeys = map[string]bool{"name": true, "kind": true, "description": true, "schema": true,
+	"concurrency": true, "needs_approval": true, "spec": true}
+
+func decodeTool(pe *ProfileError, path string, raw json.RawMessage) (ToolConfig, bool) {
+	var obj map[string]json.RawMessage
+	if !decodeInto(pe, path, raw, &obj) {
+		return ToolConfig{}, false
+	}
+	n := len(pe.Problems)
+	for _, k := range sortedKeys(obj) {
+		if !toolKeys[k] {
+			pe.Add(path+"."+k, "unknown key (name, kind, description, schema, concurrency, needs_approval, spec)")
+		}
+	}
+	var t ToolConfig
+	decodeInto(pe, path+".name", obj["name"], &t.Name)
+	decodeInto(pe, path+".kind", obj["kind"], &t.Kind)
+	decodeInto(pe, path+".description", obj["description"], &t.Description)
+	decodeInto(pe, path+".concurrency", obj["concurrency"], &t.Concurrency)
+	if v, ok := obj["needs_approval"]; ok {
+		var b bool
+		if decodeInto(pe, path+".needs_approval", v, &b) {
+			t.NeedsApproval = &b
+		}
+	}
+	if v, ok := obj["schema"]; ok {
+		var m map[string]json.RawMessage
+		if decodeInto(pe, path+".schema", v, &m) {
+			t.Schema = v
+		}
+	}
+	if v, ok := obj["spec"]; ok {
+		var m map[string]json.RawMessage
+		if decodeInto(pe, path+".spec", v, &m) {
+			t.Spec = v
+		}
+	}
+	if t.Name == "" {
+		pe.Add(path+".name", "required")
+	}
+	if t.Concurrency != "" && t.Concurrency != Parallel && t.Concurrency != Serial {
+		pe.Add(path+".concurrency", "%q is not parallel or serial", t.Concurrency)
+	}
+	return t, len(pe.Problems) == n
+}
+
+// decodeInto decodes raw (absent: nothing) into v, recording a problem at path if it
+// does not fit.
+func decodeInto(pe *ProfileError, path string, raw json.RawMessage, v any) bool {
+	if raw == nil {
+		return true
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		pe.Add(path, "%s", jsonText(err))
+		return false
+	}
+	return true
+}
+
+// jsonText describes a decoding error without quoting the document.
+func jsonText(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("want %s, got JSON %s", kindName(te.Type.Kind().String()), te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, err)
+	}
+	return err.Error()
+}
+
+func kindName(k string) string {
+	switch k {
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	}
+	return k
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Merge returns p with over laid on top: over's System if not empty, over's model
+// roles that are set, over's Tools if not nil (the whole list is replaced, so
+// `"tools": []` removes every tool), and over's Providers entries replacing p's of
+// the same name.
 func (p Profile) Merge(over Profile) Profile {
 	out := p
 	if over.System != "" {
 		out.System = over.System
+	}
+	if over.Models.Main != "" {
+		out.Models.Main = over.Models.Main
+	}
+	if over.Models.Titler != "" {
+		out.Models.Titler = over.Models.Titler
 	}
 	if over.Tools != nil {
 		out.Tools = over.Tools
@@ -121,6 +334,30 @@ func (p Profile) Merge(over Profile) Profile {
 		for k, v := range over.Providers {
 			out.Providers[k] = v
 		}
+	}
+	return out
+}
+
+// Kinds returns the tool kinds r can build, sorted.
+func (r *Registry) Kinds() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.kinds)+len(r.sets))
+	for k := range r.kinds {
+		out = append(out, k)
+	}
+	for k := range r.sets {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BuiltinNames returns the names of the builtin (demo) tools.
+func BuiltinNames() []string {
+	var out []string
+	for _, t := range Demo() {
+		out = append(out, t.Definition().Name)
 	}
 	return out
 }

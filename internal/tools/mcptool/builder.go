@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -59,6 +60,8 @@ func Builder(client *http.Client) tools.Builder {
 		cfg := Config{
 			Kind:            spec.Kind,
 			URL:             spec.URL,
+			Command:         spec.Command,
+			Dir:             spec.Dir,
 			Headers:         spec.Headers,
 			TimeoutMS:       spec.TimeoutMS,
 			MaxResultBytes:  spec.MaxResultBytes,
@@ -106,4 +109,57 @@ func Builder(client *http.Client) tools.Builder {
 		}
 		return nil, fmt.Errorf("%w: %s: server has no tool %q", ErrBadConfig, redactURL(cfg.URL), remote)
 	}
+}
+
+// ErrCommandRefused is returned for a command server where the wiring runs none (in
+// Lambda, which has no such program to start).
+var ErrCommandRefused = errors.New("mcptool: command servers are not run here")
+
+// Sets returns the tools.SetBuilder of the "mcp" kind: one profile entry whose spec is
+// a Config (see the package doc) stands for all the server's tools it selects. Entries
+// with the same spec share one Server for the life of the builder, so a profile built
+// again (an edited profile file, another agent) reuses the running server and its
+// session. Connecting and listing are bounded by timeout_ms or DefaultBuildTimeout.
+// With allowCommand false a command server is refused with ErrCommandRefused.
+func Sets(o Options, allowCommand bool) tools.SetBuilder {
+	var mu sync.Mutex
+	servers := map[string]*Server{}
+	return func(tc tools.ToolConfig) ([]tools.Tool, error) {
+		cfg, err := ParseConfig(tc.Spec)
+		if err != nil {
+			return nil, err
+		}
+		if len(cfg.Command) > 0 && !allowCommand {
+			return nil, ErrCommandRefused
+		}
+		key, err := json.Marshal(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadConfig, err)
+		}
+		timeout := DefaultBuildTimeout
+		if cfg.TimeoutMS > 0 {
+			timeout = time.Duration(cfg.TimeoutMS) * time.Millisecond
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		mu.Lock()
+		srv := servers[string(key)]
+		if srv == nil {
+			if srv, err = ConnectWith(ctx, cfg, o); err != nil {
+				mu.Unlock()
+				return nil, err
+			}
+			servers[string(key)] = srv
+		}
+		mu.Unlock()
+		return srv.Tools(ctx)
+	}
+}
+
+// CheckSpec validates a server spec without connecting. It returns a *FieldError
+// (wrapping ErrBadConfig) naming the field, or an error wrapping ErrBadConfig for
+// JSON that does not decode.
+func CheckSpec(spec json.RawMessage) error {
+	_, err := ParseConfig(spec)
+	return err
 }

@@ -1,5 +1,6 @@
 // Package mcptool makes the tools of an MCP server tools of the agent. It connects to
-// the server over streamable HTTP with the official MCP Go SDK, lists the server's
+// the server over streamable HTTP (spec "url") or starts it as a local process and
+// talks to it over stdio (spec "command"), with the official MCP Go SDK, lists the server's
 // tools (one tools.Tool each: name, description, input schema), and turns a call into
 // tools/call on one session shared by all tools of that server. A session that fails
 // is dropped and the next call opens a new one; a call the server rejected because it
@@ -21,7 +22,14 @@
 //	  "max_result_bytes": 65536
 //	}
 //
-// Only url is required. prefix is prepended to every tool name the model sees;
+// or, for a local server run over stdio:
+//
+//	{"kind": "mcp", "command": ["python3", "server.py"], "dir": "/path/to/server"}
+//
+// Exactly one of url and command is required. command is the program and its
+// arguments; the process is started on first use, shared by every call, and started
+// again when it has exited (a call finding it gone runs on the new one). Its stderr
+// goes to the wiring's Stderr (the console of `terret dev`). prefix is prepended to every tool name the model sees;
 // characters model providers do not accept in tool names become "_". tools limits the
 // server's tools to those named (default: all). concurrency (default "serial") and
 // needs_approval (default false) apply to every tool unless overrides, keyed by the
@@ -50,6 +58,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
@@ -87,7 +96,9 @@ type Override struct {
 // Config declares one MCP server's tools.
 type Config struct {
 	Kind            string              `json:"kind,omitempty"`
-	URL             string              `json:"url"`
+	URL             string              `json:"url,omitempty"`
+	Command         []string            `json:"command,omitempty"`
+	Dir             string              `json:"dir,omitempty"`
 	Prefix          string              `json:"prefix,omitempty"`
 	Tools           []string            `json:"tools,omitempty"`
 	Concurrency     tools.Concurrency   `json:"concurrency,omitempty"`
@@ -106,8 +117,8 @@ func (c Config) String() string {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	return fmt.Sprintf("mcptool.Config{URL:%q Prefix:%q Tools:%q Concurrency:%q NeedsApproval:%t Headers:%q(values redacted)}",
-		redactURL(c.URL), c.Prefix, c.Tools, c.Concurrency, c.NeedsApproval, names)
+	return fmt.Sprintf("mcptool.Config{URL:%q Command:%q Prefix:%q Tools:%q Concurrency:%q NeedsApproval:%t Headers:%q(values redacted)}",
+		redactURL(c.URL), c.Command, c.Prefix, c.Tools, c.Concurrency, c.NeedsApproval, names)
 }
 
 // GoString is String.
@@ -120,6 +131,13 @@ func ParseConfig(spec json.RawMessage) (Config, error) {
 	dec := json.NewDecoder(bytes.NewReader(spec))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return Config{}, fieldErr(strings.Trim(name, `"`), "unknown key")
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return Config{}, fieldErr(te.Field, "wrong type: got JSON %s", te.Value)
+		}
 		return Config{}, fmt.Errorf("%w: %v", ErrBadConfig, err)
 	}
 	if err := c.validate(); err != nil {
@@ -134,26 +152,73 @@ func validConcurrency(c tools.Concurrency) bool {
 	return c == "" || c == tools.Serial || c == tools.Parallel
 }
 
+// FieldError is an invalid config field: Field is its JSON path inside the spec
+// ("command", "overrides.fetch.concurrency"). It wraps ErrBadConfig.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string {
+	return ErrBadConfig.Error() + ": " + e.Field + ": " + e.Message
+}
+
+// Unwrap returns ErrBadConfig.
+func (e *FieldError) Unwrap() error { return ErrBadConfig }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
 func (c Config) validate() error {
-	u, err := url.Parse(c.URL)
+	if c.Kind != "" && c.Kind != Kind {
+		return fieldErr("kind", "%q is not %q", c.Kind, Kind)
+	}
 	switch {
-	case c.Kind != "" && c.Kind != Kind:
-		return fmt.Errorf("%w: kind %q is not %q", ErrBadConfig, c.Kind, Kind)
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fmt.Errorf("%w: url must be an absolute http(s) URL", ErrBadConfig)
+	case c.URL != "" && len(c.Command) > 0:
+		return fieldErr("command", "give url (streamable HTTP) or command (stdio), not both")
+	case len(c.Command) > 0:
+		if strings.TrimSpace(c.Command[0]) == "" {
+			return fieldErr("command", "the program (first element) is empty")
+		}
+		if len(c.Headers) > 0 {
+			return fieldErr("headers", "headers apply to url servers only")
+		}
+	case c.URL == "":
+		return fieldErr("url", "required: url (streamable HTTP) or command (stdio)")
+	default:
+		u, err := url.Parse(c.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fieldErr("url", "must be an absolute http(s) URL")
+		}
+		if c.Dir != "" {
+			return fieldErr("dir", "dir applies to command servers only")
+		}
+	}
+	switch {
 	case !namePart.MatchString(c.Prefix):
-		return fmt.Errorf("%w: prefix %q must be letters, digits, _ or -", ErrBadConfig, c.Prefix)
+		return fieldErr("prefix", "%q must be letters, digits, _ or -", c.Prefix)
 	case !validConcurrency(c.Concurrency):
-		return fmt.Errorf("%w: concurrency %q is not serial or parallel", ErrBadConfig, c.Concurrency)
-	case c.TimeoutMS < 0 || c.MaxResultBytes < 0:
-		return fmt.Errorf("%w: timeout_ms and max_result_bytes must not be negative", ErrBadConfig)
+		return fieldErr("concurrency", "%q is not serial or parallel", c.Concurrency)
+	case c.TimeoutMS < 0:
+		return fieldErr("timeout_ms", "must not be negative")
+	case c.MaxResultBytes < 0:
+		return fieldErr("max_result_bytes", "must not be negative")
 	}
 	for name, o := range c.Overrides {
 		if !validConcurrency(o.Concurrency) {
-			return fmt.Errorf("%w: overrides[%s]: concurrency %q is not serial or parallel", ErrBadConfig, name, o.Concurrency)
+			return fieldErr("overrides."+name+".concurrency", "%q is not serial or parallel", o.Concurrency)
 		}
 	}
 	return nil
+}
+
+// label names the server in errors: its URL without secrets, or its program.
+func (c Config) label() string {
+	if len(c.Command) > 0 {
+		return "command " + c.Command[0]
+	}
+	return redactURL(c.URL)
 }
 
 // Build parses spec, connects to the server and returns one tool per server tool the
@@ -184,6 +249,7 @@ type Server struct {
 	cfg    Config
 	client *mcp.Client
 	http   *http.Client
+	stderr io.Writer // a command server's stderr
 
 	// connecting serializes session opening (one connect serves all waiters) while
 	// letting a waiter give up when its context ends.
@@ -195,6 +261,18 @@ type Server struct {
 // Connect validates cfg and opens a session with the server. It returns an error
 // wrapping ErrBadConfig or ErrConnect.
 func Connect(ctx context.Context, cfg Config, client *http.Client) (*Server, error) {
+	return ConnectWith(ctx, cfg, Options{HTTP: client})
+}
+
+// Options are the wiring's settings of servers.
+type Options struct {
+	HTTP   *http.Client // sends a url server's requests; nil: a client of its own
+	Stderr io.Writer    // receives a command server's stderr; nil: discarded
+}
+
+// ConnectWith is Connect with the wiring's options.
+func ConnectWith(ctx context.Context, cfg Config, o Options) (*Server, error) {
+	client := o.HTTP
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -220,6 +298,7 @@ func Connect(ctx context.Context, cfg Config, client *http.Client) (*Server, err
 		cfg:        cfg,
 		client:     mcp.NewClient(&mcp.Implementation{Name: "terret-ws", Version: "v1"}, nil),
 		http:       client,
+		stderr:     o.Stderr,
 		connecting: make(chan struct{}, 1),
 	}
 	ctx, cancel := s.bound(ctx)
@@ -240,7 +319,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	if err := sess.Close(); err != nil && !errors.Is(err, mcp.ErrSessionMissing) {
-		return fmt.Errorf("mcptool: close %s: %s", redactURL(s.cfg.URL), s.scrub(err.Error()))
+		return fmt.Errorf("mcptool: close %s: %s", s.cfg.label(), s.scrub(err.Error()))
 	}
 	return nil
 }
@@ -267,10 +346,10 @@ func (s *Server) Tools(ctx context.Context) ([]tools.Tool, error) {
 		delete(missing, t.Name)
 		name := s.cfg.Prefix + invalidNameChars.ReplaceAllString(t.Name, "_")
 		if len(name) > maxToolName {
-			return nil, fmt.Errorf("%w: %s: tool name %q longer than %d characters", ErrBadConfig, redactURL(s.cfg.URL), name, maxToolName)
+			return nil, fmt.Errorf("%w: %s: tool name %q longer than %d characters", ErrBadConfig, s.cfg.label(), name, maxToolName)
 		}
 		if prev, dup := seen[name]; dup {
-			return nil, fmt.Errorf("%w: %s: tools %q and %q both become %q", ErrBadConfig, redactURL(s.cfg.URL), prev, t.Name, name)
+			return nil, fmt.Errorf("%w: %s: tools %q and %q both become %q", ErrBadConfig, s.cfg.label(), prev, t.Name, name)
 		}
 		seen[name] = t.Name
 		conc, approval := s.cfg.Concurrency, s.cfg.NeedsApproval
@@ -294,7 +373,7 @@ func (s *Server) Tools(ctx context.Context) ([]tools.Tool, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, fmt.Errorf("%w: %s: server has no tools %q", ErrBadConfig, redactURL(s.cfg.URL), names)
+		return nil, fmt.Errorf("%w: %s: server has no tools %q", ErrBadConfig, s.cfg.label(), names)
 	}
 	return out, nil
 }
@@ -319,7 +398,7 @@ func (s *Server) list(ctx context.Context) ([]*mcp.Tool, error) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: list tools: %s", ErrConnect, redactURL(s.cfg.URL), s.errText(ctx, err))
+		return nil, fmt.Errorf("%w: %s: list tools: %s", ErrConnect, s.cfg.label(), s.errText(ctx, err))
 	}
 	return listed, nil
 }
@@ -343,7 +422,7 @@ func (s *Server) tool(name string, t *mcp.Tool, conc tools.Concurrency, approval
 	if t.InputSchema != nil {
 		schema, err := json.Marshal(t.InputSchema)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: tool %s: input schema: %v", ErrBadConfig, redactURL(s.cfg.URL), t.Name, err)
+			return nil, fmt.Errorf("%w: %s: tool %s: input schema: %v", ErrBadConfig, s.cfg.label(), t.Name, err)
 		}
 		def.Schema = schema
 	}
@@ -370,17 +449,25 @@ func (s *Server) session(ctx context.Context) (*mcp.ClientSession, error) {
 	case s.connecting <- struct{}{}:
 		defer func() { <-s.connecting }()
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, redactURL(s.cfg.URL), ctx.Err())
+		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.label(), ctx.Err())
 	}
 	if sess := s.current(); sess != nil {
 		return sess, nil // opened while this caller waited
 	}
-	transport := &mcp.StreamableClientTransport{
+	var transport mcp.Transport = &mcp.StreamableClientTransport{
 		Endpoint:   s.cfg.URL,
 		HTTPClient: s.http,
 		// Server-initiated messages are not used; a standing GET stream would only hold
 		// a connection open.
 		DisableStandaloneSSE: true,
+	}
+	if len(s.cfg.Command) > 0 {
+		// Not bound to ctx: the process serves every later call, until it exits or
+		// the session is closed (which closes its stdin, then terminates it).
+		cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
+		cmd.Dir = s.cfg.Dir
+		cmd.Stderr = s.stderr
+		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
 	}
 	var opts *mcp.ClientSessionOptions
 	if s.cfg.ProtocolVersion != "" {
@@ -407,18 +494,26 @@ func (s *Server) session(ctx context.Context) (*mcp.ClientSession, error) {
 				_ = c.sess.Close()
 			}
 		}()
-		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, redactURL(s.cfg.URL), ctx.Err())
+		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.label(), ctx.Err())
 	}
 	sess, err := c.sess, c.err
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrConnect, redactURL(s.cfg.URL), ctx.Err())
+			return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.label(), ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: %s: %s", ErrConnect, redactURL(s.cfg.URL), s.scrub(err.Error()))
+		return nil, fmt.Errorf("%w: %s: %s", ErrConnect, s.cfg.label(), s.scrub(err.Error()))
 	}
 	s.mu.Lock()
 	s.sess = sess
 	s.mu.Unlock()
+	if len(s.cfg.Command) > 0 {
+		// A process that exits ends its session: forget it, so the next call starts
+		// the server again.
+		go func() {
+			_ = sess.Wait()
+			s.drop(sess)
+		}()
+	}
 	return sess, nil
 }
 
@@ -455,7 +550,9 @@ func (s *Server) withSession(ctx context.Context, fn func(*mcp.ClientSession) er
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		if errors.Is(err, mcp.ErrSessionMissing) {
+		// ErrConnectionClosed: the call never left (the connection was already closing,
+		// a command server had exited), so it is safe to send again on a new session.
+		if errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed) {
 			s.drop(sess)
 			if attempt == 0 {
 				continue
