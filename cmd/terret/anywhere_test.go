@@ -90,7 +90,9 @@ func (d *devRun) stop(t *testing.T) {
 	}
 }
 
-func (d *devRun) url(agent string) string { return strings.Replace(d.ready.WSURL, "{agent_id}", agent, 1) }
+func (d *devRun) url(agent string) string {
+	return strings.Replace(d.ready.WSURL, "{agent_id}", agent, 1)
+}
 
 // runIn runs a terret command with TERRET_STATE_DIR=state.
 func runIn(t *testing.T, bin, state string, args ...string) (stdout, stderr string, code int) {
