@@ -278,7 +278,7 @@ func TestUsageErrors(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
 		}
-		if code != tc.code || !strings.Contains(stderr.String(), tc.msg) {
+		if code != tc.code || !strings.Contains(stderr.String(), tc.msg) || strings.Contains(stderr.String(), "usage: usage") {
 			t.Errorf("terret %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.msg)
 		}
 	}
