@@ -101,6 +101,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
 		Addr: strings.TrimPrefix(st.WebSocketURL(), "ws://"), DataDir: data}
 	b, _ := json.MarshalIndent(state, "", "  ")
+	_, _ = devstate.List(env.StateDir) // drops the records of instances that died
 	if remove, err := devstate.Write(env.StateDir, state); err != nil {
 		fmt.Fprintf(stderr, "terret dev: %v (terret token, chat and tail will not find this instance)\n", err)
 	} else {
