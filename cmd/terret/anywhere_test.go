@@ -396,3 +396,65 @@ func TestHelpAndVersion(t *testing.T) {
 		t.Fatalf("--version: exit %d, %q", code, out)
 	}
 }
+
+// TestDevResumesAfterCrash: terret dev is killed (SIGKILL) while a turn runs a tool;
+// started again on the same data, the agent's next stimulus resumes that turn (once the
+// dead runner's lease runs out) and it completes. The dead instance's record is dropped.
+func TestDevResumesAfterCrash(t *testing.T) {
+	t.Parallel()
+	dynamotest.Endpoint(t) // skip (or fail under CI) where DynamoDB Local cannot run
+	bin, state := terretBin(t), t.TempDir()
+	d := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0") // in the checkout: its DynamoDB Local
+	d.waitReady(t, 2*time.Minute)
+	out, errOut, code := runIn(t, bin, state, "token", "create", "--agent", "r1")
+	if code != 0 {
+		t.Fatalf("token create: exit %d, %s", code, errOut)
+	}
+	tok := strings.TrimSpace(out)
+	s := dialSession(t, d.url("r1"), tok)
+	s.send(`{"type":"subscribe","from_seq":0}`)
+	s.send(`{"type":"inject","text":"{\"script\":[{\"call\":[{\"tool\":\"sleep\",\"args\":{\"ms\":3000}}]},{\"say\":\"resumed\"}]}","wake":true}`)
+	start := s.until(`"type":"turn/start"`)
+	s.until(`"type":"tool/call"`)
+	if err := d.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-d.done
+
+	d2 := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0")
+	d2.waitReady(t, 2*time.Minute)
+	if recs, _ := devstate.List(state); len(recs) != 1 || recs[0].PID != d2.cmd.Process.Pid {
+		t.Fatalf("records after the restart: %+v, want only the new instance's", recs)
+	}
+	s2 := dialSession(t, d2.url("r1"), tok)
+	s2.send(`{"type":"subscribe","from_seq":0}`)
+	s2.send(`{"type":"inject","text":"are you there?","wake":true}`)
+	var turn struct {
+		Payload struct {
+			TurnID string `json:"turn_id"`
+		} `json:"payload"`
+	}
+	if err := json.Unmarshal([]byte(start), &turn); err != nil || turn.Payload.TurnID == "" {
+		t.Fatalf("turn/start %s: %v", start, err)
+	}
+	end := s2.until(`"type":"turn/end"`)
+	if !strings.Contains(end, `"turn_id":"`+turn.Payload.TurnID+`"`) || !strings.Contains(end, `"status":"completed"`) {
+		t.Fatalf("first turn/end after the restart %s, want turn %s completed", end, turn.Payload.TurnID)
+	}
+	said := ""
+	for _, ev := range s2.events {
+		if strings.Contains(ev, `"type":"assistant/chunk"`) {
+			var c struct {
+				Payload struct {
+					Text string `json:"text"`
+				} `json:"payload"`
+			}
+			_ = json.Unmarshal([]byte(ev), &c)
+			said += c.Payload.Text
+		}
+	}
+	if said != "resumed" {
+		t.Fatalf("the resumed turn said %q, want %q", said, "resumed")
+	}
+	d2.stop(t)
+}
