@@ -145,6 +145,17 @@ func (c *console) logTurns(ctx context.Context, payload []byte) {
 	}
 }
 
+// perCall is lambda.NewHandler(fn) for concurrent callers. The SDK's handler returns
+// bytes of a pooled buffer that it has already put back for the next invocation —
+// harmless in Lambda, which invokes one at a time, but a data race when the gateway
+// and the stream pollers invoke one handler at once. A handler per call has a pool of
+// its own; building one costs microseconds.
+func perCall(fn any) lambda.Handler {
+	return handlerFunc(func(ctx context.Context, payload []byte) ([]byte, error) {
+		return lambda.NewHandler(fn).Invoke(ctx, payload)
+	})
+}
+
 // handlerFunc is a lambda.Handler from a function.
 type handlerFunc func(ctx context.Context, payload []byte) ([]byte, error)
 

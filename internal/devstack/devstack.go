@@ -168,11 +168,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
-	connect.Bind(con.connect(lambda.NewHandler(sock.Connect)))
-	message.Bind(con.frame(lambda.NewHandler(sock.Message)))
-	disconnect.Bind(con.disconnect(lambda.NewHandler(sock.Disconnect)))
-	deliver.Bind(lambda.NewHandler(d.Handle))
-	runner.Bind(lambda.NewHandler(agent.HandleRunner))
+	connect.Bind(con.connect(perCall(sock.Connect)))
+	message.Bind(con.frame(perCall(sock.Message)))
+	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))
+	deliver.Bind(perCall(d.Handle))
+	runner.Bind(perCall(agent.HandleRunner))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
 	if err != nil {
