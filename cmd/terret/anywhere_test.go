@@ -74,6 +74,28 @@ func (d *devRun) waitReady(t *testing.T, within time.Duration) {
 	}
 }
 
+// waitStderr waits until stderr holds every string of want, and returns it.
+func (d *devRun) waitStderr(t *testing.T, want ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		got, missing := d.stderr.String(), ""
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stderr lacks %q after %s:\n%s", missing, wait, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (d *devRun) stop(t *testing.T) {
 	t.Helper()
@@ -258,16 +280,12 @@ func TestDevInstalledAnywhere(t *testing.T) {
 	}
 	before := s.events
 	last := before[len(before)-1]
-	console := d.stderr.String()
-	for _, want := range []string{
+	// Turn lines come from the log's stream, which may reach the console after the
+	// client (the runner's own sends): wait for them.
+	console := d.waitStderr(t,
 		"connected connection_id=", "frame agent_id=a1 ", "type=subscribe from_seq=0", "type=inject chars=11 wake=true",
 		"type=approve call_id=call_1", "turn started agent_id=a1", "status=completed", "ERROR turn failed agent_id=a1",
-		`reason="model exploded"`,
-	} {
-		if !strings.Contains(console, want) {
-			t.Errorf("console lacks %q:\n%s", want, console)
-		}
-	}
+		`reason="model exploded"`)
 	if strings.Contains(console, "hello there") {
 		t.Errorf("console shows an inject's text:\n%s", console)
 	}

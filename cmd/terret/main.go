@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		// errUsage marks the error; its own text ("usage") would only repeat the command.
 		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
-		fmt.Fprintf(stderr, "terret %s: %s\n(run 'terret %s -h' for its flags)\n", args[0], msg, args[0])
+		fmt.Fprintf(stderr, "terret %s: %s\n", args[0], msg)
 		return 2
 	default:
 		fmt.Fprintf(stderr, "terret %s: %v\n", args[0], err)

@@ -277,7 +277,7 @@ func testTailRefused(t *testing.T, e *e2e) {
 		{"no terret dev", []string{"tail", "--agent", agent}, 1,
 			"terret tail: " + errNoDevSocket.Error() + "\n"},
 		{"url without token", []string{"tail", "--agent", agent, "--url", e.url(agent)}, 2,
-			"terret tail: usage: --token is required with --url (env TERRET_TOKEN)\n"},
+			"terret tail: --token is required with --url (env TERRET_TOKEN)\n"},
 		{"url of another agent", []string{"tail", "--agent", "other", "--url", e.url(agent), "--token", "x"}, 2, ""},
 	} {
 		p := start(t, e.command(t, nil, tc.args...))
