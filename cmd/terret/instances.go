@@ -23,11 +23,11 @@ func findDev(env config.CLIEnv, addr, choose string) (devState, error) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d terret dev instances are running; choose one with %s:", len(amb.Running), choose)
 		for _, r := range amb.Running {
-			data := r.DataDir
-			if data == "" {
-				data = "in memory"
+			data := ""
+			if r.DataDir != "" {
+				data = ", data " + r.DataDir
 			}
-			fmt.Fprintf(&b, "\n  --addr %s   (%s, pid %d, data %s)", r.Addr, r.WSURL, r.PID, data)
+			fmt.Fprintf(&b, "\n  --addr %s   (%s, pid %d, DynamoDB %s%s)", r.Addr, r.WSURL, r.PID, r.DynamoDBEndpoint, data)
 		}
 		return devState{}, fmt.Errorf("%w: %s", errUsage, b.String())
 	case errors.Is(err, devstate.ErrNoMatch):
