@@ -5,9 +5,11 @@ GOFLAGS_LAMBDA := -tags lambda.norpc -trimpath -ldflags="-s -w"
 
 .PHONY: dev test deps build bench fuzz clean
 
-## dev: run the whole service locally (DynamoDB Local, tables, gateway, handlers).
+## dev: run the whole service locally (DynamoDB Local, tables, gateway, handlers), with
+## the approvals row mounted and data kept under ~/.terret/data; DEV_FLAGS adds flags
+## (make dev DEV_FLAGS=--in-memory; go run ./cmd/terret dev -h lists them).
 dev: deps
-	go run ./cmd/terret dev
+	go run ./cmd/terret dev --approvals $(DEV_FLAGS)
 
 ## test: gofmt, go vet and every test (race detector on) against DynamoDB Local.
 test:

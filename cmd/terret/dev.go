@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,29 +16,21 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
-	"github.com/terret/terret-ws/internal/service"
-	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/webui"
 )
 
 // devState is what a running `terret dev` leaves for the other commands (and what
 // --ready-file receives, with the same first three fields dev-profile.md names).
-type devState struct {
-	WSURL            string       `json:"ws_url"`
-	DynamoDBEndpoint string       `json:"dynamodb_endpoint"`
-	Region           string       `json:"region"`
-	Tables           tables.Names `json:"tables"`
-	PID              int          `json:"pid"`
-}
-
-func statePath(env config.CLIEnv) string { return filepath.Join(env.StateDir, "dev.json") }
+type devState = devstate.Record
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "terret dev [flags]")
 	addr := fs.String("addr", orStr(env.Addr, "127.0.0.1:3001"), "where the local gateway listens; port 0 picks a free one (env TERRET_ADDR)")
 	endpoint := fs.String("dynamodb-endpoint", env.DynamoDBEndpoint, "use this DynamoDB endpoint instead of starting DynamoDB Local (env TERRET_DYNAMODB_ENDPOINT)")
 	ping := fs.Duration("ping-interval", 20*time.Second, "WebSocket ping frames from the local gateway")
@@ -48,7 +39,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	queue := fs.Int("outbound-queue", config.DefaultOutboundQueue, "events a live connection may fall behind before lagged")
 	approvals := fs.Bool("approvals", false, "mount the approvals plugin row")
 	readyFile := fs.String("ready-file", "", "once ready, write JSON {ws_url, dynamodb_endpoint, region} to this path")
-	logLevel := fs.String("log-level", "warn", "log level of the service's JSON logs on stderr (debug, info, warn, error)")
+	logLevel := fs.String("log-level", "info", "console lines on stderr: info shows one per connection, frame and turn; debug adds the gateway and stream poller; warn and error only problems (a failed turn always shows)")
+	logFormat := fs.String("log-format", "text", "console line format: text, or json (the deployed functions' format)")
+	dataDir := fs.String("data-dir", filepath.Join(env.StateDir, "data"), "directory of DynamoDB Local's database, kept across restarts (one terret dev at a time)")
+	inMemory := fs.Bool("in-memory", false, "keep DynamoDB Local's data in memory: nothing survives a stop")
 	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
@@ -75,6 +69,24 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			*profileFile = defaultProfileFile
 		}
 	}
+	logger, err := consoleLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *endpoint != "" && (set["data-dir"] || set["in-memory"]) {
+		return fmt.Errorf("%w: --data-dir and --in-memory apply to the DynamoDB Local terret dev starts, not with --dynamodb-endpoint", errUsage)
+	}
+	if *inMemory && set["data-dir"] {
+		return fmt.Errorf("%w: --in-memory and --data-dir exclude each other", errUsage)
+	}
+	data := *dataDir
+	if *inMemory || *endpoint != "" {
+		data = ""
+	} else if data, err = filepath.Abs(data); err != nil {
+		return fmt.Errorf("%w: --data-dir: %v", errUsage, err)
+	}
 	// The page's "Dev token" button mints tokens in the stack's own table, known once it is up.
 	var devTokens atomic.Pointer[auth.Store]
 	pages := webui.Handler(webui.Options{DevToken: func(ctx context.Context, agentID string) (string, error) {
@@ -86,22 +98,24 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
-		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
+		Approvals: *approvals, Logger: logger, TablePrefix: *prefix,
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
 		Profile: *profileFile,
+		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "),
 	})
 	if err != nil {
-		return profileError(*profileFile, err)
+		return profileError(*profileFile, devStartError(err, *addr))
 	}
 	defer st.Close()
 	devTokens.Store(auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]))
-	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid()}
+	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
+		Addr: strings.TrimPrefix(st.WebSocketURL(), "ws://"), DataDir: data}
 	b, _ := json.MarshalIndent(state, "", "  ")
-	if err := os.MkdirAll(env.StateDir, 0o700); err == nil {
-		if err := os.WriteFile(statePath(env), b, 0o600); err != nil {
-			slog.Warn("write state file", "error", err)
-		}
-		defer os.Remove(statePath(env))
+	_, _ = devstate.List(env.StateDir) // drops the records of instances that died
+	if remove, err := devstate.Write(env.StateDir, state); err != nil {
+		fmt.Fprintf(stderr, "terret dev: %v (terret token, chat and tail will not find this instance)\n", err)
+	} else {
+		defer remove()
 	}
 	if *readyFile != "" {
 		if err := writeAtomic(*readyFile, b); err != nil {
@@ -113,6 +127,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
 	if *profileFile != "" {
 		fmt.Fprintf(stdout, "terret dev: profile %s (edits apply from the next turn)\n", *profileFile)
+	}
+	switch {
+	case data != "":
+		fmt.Fprintf(stdout, "terret dev: data kept in %s (--in-memory keeps nothing)\n", data)
+	case *endpoint == "":
+		fmt.Fprintf(stdout, "terret dev: data in memory: nothing survives a stop\n")
 	}
 	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
 	if e := st.Emulator(); e != nil {
@@ -140,4 +160,17 @@ func orStr(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// devStartError says which flag fixes a failed start, where one does.
+func devStartError(err error, addr string) error {
+	switch {
+	case errors.Is(err, devstack.ErrListen):
+		return fmt.Errorf("%w\n  pass --addr HOST:PORT to listen elsewhere (port 0 picks a free one), or stop what listens on %s", err, addr)
+	case errors.Is(err, dynamolocal.ErrDataInUse):
+		return fmt.Errorf("%w\n  another terret dev keeps its data there: pass --data-dir DIR for a separate store, or --in-memory", err)
+	case errors.Is(err, dynamolocal.ErrNoJava), errors.Is(err, dynamolocal.ErrNoNpm):
+		return fmt.Errorf("%w\n  or pass --dynamodb-endpoint URL to use a DynamoDB that is already running", err)
+	}
+	return err
 }

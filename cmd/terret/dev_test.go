@@ -19,6 +19,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamotest"
 )
 
@@ -200,8 +201,8 @@ func TestDevCommand(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("terret dev did not stop on SIGTERM")
 	}
-	if _, err := os.Stat(filepath.Join(p.stateDir, "dev.json")); !os.IsNotExist(err) {
-		t.Fatalf("state file left behind: %v", err)
+	if left, _ := filepath.Glob(filepath.Join(devstate.Dir(p.stateDir), "*.json")); len(left) != 0 {
+		t.Fatalf("state records left behind: %v", left)
 	}
 	if _, _, code := p.run(t, "token", "create", "--agent", "a1"); code == 0 {
 		t.Fatal("token create succeeded with no terret dev running")
@@ -278,7 +279,7 @@ func TestUsageErrors(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
 		}
-		if code != tc.code || !strings.Contains(stderr.String(), tc.msg) {
+		if code != tc.code || !strings.Contains(stderr.String(), tc.msg) || strings.Contains(stderr.String(), "usage: usage") {
 			t.Errorf("terret %v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr.String(), tc.code, tc.msg)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -24,7 +25,7 @@ commands:
   chat --agent ID              talk with the agent in the terminal
   tail --agent ID [--from N]   print the agent's events as JSON lines, following live
 
-Run 'terret <command> -h' for a command's flags.
+Run 'terret <command> -h' for a command's flags, 'terret --version' for the version.
 `
 
 // errUsage marks a command-line mistake: exit status 2.
@@ -58,6 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, version())
+		return 0
 	default:
 		fmt.Fprintf(stderr, "terret: unknown command %q\n\n%s", args[0], usage)
 		return 2
@@ -68,10 +72,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "terret %s: %v\n", args[0], err)
+		// errUsage marks the error; its own text ("usage") would only repeat the command.
+		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+		fmt.Fprintf(stderr, "terret %s: %s\n", args[0], msg)
 		return 2
 	default:
 		fmt.Fprintf(stderr, "terret %s: %v\n", args[0], err)
 		return 1
+	}
+}
+
+// setUsage makes fs's -h print a synopsis line before the flags.
+func setUsage(fs *flag.FlagSet, synopsis string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", synopsis)
+		fs.PrintDefaults()
 	}
 }

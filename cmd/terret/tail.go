@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/terret/terret-ws/client"
@@ -76,7 +73,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // targetFlags say which agent socket chat and tail open, and with what token.
 type targetFlags struct {
-	agent, url, token *string
+	agent, url, token, addr *string
 }
 
 func addTargetFlags(fs *flag.FlagSet, env config.CLIEnv) targetFlags {
@@ -85,6 +82,7 @@ func addTargetFlags(fs *flag.FlagSet, env config.CLIEnv) targetFlags {
 		url: fs.String("url", env.URL, "the agent's socket URL, ws(s)://HOST/agents/{agent_id}/ws or wss://API/STAGE?agent_id=ID, "+
 			"or a base to build it from: ws(s)://HOST, wss://API/STAGE (env TERRET_URL; default: the running terret dev's)"),
 		token: fs.String("token", env.Token, "bearer token (env TERRET_TOKEN; default with the running terret dev: a new token for the agent, created in its tables)"),
+		addr:  fs.String("addr", "", "the terret dev to use, by its listen address HOST:PORT (needed when several are running)"),
 	}
 }
 
@@ -99,15 +97,19 @@ var errNoDevSocket = errors.New("no running terret dev found: start `terret dev`
 // for the agent in that dev's tables: a convenience of the local profile only.
 func (f targetFlags) resolve(ctx context.Context, env config.CLIEnv) (target, error) {
 	base, token := *f.url, *f.token
-	dev := base == ""
-	if dev {
-		st, err := readDevState(env)
+	var dev devState // the terret dev whose tables mint a missing token
+	if base == "" {
+		st, err := readDevState(env, *f.addr)
 		if err != nil {
 			return target{}, err
 		}
-		base = st.WSURL
+		base, dev = st.WSURL, st
 	} else if token == "" {
-		return target{}, fmt.Errorf("%w: --token is required with --url (env TERRET_TOKEN)", errUsage)
+		st, err := findDev(env, base, "--url")
+		if err != nil {
+			return target{}, fmt.Errorf("%w: --token is required with --url (env TERRET_TOKEN)", errUsage)
+		}
+		dev = st
 	}
 	u, err := client.AgentURL(base, *f.agent)
 	if err != nil {
@@ -121,37 +123,26 @@ func (f targetFlags) resolve(ctx context.Context, env config.CLIEnv) (target, er
 		return target{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if token == "" {
-		if token, err = devToken(ctx, env, agent); err != nil {
+		if token, err = devToken(ctx, dev, agent); err != nil {
 			return target{}, fmt.Errorf("create a dev token for %s: %w", agent, err)
 		}
 	}
 	return target{agent: agent, url: u, token: token}, nil
 }
 
-// readDevState reads the running `terret dev`'s state file.
-func readDevState(env config.CLIEnv) (devState, error) {
-	b, err := os.ReadFile(statePath(env))
-	if err != nil {
+// readDevState finds the running `terret dev` (the one at addr, if given).
+func readDevState(env config.CLIEnv, addr string) (devState, error) {
+	s, err := findDev(env, addr, "--addr or --url")
+	if errors.Is(err, errNoDev) {
 		return devState{}, errNoDevSocket
 	}
-	var s devState
-	if err := json.Unmarshal(b, &s); err != nil || s.WSURL == "" {
-		return devState{}, fmt.Errorf("unreadable state file %s", statePath(env))
-	}
-	if s.PID > 0 && syscall.Kill(s.PID, 0) != nil {
-		return devState{}, errNoDevSocket
-	}
-	return s, nil
+	return s, err
 }
 
-// devToken creates a token for agent in the running `terret dev`'s tables, as
-// `terret token create` does.
-func devToken(ctx context.Context, env config.CLIEnv, agent string) (string, error) {
-	none := func() *string { s := ""; return &s }
-	st, err := storeFlags{endpoint: none(), table: none(), agentsTable: none(), region: none()}.open(ctx, env)
-	if err != nil {
-		return "", err
-	}
+// devToken creates a token for agent in the tables of dev, as `terret token create`
+// does.
+func devToken(ctx context.Context, dev devState, agent string) (string, error) {
+	st := devStore(dev)
 	return auth.New(st.db, st.connections).Create(ctx, agent)
 }
 

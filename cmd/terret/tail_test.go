@@ -24,6 +24,7 @@ import (
 	"github.com/terret/terret-ws/client"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -276,7 +277,7 @@ func testTailRefused(t *testing.T, e *e2e) {
 		{"no terret dev", []string{"tail", "--agent", agent}, 1,
 			"terret tail: " + errNoDevSocket.Error() + "\n"},
 		{"url without token", []string{"tail", "--agent", agent, "--url", e.url(agent)}, 2,
-			"terret tail: usage: --token is required with --url (env TERRET_TOKEN)\n"},
+			"terret tail: --token is required with --url (env TERRET_TOKEN)\n"},
 		{"url of another agent", []string{"tail", "--agent", "other", "--url", e.url(agent), "--token", "x"}, 2, ""},
 	} {
 		p := start(t, e.command(t, nil, tc.args...))
@@ -314,11 +315,10 @@ func testTailSuperseded(t *testing.T, e *e2e) {
 // state file and makes itself a token; TERRET_URL and TERRET_TOKEN stand for the flags.
 func testTailFindsDev(t *testing.T, e *e2e) {
 	dir := t.TempDir()
-	state, _ := json.Marshal(devState{
+	if _, err := devstate.Write(dir, devState{
 		WSURL: e.st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: e.st.DynamoDBEndpoint,
 		Region: e.st.Region, Tables: e.st.Tables, PID: os.Getpid(),
-	})
-	if err := os.WriteFile(filepath.Join(dir, "dev.json"), state, 0o600); err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	agent, agent2 := dynamotest.UniqueName("t"), dynamotest.UniqueName("t")

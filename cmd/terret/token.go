@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -22,7 +19,7 @@ import (
 // account of the default credentials (--region with --connections-table), or the running
 // `terret dev`'s state file.
 type storeFlags struct {
-	endpoint, table, agentsTable, region *string
+	endpoint, table, agentsTable, region, addr *string
 }
 
 func addStoreFlags(fs *flag.FlagSet, env config.CLIEnv) storeFlags {
@@ -31,6 +28,7 @@ func addStoreFlags(fs *flag.FlagSet, env config.CLIEnv) storeFlags {
 		table:       fs.String("connections-table", "", "connections table name (default: terret dev's; required against AWS)"),
 		agentsTable: fs.String("agents-table", "", "agents table name (default: terret dev's; required against AWS)"),
 		region:      fs.String("region", "", "AWS region of the deployed tables (with --connections-table, using the default AWS credentials)"),
+		addr:        fs.String("addr", "", "the terret dev to use, by its listen address HOST:PORT (needed when several are running)"),
 	}
 }
 
@@ -59,20 +57,34 @@ func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) 
 		}
 		return store{db: dynamodb.NewFromConfig(awsCfg), connections: *f.table, agents: *f.agentsTable}, nil
 	}
-	b, err := os.ReadFile(statePath(env))
+	addr := ""
+	if f.addr != nil {
+		addr = *f.addr
+	}
+	s, err := findDev(env, addr, "--addr")
 	if err != nil {
-		return store{}, errNoDev
+		return store{}, err
 	}
-	var s devState
-	if err := json.Unmarshal(b, &s); err != nil || s.DynamoDBEndpoint == "" {
-		return store{}, fmt.Errorf("unreadable state file %s: %v", statePath(env), err)
-	}
-	if s.PID > 0 && syscall.Kill(s.PID, 0) != nil {
-		return store{}, errNoDev
-	}
-	db := dynamodb.NewFromConfig(dynamolocal.Config(), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(s.DynamoDBEndpoint) })
-	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"]}, nil
+	return devStore(s), nil
 }
+
+// devStore is the store of a running `terret dev`.
+func devStore(s devState) store {
+	db := dynamodb.NewFromConfig(dynamolocal.Config(), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(s.DynamoDBEndpoint) })
+	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"]}
+}
+
+const tokenUsage = `usage: terret token create|rotate|revoke --agent ID [flags]
+
+  create   print a new bearer token for the agent (one line on stdout)
+  rotate   replace the agent's tokens with one new token; live connections that
+           presented an old one get unauthorized and are closed
+  revoke   the same without a new token
+
+The tokens live in the running terret dev's tables (--addr picks one when several
+run), at --dynamodb-endpoint, or in deployed tables (--region, --connections-table).
+Run 'terret token create -h' for the flags.
+`
 
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -81,12 +93,16 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sub := args[0]
 	switch sub {
 	case "create", "rotate", "revoke":
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, tokenUsage)
+		return flag.ErrHelp
 	default:
 		return fmt.Errorf("%w: unknown token subcommand %q (create, rotate, revoke)", errUsage, sub)
 	}
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret token "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "terret token "+sub+" --agent ID [flags]")
 	agentID := fs.String("agent", "", "agent id (required)")
 	sf := addStoreFlags(fs, env)
 	if err := fs.Parse(args[1:]); err != nil {

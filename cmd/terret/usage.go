@@ -18,6 +18,7 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret usage", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "terret usage --agent ID [--json] [flags]")
 	agentID := fs.String("agent", "", "agent id (required)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	sf := addStoreFlags(fs, env)

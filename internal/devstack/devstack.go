@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -48,6 +50,13 @@ type Options struct {
 	// Profile is the default profile's file, read again when it changes; "" serves the
 	// demo profile. Bedrock and api_key_secret use the default AWS credentials.
 	Profile string
+
+	// DynamoDB Local started here (no DynamoDBEndpoint): DataDir holds its database
+	// across restarts ("" keeps it in memory); InstallDir is where it is installed when
+	// no checkout has it ("" never installs); Progress gets the install's lines.
+	DataDir    string
+	InstallDir string
+	Progress   io.Writer
 }
 
 // Stack is a running local service.
@@ -66,8 +75,14 @@ type Stack struct {
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
 func (s *Stack) WebSocketURL() string { return s.gw.WebSocketURL() }
 
+// ErrListen is a listen address that cannot be bound; Start checks it before it starts
+// anything else.
+var ErrListen = errors.New("devstack: cannot listen")
+
 // Start brings the stack up and returns once it serves. Close stops everything it
-// started.
+// started. Besides the handlers' own logs it logs one line per client frame and per turn
+// start and end (a failed turn at Error), and lowers the gateway's and the stream
+// poller's Info lines to Debug.
 func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if o.Addr == "" {
 		o.Addr = "127.0.0.1:3001"
@@ -79,6 +94,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	// Bound first, so that a taken address fails in milliseconds, not after DynamoDB Local.
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w on %s: %v", ErrListen, o.Addr, err)
+	}
 	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint}
 	// A failed start closes what it started; the local copy survives the
 	// `return nil, err` that clears the named result.
@@ -86,10 +106,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	defer func() {
 		if err != nil {
 			started.Close()
+			ln.Close()
 		}
 	}()
 	if st.DynamoDBEndpoint == "" {
-		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root}); err != nil {
+		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root, DBPath: o.DataDir, InstallDir: o.InstallDir, Progress: o.Progress}); err != nil {
 			return nil, err
 		}
 		st.DynamoDBEndpoint = st.ddb.Endpoint()
@@ -117,8 +138,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	// The gateway and pollers live until Close, not until ctx (which bounds start-up).
 	life := context.WithoutCancel(ctx)
+	con := &console{log: logger}
+	quietLog := slog.New(quiet{logger.Handler()})
 	st.gw, err = localgw.Start(life, localgw.Config{
 		Addr:         o.Addr,
+		Listener:     ln,
 		PingInterval: o.PingInterval,
 		Region:       st.Region,
 		Routes:       map[string]lambda.Handler{"$connect": connect, "$default": message, "$disconnect": disconnect},
@@ -128,7 +152,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		// A client that cannot take one frame in 2 s is treated as gone: a sender blocked
 		// on it holds up the other sessions of its stream shard meanwhile.
 		WriteTimeout: 2 * time.Second,
-		Logger:       logger,
+		Logger:       quietLog,
 		Pages:        o.Pages,
 	})
 	if err != nil {
@@ -165,14 +189,15 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
-	connect.Bind(lambda.NewHandler(sock.Connect))
-	message.Bind(lambda.NewHandler(sock.Message))
-	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
-	deliver.Bind(lambda.NewHandler(d.Handle))
-	runner.Bind(lambda.NewHandler(agent.HandleRunner))
+	connect.Bind(con.connect(perCall(sock.Connect)))
+	message.Bind(con.frame(perCall(sock.Message)))
+	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))
+	deliver.Bind(perCall(d.Handle))
+	runner.Bind(perCall(agent.HandleRunner))
 	if emu != nil { // every handler rebound to its function's emulated environments
 		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner}
-		if st.emu, err = emu.start(st, handlers); err != nil {
+		wrap := map[string]func(lambda.Handler) lambda.Handler{"connect": con.connect, "message": con.frame, "disconnect": con.disconnect}
+		if st.emu, err = emu.start(st, handlers, wrap); err != nil {
 			return nil, err
 		}
 	}
@@ -182,9 +207,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.poller, err = eventsource.Start(life, db, dynamolocal.StreamsClient(st.DynamoDBEndpoint), st.Region, []eventsource.Mapping{
-		{Function: "deliver", Handler: deliver, TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
+		{Function: "deliver", Handler: con.turns(deliver), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: deliver, TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
-	}, eventsource.Options{PollInterval: o.PollInterval, Logger: logger, Faults: o.Faults})
+	}, eventsource.Options{PollInterval: o.PollInterval, Logger: quietLog, Faults: o.Faults})
 	if err != nil {
 		return nil, err
 	}

@@ -123,8 +123,9 @@ func (em *emulation) route(functions map[string]lambda.Handler, timeouts map[str
 }
 
 // start resolves the functions against the running gateway, starts the emulator's
-// pools and binds every handler to them.
-func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred) (*emulator.Emulator, error) {
+// pools and binds every handler to them, through its wrapper in wrap if it has one (the
+// console's lines).
+func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred, wrap map[string]func(lambda.Handler) lambda.Handler) (*emulator.Emulator, error) {
 	fns, err := emulator.Functions(terretws.Template, em.local(st.gw.ManagementEndpoint()))
 	if err != nil {
 		return nil, err
@@ -152,6 +153,9 @@ func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred) (*e
 		if h == nil {
 			emu.Close()
 			return nil, fmt.Errorf("devstack: lambda emulator: template.yaml has no %s function", name)
+		}
+		if w := wrap[name]; w != nil {
+			h = w(h)
 		}
 		d.Bind(h)
 	}

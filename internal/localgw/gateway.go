@@ -84,6 +84,9 @@ var (
 type Config struct {
 	// Addr is the listen address; "127.0.0.1:0" picks a free port.
 	Addr string
+	// Listener, if set, is served instead of listening on Addr (a caller that must
+	// know the address is free before starting anything else binds it first).
+	Listener net.Listener
 	// PingInterval is how often every open socket gets a WebSocket ping frame. A ping
 	// not answered within the same interval closes the socket.
 	PingInterval time.Duration
@@ -180,9 +183,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	log := cfg.Logger.With("component", "localgw")
 
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("localgw: listen %s: %w", cfg.Addr, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("localgw: listen %s: %w", cfg.Addr, err)
+		}
 	}
 	// Invocations outlive the caller's ctx on purpose: shutting down must let them
 	// finish (bounded by their deadlines) rather than cancel them mid-write.

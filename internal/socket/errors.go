@@ -28,7 +28,9 @@ func codeFor(err error) (protocol.Code, string) {
 		return protocol.CodeNotRunning, "no turn is running"
 	case errors.Is(err, agent.ErrStaleCall):
 		return protocol.CodeStaleCall, "no standing approval request for that call_id"
-	case errors.Is(err, agent.ErrUnsupported), errors.Is(err, ErrUnsupported):
+	case errors.Is(err, agent.ErrUnsupported):
+		return protocol.CodeUnsupported, "approvals are not mounted: run terret dev with --approvals, or deploy with Approvals=true"
+	case errors.Is(err, ErrUnsupported):
 		return protocol.CodeUnsupported, "this deployment does not mount the plugin this frame needs"
 	case errors.Is(err, connections.ErrNotOwner):
 		return protocol.CodeSuperseded, "a newer connection took over this agent"
