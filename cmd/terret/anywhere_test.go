@@ -331,8 +331,9 @@ func TestDevAddrTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	bin, state := terretBin(t), t.TempDir() // built before the clock starts
 	began := time.Now()
-	_, errOut, code := runIn(t, terretBin(t), t.TempDir(), "dev", "--addr", ln.Addr().String(), "--in-memory")
+	_, errOut, code := runIn(t, bin, state, "dev", "--addr", ln.Addr().String(), "--in-memory")
 	took := time.Since(began)
 	if code != 1 || !strings.Contains(errOut, "--addr") || !strings.Contains(errOut, ln.Addr().String()) {
 		t.Fatalf("terret dev on a taken port: exit %d, stderr %q; want exit 1 naming --addr and %s", code, errOut, ln.Addr())
