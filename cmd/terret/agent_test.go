@@ -514,9 +514,7 @@ func TestOwnAgent(t *testing.T) {
 	if got := model.request(t, 4).system(); got != "You are v2." {
 		t.Errorf("after a broken edit the system prompt is %q, want the last good %q", got, "You are v2.")
 	}
-	if s := p.stderr.String(); !strings.Contains(s, "profile file rejected") || !strings.Contains(s, `tools[0].kind: unknown tool kind \"weird\"`) {
-		t.Errorf("the broken edit's error is not on the console:\n%s", s)
-	}
+	p.stderr.waitFor(t, "profile file rejected", `tools[0].kind: unknown tool kind \"weird\"`)
 	writeFile(t, filepath.Join(dir, "terret.json"), profileJSON("You are v2.", base, mcpBin))
 
 	// 6. A failed turn prints its reason on the console.
@@ -524,9 +522,7 @@ func TestOwnAgent(t *testing.T) {
 		t.Fatalf("set_model scripted: %s", f)
 	}
 	a.turn(`{"script":[{"fail":"model exploded"}]}`)
-	if s := p.stderr.String(); !strings.Contains(s, `"msg":"turn failed"`) || !strings.Contains(s, "model exploded") {
-		t.Errorf("failed turn not on the console:\n%s", s)
-	}
+	p.stderr.waitFor(t, "turn failed", "model exploded")
 
 	// A Bedrock turn is signed with the user's credentials, not DynamoDB Local's; its
 	// failure is on the console.
@@ -542,9 +538,7 @@ func TestOwnAgent(t *testing.T) {
 	if !strings.Contains(auths, "Credential=AKIATERRETUSER/") || strings.Contains(auths, "Credential=local/") {
 		t.Errorf("Bedrock requests signed with %q, want the user's AKIATERRETUSER", auths)
 	}
-	if s := p.stderr.String(); !strings.Contains(s, "model identifier is invalid") {
-		t.Errorf("the failed Bedrock turn is not on the console:\n%s", s)
-	}
+	p.stderr.waitFor(t, "model identifier is invalid")
 
 	// 7. terret agent put/get/list/delete.
 	testAgentCommands(t, p, model)

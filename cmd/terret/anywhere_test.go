@@ -77,23 +77,7 @@ func (d *devRun) waitReady(t *testing.T, within time.Duration) {
 // waitStderr waits until stderr holds every string of want, and returns it.
 func (d *devRun) waitStderr(t *testing.T, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		got, missing := d.stderr.String(), ""
-		for _, w := range want {
-			if !strings.Contains(got, w) {
-				missing = w
-				break
-			}
-		}
-		if missing == "" {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stderr lacks %q after %s:\n%s", missing, wait, got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return d.stderr.waitFor(t, want...)
 }
 
 // stop sends SIGTERM and waits for a clean exit.

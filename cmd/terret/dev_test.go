@@ -66,6 +66,29 @@ type syncBuf struct {
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
+// waitFor waits until the buffer holds every string of want, and returns it: console
+// lines of turns come from the stream consumer, after the client saw the events.
+func (s *syncBuf) waitFor(t *testing.T, want ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		got, missing := s.String(), ""
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("console lacks %q after %s:\n%s", missing, wait, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func startDev(t *testing.T, args ...string) *devProc {
 	t.Helper()
 	stateDir := t.TempDir()
