@@ -100,6 +100,8 @@ export interface ClientOptions {
   onNotice?: (notice: Notice) => void;
   /** Receives every connection state change. */
   onStatus?: (status: Status) => void;
+  /** Sees every text frame sent ('out', order included) and received ('in'), for logs and debugging. */
+  onFrame?: (direction: 'in' | 'out', text: string) => void;
 }
 
 /** Thrown (as the client's error) by a client that stopped; compare with ProtocolError.is(err, 'superseded'). */
@@ -115,9 +117,12 @@ class Conn {
   private waiter: (() => void) | null = null;
   private ended = false;
 
-  constructor(readonly ws: WebSocketLike) {
+  constructor(readonly ws: WebSocketLike, private readonly tap?: (direction: 'in' | 'out', text: string) => void) {
     ws.onmessage = (m) => {
-      if (typeof m.data === 'string') this.push({ data: m.data });
+      if (typeof m.data === 'string') {
+        this.tap?.('in', m.data);
+        this.push({ data: m.data });
+      }
       else this.push({ end: new ProtocolViolationError('client: binary frame') });
     };
     ws.onclose = (c) => this.push({ end: new ConnectionError(`connection closed (code ${c.code}${c.reason ? ': ' + c.reason : ''})`, c.code) });
@@ -154,7 +159,9 @@ class Conn {
       throw new ConnectionError(`client: send ${frame.type}: not connected`);
     }
     this.order++;
-    this.ws.send(JSON.stringify({ ...frame, order: this.order }));
+    const text = JSON.stringify({ ...frame, order: this.order });
+    this.ws.send(text);
+    this.tap?.('out', text);
   }
 
   close(code = 1000, reason = ''): void {
@@ -454,7 +461,7 @@ export class TerretClient implements AsyncIterable<StreamItem> {
       if (this.opts.token) protocols.push(SUBPROTOCOL_BEARER + this.opts.token);
       ws = new WS(this.opts.url, protocols);
     }
-    const conn = new Conn(ws);
+    const conn = new Conn(ws, this.opts.onFrame);
     this.dialing = conn;
     let item: Item;
     try {

@@ -62,7 +62,12 @@ export async function startDev(flags = []) {
   let stderr = '';
   proc.stderr.on('data', (d) => (stderr += d));
   let exited = null;
-  proc.on('exit', (code) => (exited = code));
+  const reap = () => proc.kill('SIGTERM'); // a test process that dies early takes its terret dev along
+  process.on('exit', reap);
+  proc.on('exit', (code) => {
+    exited = code;
+    process.off('exit', reap);
+  });
   await until('terret dev to be ready', () => {
     if (exited !== null) throw new Error(`terret dev exited ${exited}:\n${stderr}`);
     return existsSync(ready) && readFileSync(ready, 'utf8').trim().endsWith('}');

@@ -93,7 +93,7 @@ describe('against terret dev --approvals', opts, () => {
       if (ev.type === 'turn/end') break;
     }
     await rec.waitEnds(1);
-    assert.deepEqual(seen, rec.seqs());
+    assert.deepEqual(seen, rec.seqs().slice(0, seen.length));
     assert.equal(rec.ends()[0].payload.status, 'completed');
     const tools = rec.view.items.filter((i) => i.kind === 'tool');
     assert.deepEqual(tools.map((t) => [t.name, t.status]), [['echo', 'done'], ['clock', 'done']]);
