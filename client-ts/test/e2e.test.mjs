@@ -14,7 +14,7 @@ async function open(dev, agent, extra = {}) {
   const token = extra.token ?? (await dev.token(agent));
   const rec = { events: [], notices: [], statuses: [], view: new SessionProjection() };
   const client = new TerretClient({
-    url: dev.url(agent, extra.host), token, auth: 'header', WebSocket, minBackoffMs: 20, maxBackoffMs: 200, ...extra.options,
+    url: dev.url(agent, extra.host), token, auth: 'header', WebSocket, minBackoffMs: 20, maxBackoffMs: 200, connectTimeoutMs: 60000, ...extra.options,
     onEvent: (ev) => {
       rec.events.push(ev);
       rec.view.apply(ev);
