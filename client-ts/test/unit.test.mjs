@@ -4,7 +4,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { MemoryCursor, ProtocolError, SessionProjection, StorageCursor, TerretClient, agentURL, agentIdOf, splitMessage } from '../dist/index.js';
-import { until } from './dev.mjs';
+import { until as poll } from './dev.mjs';
+
+// Everything here is in memory: a condition not reached in 5 s is a failure.
+const until = (what, check) => poll(what, check, 5000);
 
 /** FakeSocket is the client's side of one connection; the test speaks for the server. */
 class FakeSocket {
