@@ -193,9 +193,10 @@ try {
   assert.deepEqual(await page.locator('#recent .recent-agent').allTextContents(), [agent]);
   assert.equal(await page.getByLabel('Subscribe from seq', { exact: true }).inputValue(), String(last + 1));
   await connect(page, proxy.url);
-  await say(page, 'again');
-  await until('the resumed turn to end', async () => (await turnEnds(page)).length === 1);
-  assert.equal((await logSeqs(page))[0], last + 1, 'the resumed stream does not start at the stored seq + 1');
+  await page.getByLabel('Allowed tools', { exact: true }).fill('*');
+  await page.getByRole('button', { name: 'Set policy', exact: true }).click();
+  await until('the policy in force', async () => (await page.locator('#policy-now').textContent()) === '*');
+  assert.deepEqual(await logSeqs(page), [last + 1], 'the resumed stream does not start at the stored seq + 1');
 
   // A second page from seq 0 supersedes the first (which stops for good), and its replay
   // is capped at the server's replay limit: the truncation is shown.

@@ -96,8 +96,8 @@ func TestBrowserChat(t *testing.T) {
 	if d := os.Getenv("TERRET_WEBUI_SCREENSHOTS"); d != "" {
 		shots = d // kept after the test, to look at
 	}
-	// About 10 s on a quiet machine; a DynamoDB Local shared with a whole test run is slower.
-	run, stop := context.WithTimeout(context.Background(), 4*time.Minute)
+	// About 30 s on a quiet machine; a DynamoDB Local shared with a whole test run is much slower.
+	run, stop := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer stop()
 	cmd := exec.CommandContext(run, node, filepath.Join(dir, "chat.test.mjs"), pageURL)
 	cmd.Dir = dir
