@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs what the browser test of the dev web page (internal/webui) needs: Debian's
-# Chromium and ChromeDriver (/usr/bin/chromium, /usr/bin/chromedriver) and the
-# playwright-core pinned in web-tests/ (which drives that Chromium; it never downloads a
-# browser of its own). Idempotent and quick when everything is in place. Where nothing
-# can be installed (no apt-get, or neither root nor passwordless sudo) it only warns: the
-# test then skips, or fails under CI=true.
+# Installs what the JavaScript side needs: for the browser test of the dev web page
+# (internal/webui), Debian's Chromium and ChromeDriver (/usr/bin/chromium,
+# /usr/bin/chromedriver) and the playwright-core pinned in web-tests/ (which drives that
+# Chromium; it never downloads a browser of its own); for the TypeScript client, the
+# toolchain pinned in client-ts/ (typescript, esbuild, ws). Idempotent and quick when
+# everything is in place. Where nothing can be installed (no apt-get, or neither root nor
+# passwordless sudo) it only warns: the test then skips, or fails under CI=true.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,11 +32,12 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
 fi
 
 need_npm() { command -v npm >/dev/null 2>&1 || { echo "browser: npm is required (Node 20+)" >&2; exit 1; }; }
-dir=web-tests
-stamp=$dir/node_modules/.terret-installed
-if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
-  need_npm
-  echo "browser: installing playwright-core (npm ci in $dir)"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-  touch "$stamp"
-fi
+for dir in web-tests client-ts; do
+  stamp=$dir/node_modules/.terret-installed
+  if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
+    need_npm
+    echo "browser: installing $dir's pinned packages (npm ci in $dir)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    touch "$stamp"
+  fi
+done

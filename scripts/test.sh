@@ -27,6 +27,13 @@ done
 export TERRET_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
 echo "test: DynamoDB Local at $TERRET_TEST_DYNAMODB_ENDPOINT"
 
+# client-ts/ (installed by scripts/browser.sh): type check, build, then its tests — the
+# generated files current, npm pack, and end to end against one terret built here.
+bin=$(mktemp -d)
+trap 'kill $ddb 2>/dev/null || true; rm -rf "$log" "$bin"' EXIT
+go build -o "$bin/terret" ./cmd/terret
+(cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs)
+
 go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
 
 # The protocol and runtime tests once more with every function as its built bootstrap

@@ -53,8 +53,10 @@ func webTests(t *testing.T) (node, dir string) {
 }
 
 // TestBrowserChat drives the page in headless Chromium against the whole local stack:
-// dev token, connect, a streamed reply, an approval, resume from the stored seq,
-// superseded and not_running (web-tests/chat.test.mjs).
+// dev token, connect, a streamed reply with raw JSON per event, a forced reconnect (the
+// script cuts the socket in a TCP proxy), an approval, the policy and model controls,
+// resume from the stored seq and the recent agents, superseded, and a replay capped at
+// the replay limit (web-tests/chat.test.mjs).
 func TestBrowserChat(t *testing.T) {
 	t.Parallel()
 	node, dir := webTests(t)
@@ -72,7 +74,7 @@ func TestBrowserChat(t *testing.T) {
 		return s.Create(ctx, agentID)
 	}})
 	var logs bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, err := devstack.Start(ctx, devstack.Options{
 		DynamoDBEndpoint: endpoint,
@@ -80,6 +82,7 @@ func TestBrowserChat(t *testing.T) {
 		TablePrefix:      dynamotest.UniqueName("w") + "-",
 		Pages:            pages,
 		Approvals:        true,
+		ReplayLimit:      8, // small enough for the page to show a capped replay
 		Logger:           service.Logger(&syncWriter{w: &logs}, "warn"),
 	})
 	if err != nil {
@@ -93,8 +96,8 @@ func TestBrowserChat(t *testing.T) {
 	if d := os.Getenv("TERRET_WEBUI_SCREENSHOTS"); d != "" {
 		shots = d // kept after the test, to look at
 	}
-	// About 10 s on a quiet machine; a DynamoDB Local shared with a whole test run is slower.
-	run, stop := context.WithTimeout(context.Background(), 90*time.Second)
+	// About 30 s on a quiet machine; a DynamoDB Local shared with a whole test run is much slower.
+	run, stop := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer stop()
 	cmd := exec.CommandContext(run, node, filepath.Join(dir, "chat.test.mjs"), pageURL)
 	cmd.Dir = dir

@@ -1,8 +1,10 @@
 // Package webui is the web page `terret dev` serves next to the agents' sockets: pick an
 // agent, connect with a token (offered as the "terret.bearer.<token>" subprotocol,
 // since browsers cannot set Authorization on a WebSocket), chat, watch the session log
-// event by event, approve or deny parked calls and cancel turns. The page is plain
-// static files embedded in the binary; it needs no build step.
+// event by event, approve or deny parked calls and cancel turns. The page is static
+// files embedded in the binary. Its app.js is built from src/app.ts and the TypeScript
+// client (client-ts/, npm run build:page) and committed, so building the binary needs
+// no npm; a client-ts test fails when the committed bundle is stale.
 package webui
 
 import (

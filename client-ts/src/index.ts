@@ -1,0 +1,11 @@
+export * from './protocol.gen.js';
+export * from './errors.js';
+export * from './cursor.js';
+export { splitMessage } from './batch.js';
+export { agentURL, agentIdOf } from './url.js';
+export {
+  TerretClient, isEvent,
+  type ClientOptions, type ConnectionState, type Notice, type SessionEvent, type Status, type StreamItem,
+  type WebSocketConstructor, type WebSocketLike,
+} from './client.js';
+export * from './projection.js';
