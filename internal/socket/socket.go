@@ -134,11 +134,10 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		lg.Error("connect", "error", err)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 	}
-	lg.Info("unauthorized connection")
-	if err := s.conns.Reject(ctx, connID, agentID); err != nil {
-		lg.Error("record unauthorized connection", "error", err)
-		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
-	}
+	// No record of the refused socket is written: a frame it sends before the drop finds
+	// no connection record and is refused as unauthorized all the same, and $disconnect
+	// finds nothing to delete (docs/security.md, "What a refused connection costs").
+	lg.Warn("unauthorized connection")
 	if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickDrop, ConnectionID: connID, Code: protocol.CodeUnauthorized}); err != nil {
 		// Without the asynchronous drop the client would hang: refuse the handshake.
 		lg.Error("kick unauthorized drop", "error", err)
