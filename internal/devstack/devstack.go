@@ -43,6 +43,11 @@ type Options struct {
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
 	Logger               *slog.Logger
+	// TokenSweep is how often expired tokens are revoked (the deliver function's
+	// one-minute schedule on AWS); default 10 s, negative: never. TokenClock is the
+	// sweep's clock (default time.Now), for tests.
+	TokenSweep time.Duration
+	TokenClock func() time.Time
 }
 
 // Stack is a running local service.
@@ -55,6 +60,7 @@ type Stack struct {
 	gw     *localgw.Gateway
 	poller *eventsource.Poller
 	ddb    *dynamolocal.Server
+	sweep  *sweeper
 }
 
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
@@ -147,7 +153,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	connect.Bind(lambda.NewHandler(sock.Connect))
 	message.Bind(lambda.NewHandler(sock.Message))
 	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
-	deliver.Bind(lambda.NewHandler(d.Handle))
+	tokens := service.Tokens(st.Config, awsCfg)
+	if o.TokenClock != nil {
+		tokens = tokens.WithClock(o.TokenClock)
+	}
+	deliver.Bind(lambda.NewHandler(service.DeliverHandler(d, tokens, logger)))
+	st.sweep = startSweeper(life, deliver, o.TokenSweep, logger)
 	runner.Bind(lambda.NewHandler(agent.HandleRunner))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
@@ -178,6 +189,7 @@ func orInt(v, def int) int {
 // was started here.
 func (s *Stack) Close() error {
 	var errs []error
+	s.sweep.stop()
 	if s.poller != nil {
 		errs = append(errs, s.poller.Close())
 	}

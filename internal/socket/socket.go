@@ -115,6 +115,9 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 			var superseded string
 			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash))
 			if err == nil {
+				if uerr := s.tokens.Used(ctx, agentID, hash); uerr != nil {
+					lg.Warn("record token use", "error", uerr) // `terret token list` only
+				}
 				if superseded != "" {
 					lg.Info("superseding connection", "superseded_connection_id", superseded)
 					if derr := s.deliver.Drop(ctx, superseded, protocol.CodeSuperseded, "a newer connection took over this agent"); derr != nil {

@@ -25,18 +25,24 @@ var (
 	agents      = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:Query"}
 
 	// The connections table's items by pk prefix (docs/architecture.md): connections,
-	// ownership records, replay slots and token hashes. Only connect reaches the token
-	// items, and only to read the hash map; nothing deployed may write them.
+	// ownership records, replay slots, token hashes ("tokens#"), the tokens' last use
+	// ("tokuse#") and the expiry sweep's buckets ("tokexp#"). connect reads a token's
+	// hash and expiry; deliver's sweep removes expired hashes (only those attributes).
 	connsOwners      = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*"}, nil}
 	connsOwnersSlots = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "slot#*"}, nil}
-	tokenRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, []string{"pk", "hashes"}}
+	tokenAttrs       = []string{"pk", "hashes", "exp_*"}
+	tokenRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, tokenAttrs}
 	tokenCheck       = tableGrant{"ConnectionsTable", []string{"dynamodb:ConditionCheckItem"}, []string{"tokens#*"}, nil}
+	tokenUse         = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokuse#*"}, nil}
+	sweepRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, nil}
+	sweepWrite       = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokens#*"}, tokenAttrs}
+	sweepBuckets     = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, []string{"tokexp#*"}, nil}
 
 	wantTableGrants = map[string][]tableGrant{
-		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck},
+		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse},
 		"MessageFunction":    {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 		"DisconnectFunction": {connsOwners},
-		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots},
+		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets},
 		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 	}
 	// Posting frames and closing connections; reading a connection's details (GET) is
@@ -83,7 +89,7 @@ func tableGrantOf(t *testing.T, fn, table string, g grant) tableGrant {
 			switch {
 			case op == "ForAllValues:StringLike" && k == "dynamodb:LeadingKeys":
 				tg.Prefixes = v
-			case op == "ForAllValues:StringEquals" && k == "dynamodb:Attributes":
+			case op == "ForAllValues:StringLike" && k == "dynamodb:Attributes":
 				tg.Attributes = v
 			case op == "StringEqualsIfExists" && k == "dynamodb:Select" && strings.Join(v, ",") == "SPECIFIC_ATTRIBUTES":
 				// Goes with dynamodb:Attributes: a read must name its attributes.
@@ -92,7 +98,7 @@ func tableGrantOf(t *testing.T, fn, table string, g grant) tableGrant {
 			}
 		}
 	}
-	if len(tg.Attributes) > 0 && !contains(g.Condition["StringEqualsIfExists"]["dynamodb:Select"], "SPECIFIC_ATTRIBUTES") {
+	if len(tg.Attributes) > 0 && contains(g.Actions, "dynamodb:GetItem") && !contains(g.Condition["StringEqualsIfExists"]["dynamodb:Select"], "SPECIFIC_ATTRIBUTES") {
 		t.Errorf("%s: %s: dynamodb:Attributes without dynamodb:Select SPECIFIC_ATTRIBUTES lets a read fetch every attribute", fn, table)
 	}
 	return tg
@@ -172,8 +178,11 @@ func TestGrants(t *testing.T) {
 					if !strings.HasSuffix(p, "#*") || strings.Count(p, "*") != 1 {
 						t.Errorf("%s: LeadingKeys pattern %q, want <prefix>#*", f.LogicalID, p)
 					}
-					if p == "tokens#*" && (len(g.Actions) != 1 || g.Actions[0] != "dynamodb:GetItem" && g.Actions[0] != "dynamodb:ConditionCheckItem") {
-						t.Errorf("%s: %v on the token items; a function may only read them", f.LogicalID, g.Actions)
+					// Token items: reads, and one write limited to the hash and expiry
+					// attributes (the sweep); never a put or delete of the item.
+					writes := contains(g.Actions, "dynamodb:UpdateItem") && equalSets(tg.Attributes, tokenAttrs)
+					if p == "tokens#*" && (len(g.Actions) != 1 || g.Actions[0] != "dynamodb:GetItem" && g.Actions[0] != "dynamodb:ConditionCheckItem" && !writes) {
+						t.Errorf("%s: %v (attributes %v) on the token items; a function may read them, or update only %v", f.LogicalID, g.Actions, tg.Attributes, tokenAttrs)
 					}
 				}
 				continue
@@ -312,7 +321,7 @@ func contains(s []string, v string) bool {
 // and, when limited, the attributes; "all" without conditions.
 func itemScope(g grant) string {
 	keys := g.Condition["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
-	attrs := g.Condition["ForAllValues:StringEquals"]["dynamodb:Attributes"]
+	attrs := g.Condition["ForAllValues:StringLike"]["dynamodb:Attributes"]
 	if len(keys) == 0 && len(attrs) == 0 {
 		return "all"
 	}
