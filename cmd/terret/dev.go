@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/webui"
@@ -74,11 +76,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return "", errors.New("terret dev: still starting")
 	}})
+	// The same metrics the functions write as CloudWatch EMF, in Prometheus text format.
+	rec := metrics.New(nil)
+	metrics.SetDefault(rec)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", rec.Handler())
+	mux.Handle("/", pages)
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
-		Pages: pages,
+		Pages: mux,
 	})
 	if err != nil {
 		return err

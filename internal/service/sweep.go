@@ -11,6 +11,7 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/metrics"
 )
 
 // SweepInput is the payload of the scheduled invocation of deliver that revokes expired
@@ -34,6 +35,7 @@ func DeliverHandler(d *delivery.Deliverer, tokens *auth.Store, logger *slog.Logg
 				return nil, fmt.Errorf("service: unknown sweep %q", probe.Sweep)
 			}
 			n, err := tokens.Sweep(ctx)
+			metrics.Add("TokensExpired", metrics.Count, float64(n))
 			if n > 0 {
 				logger.Info("expired tokens revoked", "tokens", n)
 			}
@@ -42,3 +44,18 @@ func DeliverHandler(d *delivery.Deliverer, tokens *auth.Store, logger *slog.Logg
 		return d.Handle(ctx, raw)
 	}
 }
+
+// replayMetrics counts replay reads (metric ReplayReads) through delivery's observer.
+type replayMetrics struct{ next delivery.Observer }
+
+func (m replayMetrics) ReplayRead(start bool) {
+	if start {
+		metrics.Add("ReplayReads", metrics.Count, 1)
+	}
+	if m.next != nil {
+		m.next.ReplayRead(start)
+	}
+}
+
+// observer chains the metrics observer before o (a test's or the bench's).
+func observer(o delivery.Observer) delivery.Observer { return replayMetrics{next: o} }

@@ -20,6 +20,7 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -129,6 +130,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 				}
 				lg.Info("connected")
+				metrics.Add("Connections", metrics.Count, 1)
 				return accepted, nil
 			}
 		}
@@ -141,6 +143,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	// no connection record and is refused as unauthorized all the same, and $disconnect
 	// finds nothing to delete (docs/security.md, "What a refused connection costs").
 	lg.Warn("unauthorized connection")
+	metrics.Add("RefusedConnections", metrics.Count, 1)
 	if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickDrop, ConnectionID: connID, Code: protocol.CodeUnauthorized}); err != nil {
 		// Without the asynchronous drop the client would hang: refuse the handshake.
 		lg.Error("kick unauthorized drop", "error", err)

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -276,5 +277,72 @@ func TestLocalStackArchitecture(t *testing.T) {
 	}
 	if !strings.Contains(section, "--architectures x86_64") {
 		t.Error("docs/deploy.md LocalStack section: the create-function recipe must pass --architectures x86_64 with the amd64 build")
+	}
+}
+
+// TestFunctionAlarmsAndDashboard: errors and throttles of every function raise an alarm
+// (one metric-math sum each), and the dashboard shows every function, the delivery lag
+// (deliver's stream iterator age), the dead letters and the service's own metrics.
+func TestFunctionAlarmsAndDashboard(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	fs := functions(t, s)
+	for id, metric := range map[string]string{"FunctionErrorsAlarm": "Errors", "FunctionThrottlesAlarm": "Throttles"} {
+		var a struct {
+			Metrics []struct {
+				ID         string `json:"Id"`
+				Expression string
+				ReturnData bool
+				MetricStat *struct {
+					Stat   string
+					Metric struct {
+						Namespace, MetricName string
+						Dimensions            []struct{ Name, Value string }
+					}
+				}
+			}
+		}
+		if err := s.Decode(&a, "Resources", id, "Properties"); err != nil {
+			t.Fatal(err)
+		}
+		var summed, returned []string
+		var expr string
+		for _, m := range a.Metrics {
+			if m.ReturnData {
+				returned = append(returned, m.ID)
+				expr = m.Expression
+			}
+		}
+		for _, m := range a.Metrics {
+			if ms := m.MetricStat; ms != nil && ms.Metric.Namespace == "AWS/Lambda" && ms.Metric.MetricName == metric && ms.Stat == "Sum" &&
+				len(ms.Metric.Dimensions) == 1 && ms.Metric.Dimensions[0].Name == "FunctionName" {
+				summed = append(summed, ms.Metric.Dimensions[0].Value)
+				if !strings.Contains(" "+expr+" ", " "+m.ID+" ") {
+					t.Errorf("%s: %s is not in the sum", id, m.ID)
+				}
+			}
+		}
+		var want []string
+		for _, f := range fs {
+			want = append(want, f.Props.FunctionName)
+		}
+		if len(returned) != 1 || !equalSets(summed, want) {
+			t.Errorf("%s sums %s of %v (returns %v), want every function %v", id, metric, summed, returned, want)
+		}
+	}
+	body := s.String("Resources", "Dashboard", "Properties", "DashboardBody")
+	var doc struct{ Widgets []any }
+	if err := json.Unmarshal([]byte(body), &doc); err != nil || len(doc.Widgets) == 0 {
+		t.Fatalf("DashboardBody is not dashboard JSON with widgets: %v", err)
+	}
+	for _, f := range fs {
+		if !strings.Contains(body, `"`+f.Props.FunctionName+`"`) {
+			t.Errorf("dashboard lacks %s", f.Props.FunctionName)
+		}
+	}
+	for _, want := range []string{`"IteratorAge"`, `"${DeadLetterQueue.QueueName}"`, `"RefusedConnections"`, `["terret", "Connections"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("dashboard lacks %s", want)
+		}
 	}
 }
