@@ -346,3 +346,27 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestTracing: X-Ray active tracing for every function behind the Tracing parameter,
+// off by default (SAM then adds no X-Ray policy: TestTransformedRoles).
+func TestTracing(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	g, err := s.Globals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Tracing != "${Tracing}" {
+		t.Errorf("Globals Tracing = %q, want ${Tracing}", g.Tracing)
+	}
+	var allowed []string
+	_ = s.Decode(&allowed, "Parameters", "Tracing", "AllowedValues")
+	if d := jsonScalar(s.Get("Parameters", "Tracing", "Default")); d != "Disabled" || !equalSets(allowed, []string{"Disabled", "Active"}) {
+		t.Errorf("parameter Tracing default %q allowed %v, want Disabled of [Disabled Active]", d, allowed)
+	}
+	for id, f := range functions(t, s) {
+		if f.Props.Tracing != "" {
+			t.Errorf("%s overrides Globals Tracing", id)
+		}
+	}
+}

@@ -209,6 +209,7 @@ type Properties struct {
 	Architectures []string
 	MemorySize    int
 	Timeout       int
+	Tracing       string
 	// RecursiveLoop is "Allow" or "Terminate" (Lambda's default when unset).
 	RecursiveLoop                string
 	ReservedConcurrentExecutions any
