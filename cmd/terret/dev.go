@@ -82,11 +82,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", rec.Handler())
 	mux.Handle("/", pages)
+	pages = mux
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
-		Pages: mux,
+		Pages: pages,
 	})
 	if err != nil {
 		return err

@@ -38,16 +38,13 @@ type Options struct {
 	TablePrefix          string // default "terret-": tables terret-log, terret-connections, terret-agents
 	Root                 string // repository root holding the pinned DynamoDB Local; "" finds it
 	PollInterval         time.Duration
+	TokenSweep           time.Duration      // how often expired tokens are revoked (AWS: every minute); default 10 s, negative: never
+	TokenClock           func() time.Time   // the token sweep's clock (default time.Now), for tests
 	Faults               eventsource.Faults // stream fault injection, for tests
 	Observer             delivery.Observer  // replay reads, for tests and metrics
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
 	Logger               *slog.Logger
-	// TokenSweep is how often expired tokens are revoked (the deliver function's
-	// one-minute schedule on AWS); default 10 s, negative: never. TokenClock is the
-	// sweep's clock (default time.Now), for tests.
-	TokenSweep time.Duration
-	TokenClock func() time.Time
 }
 
 // Stack is a running local service.
@@ -57,10 +54,10 @@ type Stack struct {
 	Tables           tables.Names
 	Config           config.Config
 
+	sweep  *sweeper
 	gw     *localgw.Gateway
 	poller *eventsource.Poller
 	ddb    *dynamolocal.Server
-	sweep  *sweeper
 }
 
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
@@ -150,15 +147,14 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
-	connect.Bind(lambda.NewHandler(sock.Connect))
-	message.Bind(lambda.NewHandler(sock.Message))
-	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
 	tokens := service.Tokens(st.Config, awsCfg)
 	if o.TokenClock != nil {
 		tokens = tokens.WithClock(o.TokenClock)
 	}
+	connect.Bind(lambda.NewHandler(sock.Connect))
+	message.Bind(lambda.NewHandler(sock.Message))
+	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
 	deliver.Bind(lambda.NewHandler(service.DeliverHandler(d, tokens, logger)))
-	st.sweep = startSweeper(life, deliver, o.TokenSweep, logger)
 	runner.Bind(lambda.NewHandler(agent.HandleRunner))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
@@ -172,6 +168,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	st.sweep = startSweeper(life, deliver, o.TokenSweep, logger)
 	return st, nil
 }
 
