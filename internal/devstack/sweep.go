@@ -12,7 +12,7 @@ import (
 )
 
 // defaultTokenSweep is how often `terret dev` revokes expired tokens.
-const defaultTokenSweep = 10 * time.Second
+const defaultTokenSweep = 30 * time.Second
 
 // sweeper invokes the deliver function with the token sweep's payload on a ticker, as
 // template.yaml's one-minute schedule does on AWS: an expired token's live connection is
