@@ -84,7 +84,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	mux.Handle("/", pages)
 	pages = mux
 	st, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
+		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
 		Pages: pages,

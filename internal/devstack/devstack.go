@@ -38,7 +38,7 @@ type Options struct {
 	TablePrefix          string // default "terret-": tables terret-log, terret-connections, terret-agents
 	Root                 string // repository root holding the pinned DynamoDB Local; "" finds it
 	PollInterval         time.Duration
-	TokenSweep           time.Duration      // how often expired tokens are revoked (AWS: every minute); default 30 s, negative: never
+	TokenSweep           time.Duration      // how often expired tokens are revoked (AWS: every minute; terret dev: 30 s); 0: never
 	TokenClock           func() time.Time   // the token sweep's clock (default time.Now), for tests
 	Faults               eventsource.Faults // stream fault injection, for tests
 	Observer             delivery.Observer  // replay reads, for tests and metrics

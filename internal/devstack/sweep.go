@@ -11,9 +11,6 @@ import (
 	"github.com/terret/terret-ws/internal/service"
 )
 
-// defaultTokenSweep is how often `terret dev` revokes expired tokens.
-const defaultTokenSweep = 30 * time.Second
-
 // sweeper invokes the deliver function with the token sweep's payload on a ticker, as
 // template.yaml's one-minute schedule does on AWS: an expired token's live connection is
 // closed with unauthorized through the same stream path as a rotation.
@@ -23,11 +20,8 @@ type sweeper struct {
 }
 
 func startSweeper(ctx context.Context, deliver lambda.Handler, every time.Duration, logger *slog.Logger) *sweeper {
-	if every < 0 {
+	if every <= 0 {
 		return nil
-	}
-	if every == 0 {
-		every = defaultTokenSweep
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &sweeper{cancel: cancel}

@@ -116,9 +116,8 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 			var superseded string
 			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash))
 			if err == nil {
-				if uerr := s.tokens.Used(ctx, agentID, hash); uerr != nil {
-					lg.Warn("record token use", "error", uerr) // `terret token list` only
-				}
+				used := make(chan error, 1) // the token's last use, written alongside the kick
+				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
 				if superseded != "" {
 					lg.Info("superseding connection", "superseded_connection_id", superseded)
 					if derr := s.deliver.Drop(ctx, superseded, protocol.CodeSuperseded, "a newer connection took over this agent"); derr != nil {
@@ -128,6 +127,9 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 				if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickPump, AgentID: agentID}); err != nil {
 					lg.Error("kick hello", "error", err)
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+				}
+				if uerr := <-used; uerr != nil {
+					lg.Warn("record token use", "error", uerr) // `terret token list` only
 				}
 				lg.Info("connected")
 				metrics.Add("Connections", metrics.Count, 1)
