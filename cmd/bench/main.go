@@ -52,6 +52,7 @@ type options struct {
 	floorEvents       int
 	turns             int
 	coldRuns          int
+	refused           int
 	poll              time.Duration
 	maxReplays        int
 	quiet             bool
@@ -82,6 +83,7 @@ type results struct {
 	storm                stormResult
 	cold                 []coldResult
 	coldFloor            coldResult
+	refused              refusedResult
 	ranPhases            map[string]bool
 }
 
@@ -91,7 +93,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,storm,cold", "phases to run, comma-separated")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,storm,cold", "phases to run, comma-separated (also: refused)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -103,6 +105,7 @@ func main() {
 	flag.IntVar(&o.floorEvents, "floor-events", 1000, "floor samples for the tail latency, interleaved with the fast path")
 	flag.IntVar(&o.turns, "turns", 2, "turns of each kind driven through the runtime")
 	flag.IntVar(&o.coldRuns, "cold-runs", 3, "cold starts per function (the median is reported)")
+	flag.IntVar(&o.refused, "refused", 50, "connections with a wrong token in the refused phase")
 	flag.DurationVar(&o.poll, "poll-interval", 50*time.Millisecond, "stream poll interval (terret dev's default)")
 	flag.IntVar(&o.maxReplays, "max-concurrent-replays", 4, "max_concurrent_replays")
 	flag.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -224,6 +227,7 @@ func (b *bench) run() error {
 		{"turns", b.runTurns},
 		{"storm", b.runStorm},
 		{"cold", b.runColdStart},
+		{"refused", b.runRefused},
 	}
 	for _, s := range steps {
 		if !phases[s.name] {

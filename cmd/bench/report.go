@@ -253,6 +253,17 @@ func (b *bench) report(lc *levelCounter) *report {
 		r.addBreakdown(b, "storm", s.Cost, int64(s.Clients*s.EventsEach))
 		r.CostFigures["storm"] = costRowOf("event", s.Cost, int64(s.Clients*s.EventsEach), b.st.cfg.LogTable, 0)
 	}
+	if ran["refused"] {
+		rf := b.res.refused
+		sec := fmt.Sprintf("refused connections (wrong token): %d", rf.Connections)
+		n := float64(max(rf.Connections, 1))
+		add(sec, "Lambda invocations / refused connection", "invocations", float64(rf.Cost.Inv.total())/n, nil, noTarget)
+		add(sec, "write units / refused connection", "WRU", rf.Cost.wru()/n, fl(0), noTarget)
+		add(sec, "read units / refused connection", "RRU", rf.Cost.rru()/n, nil, noTarget)
+		add(sec, "gateway messages / refused connection", "msgs", float64(rf.Cost.posts())/n, fl(1), atMost(1.0))
+		r.addBreakdown(b, "refused", rf.Cost, 0)
+		r.CostFigures["refused_connection"] = costRowOf("connection", rf.Cost, int64(rf.Connections), "", 0)
+	}
 	if ran["cold"] {
 		sec := "cold start under the Runtime Interface Emulator (median)"
 		h := b.res.coldFloor

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/webui"
 )
 
@@ -95,8 +97,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return "", errors.New("terret dev: still starting")
 	}})
+	// The same metrics the functions write as CloudWatch EMF, in Prometheus text format.
+	rec := metrics.New(nil)
+	metrics.SetDefault(rec)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", rec.Handler())
+	mux.Handle("/", pages)
+	pages = mux
 	st, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
+		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: logger, TablePrefix: *prefix,
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),

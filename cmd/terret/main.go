@@ -18,7 +18,8 @@ const usage = `usage: terret <command> [flags]
 
 commands:
   dev                          run the whole service locally until interrupted
-  token create --agent ID      print a new bearer token for agent ID
+  token create --agent ID      print a new bearer token for agent ID (--ttl 24h: it expires)
+  token list --agent ID        list the agent's tokens: id, created, expires, last used
   token rotate --agent ID      replace the agent's tokens with one new token
   token revoke --agent ID      drop every token of the agent
   usage --agent ID             print the agent's metered usage

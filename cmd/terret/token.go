@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"text/tabwriter"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -88,22 +90,26 @@ Run 'terret token create -h' for the flags.
 
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: token needs a subcommand: create, rotate or revoke", errUsage)
+		return fmt.Errorf("%w: token needs a subcommand: create, list, rotate or revoke", errUsage)
 	}
 	sub := args[0]
 	switch sub {
-	case "create", "rotate", "revoke":
+	case "create", "list", "rotate", "revoke":
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, tokenUsage)
 		return flag.ErrHelp
 	default:
-		return fmt.Errorf("%w: unknown token subcommand %q (create, rotate, revoke)", errUsage, sub)
+		return fmt.Errorf("%w: unknown token subcommand %q (create, list, rotate, revoke)", errUsage, sub)
 	}
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret token "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	setUsage(fs, "terret token "+sub+" --agent ID [flags]")
 	agentID := fs.String("agent", "", "agent id (required)")
+	var ttl *time.Duration
+	if sub == "create" {
+		ttl = fs.Duration("ttl", 0, "lifetime of the token, e.g. 24h (default: never expires)")
+	}
 	sf := addStoreFlags(fs, env)
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
@@ -120,6 +126,9 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !auth.ValidAgentID(*agentID) {
 		return fmt.Errorf("%w: invalid agent id %q: use 1-128 of A-Z a-z 0-9 . _ -", errUsage, *agentID)
 	}
+	if ttl != nil && (*ttl < 0 || *ttl > auth.MaxTTL) {
+		return fmt.Errorf("%w: --ttl must be between 0 (never expires) and %v, got %v", errUsage, auth.MaxTTL, *ttl)
+	}
 	st, err := sf.open(ctx, env)
 	if err != nil {
 		return err
@@ -128,7 +137,12 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var tok string
 	switch sub {
 	case "create":
-		tok, err = tokens.Create(ctx, *agentID)
+		tok, err = tokens.CreateExpiring(ctx, *agentID, *ttl)
+	case "list":
+		var list []auth.TokenInfo
+		if list, err = tokens.List(ctx, *agentID); err == nil {
+			printTokens(stdout, list)
+		}
 	case "rotate":
 		tok, err = tokens.Rotate(ctx, *agentID)
 	case "revoke":
@@ -141,4 +155,21 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stdout, tok)
 	}
 	return nil
+}
+
+// printTokens writes one line per token: its id, when it was created, when it expires
+// and when it last opened a connection, in UTC; never the token or its hash.
+func printTokens(w io.Writer, list []auth.TokenInfo) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tCREATED\tEXPIRES\tLAST USED")
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	for _, ti := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ti.ID, at(ti.Created), at(ti.Expires), at(ti.LastUsed))
+	}
+	_ = tw.Flush()
 }

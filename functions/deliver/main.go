@@ -12,5 +12,5 @@ import (
 func main() {
 	env := service.Boot("deliver")
 	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
-	lambda.Start(d.Handle)
+	lambda.Start(service.DeliverHandler(d, service.Tokens(env.Config, env.AWS), env.Logger))
 }

@@ -26,6 +26,7 @@ import (
 var (
 	ErrUnauthorized = errors.New("auth: unauthorized")
 	ErrBadAgentID   = errors.New("auth: invalid agent id")
+	ErrBadTTL       = errors.New("auth: invalid token ttl")
 )
 
 // TokenPrefix starts every token, so that a leaked one is easy to recognise.
@@ -87,6 +88,8 @@ func SubprotocolToken(header string) (token string, found bool) {
 type API interface {
 	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	BatchGetItem(context.Context, *dynamodb.BatchGetItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 var _ API = (*dynamodb.Client)(nil)
@@ -107,24 +110,50 @@ func newToken() string {
 	return TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
-// Create issues one more token for agentID; earlier tokens stay valid. It returns
-// ErrBadAgentID for an id ValidAgentID refuses.
+// Create issues one more token for agentID, which never expires; earlier tokens stay
+// valid. It returns ErrBadAgentID for an id ValidAgentID refuses.
 func (s *Store) Create(ctx context.Context, agentID string) (string, error) {
+	return s.CreateExpiring(ctx, agentID, 0)
+}
+
+// CreateExpiring is Create for a token that expires ttl from now (0: never). An expired
+// token is refused like a revoked one, and Sweep revokes it so that a connection holding
+// it is closed. Besides the token item it writes the expiry's sweep bucket and cursor
+// (see Sweep): three writes instead of one.
+func (s *Store) CreateExpiring(ctx context.Context, agentID string, ttl time.Duration) (string, error) {
 	if !ValidAgentID(agentID) {
 		return "", fmt.Errorf("%w: %q", ErrBadAgentID, agentID)
 	}
+	if ttl < 0 || ttl > MaxTTL {
+		return "", fmt.Errorf("%w: %v is not within 0..%v", ErrBadTTL, ttl, MaxTTL)
+	}
 	tok := newToken()
-	now := &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)}
+	h := Hash(tok)
+	at := s.now()
+	now := &types.AttributeValueMemberN{Value: strconv.FormatInt(at.Unix(), 10)}
+	names := map[string]string{"#h": h}
+	values := map[string]types.AttributeValue{":t": now}
+	setExpiry := ""
+	if ttl > 0 {
+		expires := at.Add(ttl)
+		// The bucket first: a token must never exist unseen by the sweep.
+		if err := s.scheduleExpiry(ctx, agentID, expires); err != nil {
+			return "", err
+		}
+		names["#e"] = expiryAttr(h)
+		values[":e"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Unix(), 10)}
+		setExpiry = ", #e = :e"
+	}
 	// Adding a key to a map needs the map to exist; creating the map must not wipe one
 	// that a concurrent Create made. Two conditional writes cover both cases.
 	for {
 		_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(s.table),
 			Key:                       key(agentID),
-			UpdateExpression:          aws.String("SET hashes.#h = :t"),
+			UpdateExpression:          aws.String("SET hashes.#h = :t" + setExpiry),
 			ConditionExpression:       aws.String("attribute_exists(hashes)"),
-			ExpressionAttributeNames:  map[string]string{"#h": Hash(tok)},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":t": now},
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
 		})
 		if err == nil {
 			return tok, nil
@@ -132,14 +161,20 @@ func (s *Store) Create(ctx context.Context, agentID string) (string, error) {
 		if !isConditionFailed(err) {
 			return "", fmt.Errorf("auth: create token for %s: %w", agentID, err)
 		}
+		mvalues := map[string]types.AttributeValue{
+			":m": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{h: now}},
+		}
+		mnames := map[string]string(nil)
+		if ttl > 0 {
+			mvalues[":e"], mnames = values[":e"], map[string]string{"#e": names["#e"]}
+		}
 		_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:           aws.String(s.table),
-			Key:                 key(agentID),
-			UpdateExpression:    aws.String("SET hashes = :m"),
-			ConditionExpression: aws.String("attribute_not_exists(hashes)"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":m": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{Hash(tok): now}},
-			},
+			TableName:                 aws.String(s.table),
+			Key:                       key(agentID),
+			UpdateExpression:          aws.String("SET hashes = :m" + setExpiry),
+			ConditionExpression:       aws.String("attribute_not_exists(hashes)"),
+			ExpressionAttributeNames:  mnames,
+			ExpressionAttributeValues: mvalues,
 		})
 		if err == nil {
 			return tok, nil
@@ -203,8 +238,8 @@ func (s *Store) Check(ctx context.Context, agentID, token string) (string, error
 	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                aws.String(s.table),
 		Key:                      key(agentID),
-		ProjectionExpression:     aws.String("hashes.#h"),
-		ExpressionAttributeNames: map[string]string{"#h": h},
+		ProjectionExpression:     aws.String("hashes.#h, #e"),
+		ExpressionAttributeNames: map[string]string{"#h": h, "#e": expiryAttr(h)},
 		ConsistentRead:           aws.Bool(true),
 	})
 	if err != nil {
@@ -213,17 +248,22 @@ func (s *Store) Check(ctx context.Context, agentID, token string) (string, error
 	if m, ok := out.Item["hashes"].(*types.AttributeValueMemberM); !ok || m.Value[h] == nil {
 		return "", ErrUnauthorized
 	}
+	if exp, ok := unix(out.Item[expiryAttr(h)]); ok && !s.now().Before(exp) {
+		return "", ErrUnauthorized // expired: refused like a revoked token
+	}
 	return h, nil
 }
 
-// Condition is a transaction item that holds only while hash is a current token of
-// agentID, so a write in the same transaction cannot outlive a concurrent rotation.
+// Condition is a transaction item that holds only while hash is a current, unexpired
+// token of agentID, so a write in the same transaction cannot outlive a concurrent
+// rotation or the token's expiry.
 func (s *Store) Condition(agentID, hash string) types.TransactWriteItem {
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-		TableName:                aws.String(s.table),
-		Key:                      key(agentID),
-		ConditionExpression:      aws.String("attribute_exists(hashes.#h)"),
-		ExpressionAttributeNames: map[string]string{"#h": hash},
+		TableName:                 aws.String(s.table),
+		Key:                       key(agentID),
+		ConditionExpression:       aws.String("attribute_exists(hashes.#h) AND (attribute_not_exists(#e) OR #e > :now)"),
+		ExpressionAttributeNames:  map[string]string{"#h": hash, "#e": expiryAttr(hash)},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(s.now().Unix(), 10)}},
 	}}
 }
 

@@ -41,6 +41,8 @@ type Options struct {
 	TablePrefix          string // default "terret-": tables terret-log, terret-connections, terret-agents
 	Root                 string // repository root holding the pinned DynamoDB Local; "" finds it
 	PollInterval         time.Duration
+	TokenSweep           time.Duration      // how often expired tokens are revoked (AWS: every minute; terret dev: 30 s); 0: never
+	TokenClock           func() time.Time   // the token sweep's clock (default time.Now), for tests
 	Faults               eventsource.Faults // stream fault injection, for tests
 	Observer             delivery.Observer  // replay reads, for tests and metrics
 	ReplayPage           int                // events per replay read (default 1000)
@@ -66,6 +68,7 @@ type Stack struct {
 	Tables           tables.Names
 	Config           config.Config
 
+	sweep  *sweeper
 	gw     *localgw.Gateway
 	poller *eventsource.Poller
 	ddb    *dynamolocal.Server
@@ -189,10 +192,14 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
+	tokens := service.Tokens(st.Config, awsCfg)
+	if o.TokenClock != nil {
+		tokens = tokens.WithClock(o.TokenClock)
+	}
 	connect.Bind(con.connect(perCall(sock.Connect)))
 	message.Bind(con.frame(perCall(sock.Message)))
 	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))
-	deliver.Bind(perCall(d.Handle))
+	deliver.Bind(perCall(service.DeliverHandler(d, tokens, logger)))
 	runner.Bind(perCall(agent.HandleRunner))
 	if emu != nil { // every handler rebound to its function's emulated environments
 		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner}
@@ -213,6 +220,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	st.sweep = startSweeper(life, deliver, o.TokenSweep, logger)
 	return st, nil
 }
 
@@ -230,6 +238,7 @@ func orInt(v, def int) int {
 // was started here.
 func (s *Stack) Close() error {
 	var errs []error
+	s.sweep.stop()
 	if s.poller != nil {
 		errs = append(errs, s.poller.Close())
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
 )
@@ -54,7 +55,7 @@ func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, tune T
 		OutboundQueue:        cfg.OutboundQueue,
 		DeliverFunction:      cfg.DeliverFunction,
 		Logger:               logger,
-		Observer:             tune.Observer,
+		Observer:             observer(tune.Observer),
 		ReplayPage:           tune.ReplayPage,
 	}, sessionlog.New(db, cfg.LogTable), connections.New(db, cfg.ConnectionsTable), cfg.Management(awsCfg), cfg.Lambda(awsCfg))
 }
@@ -94,6 +95,7 @@ func Boot(function string) Env {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	metrics.SetDefault(metrics.New(os.Stdout, metrics.Dim{Name: "function", Value: function}))
 	return Env{Config: cfg, AWS: awsCfg, Logger: Logger(os.Stdout, cfg.LogLevel)}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -115,6 +116,8 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 			var superseded string
 			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash))
 			if err == nil {
+				used := make(chan error, 1) // the token's last use, written alongside the kick
+				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
 				if superseded != "" {
 					lg.Info("superseding connection", "superseded_connection_id", superseded)
 					if derr := s.deliver.Drop(ctx, superseded, protocol.CodeSuperseded, "a newer connection took over this agent"); derr != nil {
@@ -125,7 +128,11 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 					lg.Error("kick hello", "error", err)
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 				}
+				if uerr := <-used; uerr != nil {
+					lg.Warn("record token use", "error", uerr) // `terret token list` only
+				}
 				lg.Info("connected")
+				metrics.Add("Connections", metrics.Count, 1)
 				return accepted, nil
 			}
 		}
@@ -134,11 +141,11 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		lg.Error("connect", "error", err)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 	}
-	lg.Info("unauthorized connection")
-	if err := s.conns.Reject(ctx, connID, agentID); err != nil {
-		lg.Error("record unauthorized connection", "error", err)
-		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
-	}
+	// No record of the refused socket is written: a frame it sends before the drop finds
+	// no connection record and is refused as unauthorized all the same, and $disconnect
+	// finds nothing to delete (docs/security.md, "What a refused connection costs").
+	lg.Warn("unauthorized connection")
+	metrics.Add("RefusedConnections", metrics.Count, 1)
 	if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickDrop, ConnectionID: connID, Code: protocol.CodeUnauthorized}); err != nil {
 		// Without the asynchronous drop the client would hang: refuse the handshake.
 		lg.Error("kick unauthorized drop", "error", err)

@@ -102,10 +102,19 @@ func TestCloudFrontDistribution(t *testing.T) {
 	if ttl, _ := cp("MaxTTL").(float64); ttl < 1 || ttl > 60 {
 		t.Errorf("cache policy MaxTTL %v: CloudFront refuses cache-key headers when every TTL is 0; keep it small but >= 1", cp("MaxTTL"))
 	}
+	// Whatever CloudFront might cache is keyed by everything that tells one client from
+	// another: the agent (the query string the viewer-request function sets) and the token
+	// in either place it travels. Then no handshake response can reach another agent's
+	// client, nor one client's refusal another client of the same agent.
 	keyParams := []string{"ParametersInCacheKeyAndForwardedToOrigin"}
+	keyHeaders := stringsAt(s, "Resources", "AuthorizationCachePolicy", "Properties", "CachePolicyConfig", keyParams[0], "HeadersConfig", "Headers")
 	if cp(append(keyParams, "HeadersConfig", "HeaderBehavior")...) != "whitelist" ||
-		!equalSets(stringsAt(s, "Resources", "AuthorizationCachePolicy", "Properties", "CachePolicyConfig", keyParams[0], "HeadersConfig", "Headers"), []string{"Authorization"}) {
-		t.Errorf("cache policy headers = %v, want exactly [Authorization]", cp(append(keyParams, "HeadersConfig")...))
+		!equalSets(keyHeaders, []string{"Authorization", "Sec-WebSocket-Protocol"}) {
+		t.Errorf("cache policy headers = %v, want exactly [Authorization Sec-WebSocket-Protocol]", cp(append(keyParams, "HeadersConfig")...))
+	}
+	if cp(append(keyParams, "QueryStringsConfig", "QueryStringBehavior")...) != "whitelist" ||
+		!equalSets(stringsAt(s, "Resources", "AuthorizationCachePolicy", "Properties", "CachePolicyConfig", keyParams[0], "QueryStringsConfig", "QueryStrings"), []string{"agent_id"}) {
+		t.Errorf("cache policy query strings = %v, want exactly [agent_id] in the key", cp(append(keyParams, "QueryStringsConfig")...))
 	}
 	if cp(append(keyParams, "CookiesConfig", "CookieBehavior")...) != "none" {
 		t.Error("cache policy: cookies must not be in the key")
@@ -116,10 +125,13 @@ func TestCloudFrontDistribution(t *testing.T) {
 	}
 	headers := stringsAt(s, "Resources", "WebSocketOriginRequestPolicy", "Properties", "OriginRequestPolicyConfig", "HeadersConfig", "Headers")
 	if orp("HeadersConfig", "HeaderBehavior") != "whitelist" ||
-		!equalSets(headers, []string{"Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Extensions", "Sec-WebSocket-Protocol"}) {
-		t.Errorf("origin request policy headers = %v %v, want the whitelist of the four Sec-WebSocket-* headers", orp("HeadersConfig", "HeaderBehavior"), headers)
+		!equalSets(headers, []string{"Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Extensions"}) {
+		t.Errorf("origin request policy headers = %v %v, want the whitelist of the Sec-WebSocket-* headers not in the cache key", orp("HeadersConfig", "HeaderBehavior"), headers)
 	}
 	for _, h := range headers {
+		if contains(keyHeaders, h) {
+			t.Errorf("origin request policy repeats cache key header %s", h)
+		}
 		if strings.EqualFold(h, "Authorization") || strings.EqualFold(h, "Host") {
 			t.Errorf("origin request policy forwards %s", h)
 		}
@@ -162,6 +174,45 @@ func TestCloudFrontDistribution(t *testing.T) {
 	}
 	if dc("CacheBehaviors") != nil {
 		t.Error("one behaviour serves every path: the function answers 404 for the others")
+	}
+
+	// CloudFront caches these error codes for 10 s unless told otherwise
+	// (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/HTTPStatusCodes.html):
+	// one failed $connect would be served to the clients after it. Each has
+	// ErrorCachingMinTTL 0 and no substitute page.
+	var errs []struct {
+		ErrorCode          int
+		ErrorCachingMinTTL *float64
+		ResponseCode       any
+		ResponsePagePath   any
+	}
+	if err := s.Decode(&errs, "Resources", "Distribution", "Properties", "DistributionConfig", "CustomErrorResponses"); err != nil {
+		t.Fatal(err)
+	}
+	zero := map[int]bool{}
+	for _, e := range errs {
+		if e.ErrorCachingMinTTL == nil || *e.ErrorCachingMinTTL != 0 || e.ResponseCode != nil || e.ResponsePagePath != nil {
+			t.Errorf("CustomErrorResponses %d: want only ErrorCachingMinTTL 0, got %+v", e.ErrorCode, e)
+		}
+		zero[e.ErrorCode] = true
+	}
+	for _, code := range []int{400, 403, 404, 405, 414, 416, 500, 501, 502, 503, 504} {
+		if !zero[code] {
+			t.Errorf("CustomErrorResponses lacks %d: CloudFront would cache that error for 10 s", code)
+		}
+	}
+
+	// CloudFront function and policy names are global to the account: a second stack of
+	// the same name in another region must not collide.
+	for id, name := range map[string]string{
+		"AgentPathRewrite":             s.String("Resources", "AgentPathRewrite", "Properties", "Name"),
+		"AuthorizationCachePolicy":     s.String("Resources", "AuthorizationCachePolicy", "Properties", "CachePolicyConfig", "Name"),
+		"WebSocketOriginRequestPolicy": s.String("Resources", "WebSocketOriginRequestPolicy", "Properties", "OriginRequestPolicyConfig", "Name"),
+		"Distribution comment":         s.String("Resources", "Distribution", "Properties", "DistributionConfig", "Comment"),
+	} {
+		if !strings.Contains(name, "${AWS::StackName}") || !strings.Contains(name, "${AWS::Region}") {
+			t.Errorf("%s name %q must hold ${AWS::StackName} and ${AWS::Region}", id, name)
+		}
 	}
 }
 

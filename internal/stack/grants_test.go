@@ -24,17 +24,32 @@ var (
 	connections = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}
 	agents      = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:Query"}
 
-	wantTableGrants = map[string]map[string][]string{
-		"ConnectFunction":    {"LogTable": logWriter, "ConnectionsTable": connections},
-		"MessageFunction":    {"LogTable": logWriter, "ConnectionsTable": connections, "AgentsTable": agents},
-		"DisconnectFunction": {"ConnectionsTable": connections},
-		"DeliverFunction":    {"LogTable": logReader, "ConnectionsTable": connections},
-		"RunnerFunction":     {"LogTable": logWriter, "ConnectionsTable": connections, "AgentsTable": agents},
+	// The connections table's items by pk prefix (docs/architecture.md): connections,
+	// ownership records, replay slots, token hashes ("tokens#"), the tokens' last use
+	// ("tokuse#") and the expiry sweep's buckets ("tokexp#"). connect reads a token's
+	// hash and expiry; deliver's sweep removes expired hashes (only those attributes).
+	connsOwners      = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*"}, nil}
+	connsOwnersSlots = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "slot#*"}, nil}
+	tokenAttrs       = []string{"pk", "hashes", "exp_*"}
+	tokenRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, tokenAttrs}
+	tokenCheck       = tableGrant{"ConnectionsTable", []string{"dynamodb:ConditionCheckItem"}, []string{"tokens#*"}, nil}
+	tokenUse         = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokuse#*"}, nil}
+	sweepRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, nil}
+	sweepWrite       = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokens#*"}, tokenAttrs}
+	sweepBuckets     = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, []string{"tokexp#*"}, nil}
+
+	wantTableGrants = map[string][]tableGrant{
+		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse},
+		"MessageFunction":    {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
+		"DisconnectFunction": {connsOwners},
+		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets},
+		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 	}
+	// Posting frames and closing connections; reading a connection's details (GET) is
+	// not needed by any function.
 	manageConnections = []string{
 		executeAPIARN + "POST/@connections/*",
 		executeAPIARN + "DELETE/@connections/*",
-		executeAPIARN + "GET/@connections/*",
 	}
 	profileSecretActions = []string{"secretsmanager:GetSecretValue", "ssm:GetParameter"}
 	bedrockModels        = []string{
@@ -46,8 +61,48 @@ var (
 
 // grant is one (resource, actions) pair of a function's inline policy.
 type grant struct {
-	Resource string
-	Actions  []string
+	Resource  string
+	Actions   []string
+	Condition map[string]map[string]StringList
+}
+
+// tableGrant is one DynamoDB statement: the actions on a table, limited to the items
+// whose partition key matches one of Prefixes (dynamodb:LeadingKeys; nil: every item)
+// and to the attributes Attributes (dynamodb:Attributes; nil: all).
+type tableGrant struct {
+	Table      string
+	Actions    []string
+	Prefixes   []string
+	Attributes []string
+}
+
+func (g tableGrant) String() string {
+	return fmt.Sprintf("%s %v keys %v attributes %v", g.Table, sorted(g.Actions), sorted(g.Prefixes), sorted(g.Attributes))
+}
+
+// tableGrantOf reads the conditions of a DynamoDB statement. It reports conditions this
+// check does not understand, so that none can loosen or tighten a grant unseen.
+func tableGrantOf(t *testing.T, fn, table string, g grant) tableGrant {
+	t.Helper()
+	tg := tableGrant{Table: table, Actions: g.Actions}
+	for op, kv := range g.Condition {
+		for k, v := range kv {
+			switch {
+			case op == "ForAllValues:StringLike" && k == "dynamodb:LeadingKeys":
+				tg.Prefixes = v
+			case op == "ForAllValues:StringLike" && k == "dynamodb:Attributes":
+				tg.Attributes = v
+			case op == "StringEqualsIfExists" && k == "dynamodb:Select" && strings.Join(v, ",") == "SPECIFIC_ATTRIBUTES":
+				// Goes with dynamodb:Attributes: a read must name its attributes.
+			default:
+				t.Errorf("%s: %s: unexpected condition %s %s %v", fn, table, op, k, v)
+			}
+		}
+	}
+	if len(tg.Attributes) > 0 && contains(g.Actions, "dynamodb:GetItem") && !contains(g.Condition["StringEqualsIfExists"]["dynamodb:Select"], "SPECIFIC_ATTRIBUTES") {
+		t.Errorf("%s: %s: dynamodb:Attributes without dynamodb:Select SPECIFIC_ATTRIBUTES lets a read fetch every attribute", fn, table)
+	}
+	return tg
 }
 
 // grants flattens f's inline statements into one grant per resource, actions in the
@@ -61,7 +116,7 @@ func grants(t *testing.T, f Function) []grant {
 				t.Errorf("%s: statement %q must Allow listed actions on listed resources", f.LogicalID, st.Sid)
 			}
 			for _, r := range st.Resource {
-				out = append(out, grant{Resource: r, Actions: st.Action})
+				out = append(out, grant{Resource: r, Actions: st.Action, Condition: st.Condition})
 			}
 		}
 	}
@@ -94,6 +149,7 @@ func TestGrants(t *testing.T) {
 			t.Errorf("%s: Policies must be one inline policy document, got %v", f.LogicalID, got)
 		}
 		tablesGot := map[string][]string{}
+		var tableGrants []string
 		var invokes, manage, bedrock, secrets []string
 		for _, g := range grants(t, f) {
 			for _, a := range g.Actions {
@@ -114,6 +170,25 @@ func TestGrants(t *testing.T) {
 					continue
 				}
 				tablesGot[table] = append(tablesGot[table], g.Actions...)
+				tg := tableGrantOf(t, f.LogicalID, table, g)
+				tableGrants = append(tableGrants, tg.String())
+				if table == "ConnectionsTable" && len(tg.Prefixes) == 0 {
+					t.Errorf("%s: connections table grant %v without dynamodb:LeadingKeys reaches the token items", f.LogicalID, g.Actions)
+				}
+				for _, p := range tg.Prefixes {
+					if !strings.HasSuffix(p, "#*") || strings.Count(p, "*") != 1 {
+						t.Errorf("%s: LeadingKeys pattern %q, want <prefix>#*", f.LogicalID, p)
+					}
+					// Token items: reads, and one write limited to the hash and expiry
+					// attributes (the sweep); never a put or delete of the item.
+					writes := contains(g.Actions, "dynamodb:UpdateItem") && equalSets(tg.Attributes, tokenAttrs)
+					if p == "tokens#*" && (len(g.Actions) != 1 || g.Actions[0] != "dynamodb:GetItem" && g.Actions[0] != "dynamodb:ConditionCheckItem" && !writes) {
+						t.Errorf("%s: %v (attributes %v) on the token items; a function may read them, or update only %v", f.LogicalID, g.Actions, tg.Attributes, tokenAttrs)
+					}
+				}
+				continue
+			case len(g.Condition) > 0:
+				t.Errorf("%s: condition on a non-DynamoDB grant %v", f.LogicalID, g.Actions)
 			case kind == "lambda:InvokeFunction":
 				invokes = append(invokes, g.Resource)
 			case kind == "execute-api:ManageConnections":
@@ -128,13 +203,17 @@ func TestGrants(t *testing.T) {
 		}
 		for table, v := range tableVar {
 			_, hasVar := env[v]
-			got, granted := tablesGot[table]
+			_, granted := tablesGot[table]
 			if hasVar != granted {
 				t.Errorf("%s: has %s = %v but granted %s = %v: a function touches a table iff it has its variable", f.LogicalID, v, hasVar, table, granted)
 			}
-			if want := wantTableGrants[f.LogicalID][table]; granted && !equalSets(got, want) {
-				t.Errorf("%s: %s actions = %v, want %v", f.LogicalID, table, got, want)
-			}
+		}
+		var want []string
+		for _, g := range wantTableGrants[f.LogicalID] {
+			want = append(want, g.String())
+		}
+		if !equalSets(tableGrants, want) {
+			t.Errorf("%s: DynamoDB grants\n  got  %v\n  want %v", f.LogicalID, sorted(tableGrants), sorted(want))
 		}
 		if got := tablesGot["LogTable"]; contains(got, "dynamodb:UpdateItem") || contains(got, "dynamodb:DeleteItem") {
 			t.Errorf("%s may change the append-only log: %v", f.LogicalID, got)
@@ -196,7 +275,7 @@ func TestGrants(t *testing.T) {
 func GrantTable(t *testing.T, fs map[string]Function) string {
 	t.Helper()
 	var b strings.Builder
-	b.WriteString("| function | resource | actions |\n| --- | --- | --- |\n")
+	b.WriteString("| function | resource | actions | items |\n| --- | --- | --- | --- |\n")
 	ids := keys(fs)
 	sort.Slice(ids, func(i, j int) bool { return order(ids[i]) < order(ids[j]) })
 	for _, id := range ids {
@@ -205,7 +284,7 @@ func GrantTable(t *testing.T, fs map[string]Function) string {
 			for i, a := range g.Actions {
 				acts[i] = "`" + a + "`"
 			}
-			fmt.Fprintf(&b, "| %s | `%s` | %s |\n", fs[id].Name, g.Resource, strings.Join(acts, ", "))
+			fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", fs[id].Name, g.Resource, strings.Join(acts, ", "), itemScope(g))
 		}
 	}
 	return b.String()
@@ -244,4 +323,23 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// itemScope renders a grant's DynamoDB conditions for the grant table: the pk patterns
+// and, when limited, the attributes; "all" without conditions.
+func itemScope(g grant) string {
+	keys := g.Condition["ForAllValues:StringLike"]["dynamodb:LeadingKeys"]
+	attrs := g.Condition["ForAllValues:StringLike"]["dynamodb:Attributes"]
+	if len(keys) == 0 && len(attrs) == 0 {
+		return "all"
+	}
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, "`"+k+"`")
+	}
+	out := "pk " + strings.Join(parts, ", ")
+	if len(attrs) > 0 {
+		out += "; attributes " + strings.Join(attrs, ", ")
+	}
+	return out
 }

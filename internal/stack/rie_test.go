@@ -163,6 +163,7 @@ func TestRouteFunctionsUnderRIE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	outputs := map[string]*syncBuffer{}
 	start := func(id string) int {
 		art := t.TempDir()
 		run(t, root, nil, buildTimeout, makeBin, "build-"+id, "ARTIFACTS_DIR="+art, "LAMBDA_GOARCH="+runtime.GOARCH)
@@ -178,7 +179,9 @@ func TestRouteFunctionsUnderRIE(t *testing.T) {
 			"AWS_LAMBDA_FUNCTION_MEMORY_SIZE="+strconv.Itoa(g.MemorySize),
 			"HOME="+t.TempDir(),
 		)
-		return startRIE(t, id, rie, filepath.Join(art, "bootstrap"), env)
+		port, out := startRIE(t, id, rie, filepath.Join(art, "bootstrap"), env)
+		outputs[id] = out
+		return port
 	}
 	connectPort, messagePort := start("ConnectFunction"), start("MessageFunction")
 
@@ -196,6 +199,11 @@ func TestRouteFunctionsUnderRIE(t *testing.T) {
 	connect.MultiValueHeaders["Authorization"] = []string{"Bearer " + token}
 	connectEvent, _ := json.Marshal(connect)
 	invokeRoute(ctx, t, "connect", connectPort, connectEvent)
+	// The handler reports the accepted connection as an embedded-metric line on stdout
+	// (CloudWatch Logs extracts it; no API call).
+	if got := emfMetrics(outputs["ConnectFunction"].String()); !contains(got, "terret/Connections Count function=connect") {
+		t.Errorf("connect's EMF metrics = %v, want terret/Connections Count function=connect", got)
+	}
 
 	kicks := lam.requests()
 	if len(kicks) != 1 {
@@ -254,7 +262,7 @@ func TestRouteFunctionsUnderRIE(t *testing.T) {
 
 // startRIE runs bootstrap under the emulator with exactly env (the emulator hands its
 // own environment to the bootstrap) and returns the port of its Invoke API.
-func startRIE(t *testing.T, name, rie, bootstrap string, env []string) int {
+func startRIE(t *testing.T, name, rie, bootstrap string, env []string) (int, *syncBuffer) {
 	t.Helper()
 	port, apiPort := freePort(t), freePort(t)
 	cmd := exec.Command(rie,
@@ -278,7 +286,40 @@ func startRIE(t *testing.T, name, rie, bootstrap string, env []string) int {
 		}
 	})
 	waitListening(t, port, 30*time.Second)
-	return port
+	return port, logs
+}
+
+// emfMetrics returns the metrics of the CloudWatch EMF lines in a function's output, as
+// "Namespace/Name Unit dim=value,…" strings.
+func emfMetrics(out string) []string {
+	var got []string
+	for _, line := range strings.Split(out, "\n") {
+		var doc struct {
+			AWS *struct {
+				CloudWatchMetrics []struct {
+					Namespace  string
+					Dimensions [][]string
+					Metrics    []struct{ Name, Unit string }
+				}
+			} `json:"_aws"`
+		}
+		var members map[string]any
+		if json.Unmarshal([]byte(line), &doc) != nil || doc.AWS == nil || json.Unmarshal([]byte(line), &members) != nil {
+			continue
+		}
+		for _, m := range doc.AWS.CloudWatchMetrics {
+			var dims []string
+			for _, set := range m.Dimensions {
+				for _, d := range set {
+					dims = append(dims, fmt.Sprintf("%s=%v", d, members[d]))
+				}
+			}
+			for _, x := range m.Metrics {
+				got = append(got, fmt.Sprintf("%s/%s %s %s", m.Namespace, x.Name, x.Unit, strings.Join(dims, ",")))
+			}
+		}
+	}
+	return got
 }
 
 // invokeRoute invokes the route function behind the emulator on port with event and

@@ -166,12 +166,14 @@ func (l *StringList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Statement is one IAM policy statement.
+// Statement is one IAM policy statement. Condition maps an operator
+// ("ForAllValues:StringLike") to its keys ("dynamodb:LeadingKeys") and values.
 type Statement struct {
-	Sid      string
-	Effect   string
-	Action   StringList
-	Resource StringList
+	Sid       string
+	Effect    string
+	Action    StringList
+	Resource  StringList
+	Condition map[string]map[string]StringList
 }
 
 // Destination is an OnFailure destination of an event source or of asynchronous
@@ -207,7 +209,11 @@ type Properties struct {
 	Architectures []string
 	MemorySize    int
 	Timeout       int
-	Environment   struct {
+	Tracing       string
+	// RecursiveLoop is "Allow" or "Terminate" (Lambda's default when unset).
+	RecursiveLoop                string
+	ReservedConcurrentExecutions any
+	Environment                  struct {
 		Variables map[string]string
 	}
 	LoggingConfig struct {

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/service"
 )
 
 const managementEndpoint = "https://${WebSocketApi}.execute-api.${AWS::Region}.amazonaws.com/${Stage}"
@@ -258,8 +260,8 @@ func TestDeliverEventSources(t *testing.T) {
 		if id != "DeliverFunction" && len(f.Props.Events) > 0 {
 			t.Errorf("%s has event sources %v; only deliver consumes streams", id, keys(f.Props.Events))
 		}
-		if id == "DeliverFunction" && len(evs) != len(f.Props.Events) {
-			t.Errorf("deliver has non-DynamoDB event sources: %v", keys(f.Props.Events))
+		if id == "DeliverFunction" && len(evs)+1 != len(f.Props.Events) {
+			t.Errorf("deliver's event sources = %v, want the two streams and the token sweep", keys(f.Props.Events))
 		}
 	}
 	evs, err := fs["DeliverFunction"].StreamEvents()
@@ -313,6 +315,13 @@ func TestDeliverEventSources(t *testing.T) {
 			c.DestinationConfig == nil || c.DestinationConfig.OnFailure.Type != "SQS" || c.DestinationConfig.OnFailure.Destination != "${DeadLetterQueue.Arn}" {
 			t.Errorf("%s: EventInvokeConfig must bound retries and age and send failures to the DeadLetterQueue, got %+v", id, c)
 		}
+	}
+	// The token sweep: every minute, the payload service.DeliverHandler routes to
+	// auth.Store.Sweep.
+	sweep := fs["DeliverFunction"].Props.Events["TokenSweep"]
+	var sp struct{ Schedule, Input string }
+	if err := json.Unmarshal(sweep.Properties, &sp); err != nil || sweep.Type != "Schedule" || sp.Schedule != "rate(1 minute)" || sp.Input != service.SweepInput {
+		t.Errorf("deliver TokenSweep = %s %s, want Schedule rate(1 minute) with Input %s", sweep.Type, sweep.Properties, service.SweepInput)
 	}
 	if got := s.Resources("AWS::SQS::Queue"); strings.Join(got, ",") != "DeadLetterQueue" {
 		t.Errorf("queues = %v, want DeadLetterQueue", got)

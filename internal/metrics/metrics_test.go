@@ -1,0 +1,97 @@
+package metrics_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/terret/terret-ws/internal/metrics"
+)
+
+// emfDoc is the part of an EMF line CloudWatch reads.
+type emfDoc struct {
+	AWS struct {
+		Timestamp         int64
+		CloudWatchMetrics []struct {
+			Namespace  string
+			Dimensions [][]string
+			Metrics    []struct{ Name, Unit string }
+		}
+	} `json:"_aws"`
+}
+
+// TestEMF: every point is one JSON line in CloudWatch's embedded metric format: the
+// namespace, one dimension set naming exactly the dimensions present as members, the
+// metric with its unit, and its value as a member.
+func TestEMF(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	r := metrics.New(&buf, metrics.Dim{Name: "function", Value: "connect"})
+	r.Add("RefusedConnections", metrics.Count, 1)
+	r.Add("DeliveryLag", metrics.Milliseconds, 12.5, metrics.Dim{Name: "path", Value: "stream"})
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("EMF output = %q, want two lines", buf.String())
+	}
+	want := []struct {
+		name, unit string
+		value      float64
+		dims       map[string]string
+	}{
+		{"RefusedConnections", "Count", 1, map[string]string{"function": "connect"}},
+		{"DeliveryLag", "Milliseconds", 12.5, map[string]string{"function": "connect", "path": "stream"}},
+	}
+	for i, w := range want {
+		var doc emfDoc
+		var members map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &doc); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal([]byte(lines[i]), &members)
+		m := doc.AWS.CloudWatchMetrics
+		if doc.AWS.Timestamp == 0 || len(m) != 1 || m[0].Namespace != metrics.Namespace || len(m[0].Metrics) != 1 ||
+			m[0].Metrics[0].Name != w.name || m[0].Metrics[0].Unit != w.unit {
+			t.Fatalf("line %d = %s, want %s in %s of namespace %s", i, lines[i], w.name, w.unit, metrics.Namespace)
+		}
+		if members[w.name] != w.value {
+			t.Errorf("line %d: %s = %v, want %v", i, w.name, members[w.name], w.value)
+		}
+		if len(m[0].Dimensions) != 1 || len(m[0].Dimensions[0]) != len(w.dims) {
+			t.Fatalf("line %d dimensions %v, want one set of %v", i, m[0].Dimensions, w.dims)
+		}
+		for _, d := range m[0].Dimensions[0] {
+			if members[d] != w.dims[d] {
+				t.Errorf("line %d: dimension %s = %v, want %q", i, d, members[d], w.dims[d])
+			}
+		}
+	}
+}
+
+// TestPrometheus: the same points, aggregated, in Prometheus text format: counters for
+// counts, a summary's sum and count otherwise, one series per dimension set.
+func TestPrometheus(t *testing.T) {
+	t.Parallel()
+	r := metrics.New(nil, metrics.Dim{Name: "function", Value: "deliver"})
+	r.Add("ReplayReads", metrics.Count, 1)
+	r.Add("ReplayReads", metrics.Count, 2)
+	r.Add("DeliveryLag", metrics.Milliseconds, 10, metrics.Dim{Name: "path", Value: "stream"})
+	r.Add("DeliveryLag", metrics.Milliseconds, 30, metrics.Dim{Name: "path", Value: "stream"})
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want := `# TYPE terret_delivery_lag_milliseconds summary
+terret_delivery_lag_milliseconds_sum{function="deliver",path="stream"} 40
+terret_delivery_lag_milliseconds_count{function="deliver",path="stream"} 2
+# TYPE terret_replay_reads_total counter
+terret_replay_reads_total{function="deliver"} 3
+`
+	if got := rec.Body.String(); got != want {
+		t.Errorf("/metrics =\n%s\nwant\n%s", got, want)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	var nilRec *metrics.Recorder
+	nilRec.Add("X", metrics.Count, 1) // a nil recorder records nothing, without panicking
+}
