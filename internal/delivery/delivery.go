@@ -198,11 +198,15 @@ const lingerLook = time.Second
 // returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
 // Pump.
 func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64) error {
+	return d.subscribe(ctx, agentID, connID, fromSeq, false)
+}
+
+func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
 	tip, err := d.log.Tip(ctx, agentID)
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
 	}
-	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1}
+	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch}
 	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
 		sub.From, sub.Truncated = floor, true
 	}
@@ -375,22 +379,24 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				}
 				p.Truncated = false
 			}
-			for _, ev := range batch {
+			for i := 0; i < len(batch); {
 				if err := renew(); err != nil {
 					return err
 				}
 				if o.Sub != sub {
 					break // resubscribed: the rest of this batch belongs to the old subscription
 				}
-				b, err := json.Marshal(ev)
+				// One event per post, or several for a batching client (batch.go).
+				b, k, err := frame(batch[i:], o.Batch, d.cfg.CheckpointEvery-unrecorded)
 				if err != nil {
-					return fmt.Errorf("delivery: encode %s seq %d: %w", ev.SessionID, ev.Seq, err)
+					return err
 				}
 				if err := d.post(ctx, o.ConnID, b); err != nil {
 					return d.postFailed(ctx, o, err)
 				}
-				p.Next = ev.Seq + 1
-				unrecorded++
+				i += k
+				p.Next = batch[i-1].Seq + 1
+				unrecorded += k
 				if !stopAt.IsZero() && time.Now().After(stopAt) {
 					return d.handover(ctx, o, holder, p, &released)
 				}
