@@ -133,7 +133,7 @@ try {
   assert.equal(await page.getByLabel('Agent id', { exact: true }).inputValue(), agent);
   assert.equal(await page.getByLabel('Subscribe from seq', { exact: true }).inputValue(), String(last + 1));
   await connect(page);
-  await until('the subscribe frame', async () => (await page.locator('#log li.out .detail').allTextContents()).includes(`{"type":"subscribe","from_seq":${last + 1}}`));
+  await until('the subscribe frame', async () => (await page.locator('#log li.out .detail').allTextContents()).includes(`{"type":"subscribe","from_seq":${last + 1},"batch":true}`));
   await say(page, 'again');
   await until('the resumed turn to end', async () => (await turnEnds(page)).length === 1);
   assert.equal(await lastReply(page), 'again');

@@ -18,6 +18,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/webui"
@@ -49,6 +50,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	readyFile := fs.String("ready-file", "", "once ready, write JSON {ws_url, dynamodb_endpoint, region} to this path")
 	logLevel := fs.String("log-level", "warn", "log level of the service's JSON logs on stderr (debug, info, warn, error)")
 	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
+	awsLatency := latency.Flags(fs) // --aws-latency and its figures (docs/performance.md)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -78,7 +80,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: service.Logger(stderr, *logLevel), TablePrefix: *prefix,
-		Pages: pages,
+		Pages: pages, Latency: awsLatency(),
 	})
 	if err != nil {
 		return err
@@ -101,6 +103,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
 	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
+	if p := awsLatency(); !p.IsZero() {
+		fmt.Fprintf(stdout, "terret dev: AWS latency profile %s\n", p)
+	}
 	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "terret dev: stopping")

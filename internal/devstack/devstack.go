@@ -6,6 +6,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/eventsource"
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tables"
@@ -43,6 +45,10 @@ type Options struct {
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
 	Logger               *slog.Logger
+	// Latency adds AWS-like latencies where the local stack is faster than AWS
+	// (`terret dev --aws-latency`): the handlers' AWS clients, the functions the
+	// Invoke API runs, and the stream polling (unless PollInterval is set).
+	Latency latency.Profile
 }
 
 // Stack is a running local service.
@@ -107,7 +113,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		PingInterval: o.PingInterval,
 		Region:       st.Region,
 		Routes:       map[string]lambda.Handler{"$connect": connect, "$default": message, "$disconnect": disconnect},
-		Functions:    map[string]lambda.Handler{"deliver": deliver, "runner": runner},
+		Functions:    map[string]lambda.Handler{"deliver": o.Latency.Delayed(deliver), "runner": o.Latency.Delayed(runner)},
 		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
 		RetryBackoff: 200 * time.Millisecond,
 		// A client that cannot take one frame in 2 s is treated as gone: a sender blocked
@@ -136,7 +142,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		LambdaEndpoint:       st.gw.LambdaEndpoint(),
 		LogLevel:             "info",
 	}
-	awsCfg := dynamolocal.Config()
+	awsCfg := o.Latency.Install(dynamolocal.Config())
 	agent, err := service.Agent(st.Config, awsCfg, logger)
 	if err != nil {
 		return nil, err
@@ -157,7 +163,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	st.poller, err = eventsource.Start(life, db, dynamolocal.StreamsClient(st.DynamoDBEndpoint), st.Region, []eventsource.Mapping{
 		{Function: "deliver", Handler: deliver, TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: deliver, TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
-	}, eventsource.Options{PollInterval: o.PollInterval, Logger: logger, Faults: o.Faults})
+	}, eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: logger, Faults: o.Faults})
 	if err != nil {
 		return nil, err
 	}

@@ -297,6 +297,11 @@
   }
 
   function onFrame(data) {
+    // A batch (docs/batching.md): consecutive event envelopes separated by "\n".
+    if (typeof data === 'string' && data.includes('\n')) {
+      for (const part of data.split('\n')) onFrame(part);
+      return;
+    }
     let f;
     try {
       f = JSON.parse(data);
@@ -339,7 +344,7 @@
     }
     state.next = from;
     state.awaiting = from;
-    send({ type: 'subscribe', from_seq: from });
+    send({ type: 'subscribe', from_seq: from, batch: true });
     refreshButtons();
   }
 
