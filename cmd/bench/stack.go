@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/eventsource"
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -66,6 +68,7 @@ type stackOptions struct {
 	invocations   *invocations
 	replayLimit   int
 	outboundQueue int
+	latency       latency.Profile // AWS-like latencies, or none
 }
 
 // newStack creates the tables of template.yaml; start brings the service up on them.
@@ -136,8 +139,8 @@ func (st *stack) start(ctx context.Context, o stackOptions) error {
 			"$disconnect": st.inv.counted("disconnect", disconnect),
 		},
 		Functions: map[string]lambda.Handler{
-			"deliver": st.inv.counted("deliver (async)", deliver),
-			"runner":  st.inv.counted("runner", runner),
+			"deliver": o.latency.Delayed(st.inv.counted("deliver (async)", deliver)),
+			"runner":  o.latency.Delayed(st.inv.counted("runner", runner)),
 		},
 		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
 		RetryBackoff: 200 * time.Millisecond,
@@ -167,7 +170,7 @@ func (st *stack) start(ctx context.Context, o stackOptions) error {
 		LambdaEndpoint:       st.gw.LambdaEndpoint(),
 		LogLevel:             "warn",
 	}
-	st.awsCfg = st.meter.install(dynamolocal.Config())
+	st.awsCfg = o.latency.Install(st.meter.install(dynamolocal.Config()))
 	agent, err := service.Agent(st.cfg, st.awsCfg, o.logger)
 	if err != nil {
 		return err
@@ -193,7 +196,7 @@ func (st *stack) start(ctx context.Context, o stackOptions) error {
 	st.poller, err = eventsource.Start(life, st.raw, streams, dynamolocal.Region, []eventsource.Mapping{
 		{Function: "deliver", Handler: st.inv.counted("deliver (log stream)", deliver), TableName: st.tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: st.inv.counted("deliver (tokens stream)", deliver), TableName: st.tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
-	}, eventsource.Options{PollInterval: o.poll, Logger: o.logger})
+	}, eventsource.Options{PollInterval: cmp.Or(o.latency.PollInterval, o.poll), Logger: o.logger})
 	return err
 }
 

@@ -31,6 +31,11 @@ func (d *Deliverer) SubscribeBatch(ctx context.Context, agentID, connID string, 
 	return d.subscribe(ctx, agentID, connID, fromSeq, batch)
 }
 
+// EncodeFrame is frame, for measuring a floor that posts what delivery posts.
+func EncodeFrame(evs []sessionlog.Event, batch bool, room int) ([]byte, int, error) {
+	return frame(evs, batch, room)
+}
+
 // frame encodes the next message of evs (non-empty, consecutive, in seq order): the
 // first event alone, or — with batch set — as many of the following as fit within
 // BatchBytes and room events (room ≥ 1). It returns the message and how many events it
