@@ -14,7 +14,7 @@ func (b *bench) connect(ctx context.Context, agent string, onFrame func(frame)) 
 	if err != nil {
 		return nil, fmt.Errorf("token for %s: %w", agent, err)
 	}
-	cl, err := dialAgent(ctx, b.st.gw.WebSocketURL(), agent, token, onFrame)
+	cl, err := dialAgent(ctx, b.st.dev.WebSocketURL(), agent, token, onFrame)
 	if err != nil {
 		return nil, err
 	}

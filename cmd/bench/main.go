@@ -209,7 +209,7 @@ func (b *bench) run() error {
 	if err := b.seedAll(ctx, phases); err != nil {
 		return err
 	}
-	if err := b.st.start(ctx, so); err != nil {
+	if err := b.st.start(ctx); err != nil {
 		return err
 	}
 	// The consumer's iterator must be known to be past LATEST before measuring

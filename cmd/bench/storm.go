@@ -116,7 +116,7 @@ func (b *bench) runStorm(ctx context.Context) error {
 	}
 	err := parallel(n, n, func(i int) error {
 		c := clients[i]
-		cl, err := dialAgent(ctx, b.st.gw.WebSocketURL(), c.agent, tokens[i], c.onFrame)
+		cl, err := dialAgent(ctx, b.st.dev.WebSocketURL(), c.agent, tokens[i], c.onFrame)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/config"
@@ -49,6 +51,7 @@ type Options struct {
 	// (`terret dev --aws-latency`): the handlers' AWS clients, the functions the
 	// Invoke API runs, and the stream polling (unless PollInterval is set).
 	Latency latency.Profile
+	Measure Measure // metering, invocation counting and seeding hooks (cmd/bench; measure.go)
 }
 
 // Stack is a running local service.
@@ -57,10 +60,17 @@ type Stack struct {
 	Region           string
 	Tables           tables.Names
 	Config           config.Config
+	AWSConfig        aws.Config // the handlers' clients' configuration
 
 	gw     *localgw.Gateway
 	poller *eventsource.Poller
 	ddb    *dynamolocal.Server
+
+	measure    Measure
+	logStream  *types.StreamSpecification // held back (Measure.LogStreamLater)
+	logMapping eventsource.Mapping
+	logPoller  *eventsource.Poller
+	pollerOpts eventsource.Options
 }
 
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
@@ -79,7 +89,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint}
+	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint, measure: o.Measure}
 	// A failed start closes what it started; the local copy survives the
 	// `return nil, err` that clears the named result.
 	started := st
@@ -100,6 +110,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.Tables = tables.NamesWithPrefix(defs, o.TablePrefix)
+	if st.logStream, err = o.Measure.holdLogStream(defs); err != nil {
+		return nil, err
+	}
 	db := dynamolocal.Client(st.DynamoDBEndpoint)
 	if err := tables.Ensure(ctx, db, defs, st.Tables); err != nil {
 		return nil, fmt.Errorf("devstack: create tables at %s: %w", st.DynamoDBEndpoint, err)
@@ -112,8 +125,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Addr:         o.Addr,
 		PingInterval: o.PingInterval,
 		Region:       st.Region,
-		Routes:       map[string]lambda.Handler{"$connect": connect, "$default": message, "$disconnect": disconnect},
-		Functions:    map[string]lambda.Handler{"deliver": o.Latency.Delayed(deliver), "runner": o.Latency.Delayed(runner)},
+		Routes: map[string]lambda.Handler{"$connect": o.Measure.wrap("connect", connect), "$default": o.Measure.wrap("message", message),
+			"$disconnect": o.Measure.wrap("disconnect", disconnect)},
+		Functions: map[string]lambda.Handler{"deliver": o.Latency.Delayed(o.Measure.wrap("deliver (async)", deliver)),
+			"runner": o.Latency.Delayed(o.Measure.wrap("runner", runner))},
 		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
 		RetryBackoff: 200 * time.Millisecond,
 		// A client that cannot take one frame in 2 s is treated as gone: a sender blocked
@@ -121,6 +136,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		WriteTimeout: 2 * time.Second,
 		Logger:       logger,
 		Pages:        o.Pages,
+		// Measurements raise the $default bound (measure.go).
+		MaxConcurrency: o.Measure.MaxConcurrency,
 	})
 	if err != nil {
 		return nil, err
@@ -142,7 +159,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		LambdaEndpoint:       st.gw.LambdaEndpoint(),
 		LogLevel:             "info",
 	}
-	awsCfg := o.Latency.Install(dynamolocal.Config())
+	awsCfg := o.Latency.Install(o.Measure.clients(dynamolocal.Config()))
+	st.AWSConfig = awsCfg
 	agent, err := service.Agent(st.Config, awsCfg, logger)
 	if err != nil {
 		return nil, err
@@ -150,20 +168,21 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
-	connect.Bind(lambda.NewHandler(sock.Connect))
-	message.Bind(lambda.NewHandler(sock.Message))
-	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
-	deliver.Bind(lambda.NewHandler(d.Handle))
+	connect.Bind(handlerOf(sock.Connect))
+	message.Bind(handlerOf(sock.Message))
+	disconnect.Bind(handlerOf(sock.Disconnect))
+	deliver.Bind(handlerOf(d.Handle))
 	runner.Bind(lambda.NewHandler(agent.HandleRunner))
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
 	if err != nil {
 		return nil, err
 	}
-	st.poller, err = eventsource.Start(life, db, dynamolocal.StreamsClient(st.DynamoDBEndpoint), st.Region, []eventsource.Mapping{
-		{Function: "deliver", Handler: deliver, TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
-		{Function: "deliver", Handler: deliver, TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
-	}, eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: logger, Faults: o.Faults})
+	st.pollerOpts = eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: logger, Faults: o.Faults}
+	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint), st.Region, st.splitMappings([]eventsource.Mapping{
+		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", deliver), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
+		{Function: "deliver", Handler: o.Measure.wrap("deliver (tokens stream)", deliver), TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
+	}), st.pollerOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +203,9 @@ func orInt(v, def int) int {
 // was started here.
 func (s *Stack) Close() error {
 	var errs []error
+	if s.logPoller != nil {
+		errs = append(errs, s.logPoller.Close())
+	}
 	if s.poller != nil {
 		errs = append(errs, s.poller.Close())
 	}
