@@ -3,8 +3,10 @@
 // trip per post, per invoke and per DynamoDB request, and the event source mapping's
 // polling — shows up in `terret dev --aws-latency` and `make bench -aws-latency`.
 //
-// Each figure is a floor, not an addition: a request that already took longer locally
-// (DynamoDB Local on a loaded machine) is not slowed further. The figures and their
+// Each figure is the least a request takes: half of it passes before the request is
+// sent (its way there: a post reaches the socket that much later), and the rest is
+// waited out after the answer unless the request already took that long locally
+// (DynamoDB Local on a loaded machine). The figures and their
 // sources are in docs/performance.md ("The AWS latency profile"); each is a flag.
 package latency
 
@@ -101,6 +103,9 @@ func (p Profile) register(st *middleware.Stack) error {
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			floor := p.floor(awsmw.GetServiceID(ctx))
 			began := time.Now()
+			// Half the figure on the way there — a post reaches the socket, a write is
+			// visible, that much later — and the rest once the answer is back.
+			sleep(ctx, floor/2)
 			out, md, err := next.HandleInitialize(ctx, in)
 			if rest := floor - time.Since(began); rest > 0 {
 				sleep(ctx, rest)
