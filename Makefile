@@ -49,9 +49,14 @@ lambda_dir = $(shell printf '%s' '$(1:%Function=%)' | tr A-Z a-z)
 ## bench: tail latency, replay throughput, request costs, reconnect storm and cold start
 ## on the local stack, each beside a floor (docs/performance.md). Prints a table and
 ## writes build/bench.json; BENCH_FLAGS passes flags (go run ./cmd/bench -h).
+## A second run under the AWS latency profile (docs/performance.md, "The AWS latency
+## profile") measures what the profile changes, within the 6-minute budget;
+## BENCH_AWS_FLAGS replaces its settings (BENCH_AWS_FLAGS="-phases storm" for the storm).
+BENCH_AWS_FLAGS ?= -phases tail,replay -tail-events 200 -stream-events 30 -floor-events 100 -warmup 5 -replay-unbatched-events 500
 bench:
 	./scripts/deps.sh
 	go run ./cmd/bench $(BENCH_FLAGS)
+	go run ./cmd/bench -aws-latency -out build/bench-aws.json -log build/bench-aws.log $(BENCH_AWS_FLAGS)
 
 ## fuzz: run the frame parser fuzzer for a minute.
 fuzz:

@@ -22,6 +22,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,6 +127,10 @@ type Options struct {
 	// Gateway closes idle connections after 10 minutes, which the client reconnects
 	// through anyway.
 	PingInterval time.Duration
+	// NoBatch subscribes without the batching extension (docs/batching.md): the server
+	// then sends one event per message, as to any v1 client. By default the client
+	// asks for batches and splits them; OnEvent sees the same events either way.
+	NoBatch bool
 }
 
 func (o Options) withDefaults() Options {
@@ -243,7 +248,7 @@ func (c *Client) Subscribe(ctx context.Context, fromSeq int64) error {
 	if cn == nil {
 		return nil // the reconnect in progress subscribes
 	}
-	if err := cn.write(ctx, protocol.Subscribe{FromSeq: fromSeq}); err != nil && ctx.Err() != nil {
+	if err := cn.write(ctx, protocol.Subscribe{FromSeq: fromSeq, Batch: !c.opts.NoBatch}); err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return nil
@@ -489,7 +494,7 @@ func (c *Client) resubscribe(cn *conn) error {
 			from = seq + 1 // events in [from, next) come again and are discarded
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.DialTimeout)
-		err = cn.write(ctx, protocol.Subscribe{FromSeq: from})
+		err = cn.write(ctx, protocol.Subscribe{FromSeq: from, Batch: !c.opts.NoBatch})
 		cancel()
 		if err != nil {
 			cn.close()
@@ -571,6 +576,9 @@ func (c *Client) serve(cn *conn) error {
 
 // handle routes one server frame. A non-nil error ends the connection.
 func (c *Client) handle(data []byte) error {
+	if bytes.IndexByte(data, '\n') >= 0 {
+		return c.batch(data)
+	}
 	var f wireFrame
 	if err := json.Unmarshal(data, &f); err != nil {
 		return fmt.Errorf("%w: undecodable frame: %v", ErrProtocol, err)

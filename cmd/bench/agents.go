@@ -14,7 +14,7 @@ func (b *bench) connect(ctx context.Context, agent string, onFrame func(frame)) 
 	if err != nil {
 		return nil, fmt.Errorf("token for %s: %w", agent, err)
 	}
-	cl, err := dialAgent(ctx, b.st.gw.WebSocketURL(), agent, token, onFrame)
+	cl, err := dialAgent(ctx, b.st.dev.WebSocketURL(), agent, token, onFrame)
 	if err != nil {
 		return nil, err
 	}
@@ -28,11 +28,16 @@ func (b *bench) connect(ctx context.Context, agent string, onFrame func(frame)) 
 // subscribed connects a client to a fresh agent and subscribes from 0, returning once
 // session/created (seq 0) arrived.
 func (b *bench) subscribed(ctx context.Context, agent string) (*wsClient, error) {
+	return b.subscribedAs(ctx, agent, subscribe(0))
+}
+
+// subscribedAs is subscribed with the subscribe frame given (batched or not).
+func (b *bench) subscribedAs(ctx context.Context, agent string, sub map[string]any) (*wsClient, error) {
 	cl, err := b.connect(ctx, agent, nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.send(ctx, subscribe(0)); err != nil {
+	if err := cl.send(ctx, sub); err != nil {
 		cl.close()
 		return nil, err
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -24,6 +26,7 @@ type frame struct {
 type wsClient struct {
 	agent  string
 	c      *websocket.Conn
+	msgs   atomic.Int64 // WebSocket messages received (a batch is one)
 	frames chan frame
 	done   chan struct{}
 	err    error
@@ -53,13 +56,17 @@ func dialAgent(ctx context.Context, baseURL, agent, token string, onFrame func(f
 				cl.err = err
 				return
 			}
-			var f frame
-			if err := json.Unmarshal(b, &f); err != nil {
-				cl.err = fmt.Errorf("frame %q: %w", b, err)
-				return
+			cl.msgs.Add(1)
+			// A batch (docs/batching.md) is events separated by "\n": each is a frame.
+			for part := range bytes.SplitSeq(b, []byte{'\n'}) {
+				var f frame
+				if err := json.Unmarshal(part, &f); err != nil {
+					cl.err = fmt.Errorf("frame %q: %w", part, err)
+					return
+				}
+				f.At, f.Size = at, len(part)
+				onFrame(f)
 			}
-			f.At, f.Size = at, len(b)
-			onFrame(f)
 		}
 	}()
 	return cl, nil
@@ -120,4 +127,9 @@ func (cl *wsClient) close() { _ = cl.c.CloseNow() }
 
 func subscribe(from int64) map[string]any {
 	return map[string]any{"type": "subscribe", "from_seq": from}
+}
+
+// subscribeBatched is subscribe asking for batched event frames.
+func subscribeBatched(from int64) map[string]any {
+	return map[string]any{"type": "subscribe", "from_seq": from, "batch": true}
 }

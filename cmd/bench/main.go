@@ -32,32 +32,35 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/service"
 )
 
 type options struct {
-	endpoint          string
-	out               string
-	logFile           string
-	buildDir          string
-	phases            string
-	tailEvents        int
-	streamEvents      int
-	warmup            int
-	replayEvents      int
-	rounds            int
-	stormClients      int
-	stormEvents       int
-	stormFloorClients int
-	floorEvents       int
-	turns             int
-	coldRuns          int
-	refused           int
-	poll              time.Duration
-	maxReplays        int
-	quiet             bool
-	cpuProfile        string
-	logLevel          string
+	endpoint              string
+	out                   string
+	logFile               string
+	buildDir              string
+	phases                string
+	tailEvents            int
+	streamEvents          int
+	warmup                int
+	replayEvents          int
+	replayUnbatchedEvents int
+	rounds                int
+	stormClients          int
+	stormEvents           int
+	stormFloorClients     int
+	floorEvents           int
+	turns                 int
+	coldRuns              int
+	refused               int
+	poll                  time.Duration
+	maxReplays            int
+	quiet                 bool
+	cpuProfile            string
+	logLevel              string
+	latency               latency.Profile // -aws-latency: AWS-like latencies (internal/latency)
 }
 
 type bench struct {
@@ -79,6 +82,8 @@ type results struct {
 	tailPoller           usage
 	replay               replayResult
 	replaySeeded         time.Duration
+	tailBatched          tailResult   // the fast path to a client that asked for batches
+	replayBatched        replayResult // the replay to a client that asked for batches
 	turns                []turnResult
 	storm                stormResult
 	cold                 []coldResult
@@ -98,6 +103,7 @@ func main() {
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
 	flag.IntVar(&o.replayEvents, "replay-events", 10000, "events in the replay measurement")
+	flag.IntVar(&o.replayUnbatchedEvents, "replay-unbatched-events", 0, "events in the v1 (unbatched) replay measurement, the last of the seeded ones; 0: all")
 	flag.IntVar(&o.rounds, "rounds", 1, "replay rounds (service and floor alternate; the best of each is kept)")
 	flag.IntVar(&o.stormClients, "storm-clients", 200, "clients reconnecting at once")
 	flag.IntVar(&o.stormEvents, "storm-events", 1000, "events in each storm client's log")
@@ -111,7 +117,9 @@ func main() {
 	flag.BoolVar(&o.quiet, "quiet", false, "no progress lines")
 	flag.StringVar(&o.logLevel, "log-level", "warn", "level of the stack's log (-log)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the stack's handlers included) here")
+	awsLatency := latency.Flags(flag.CommandLine)
 	flag.Parse()
+	o.latency = awsLatency()
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -186,6 +194,7 @@ func (b *bench) run() error {
 		replayGauge: &replayGauge{},
 		meter:       newMeter(),
 		invocations: newInvocations(),
+		latency:     b.o.latency,
 	}
 	if b.st, err = newStack(ctx, so); err != nil {
 		return err
@@ -203,7 +212,7 @@ func (b *bench) run() error {
 	if err := b.seedAll(ctx, phases); err != nil {
 		return err
 	}
-	if err := b.st.start(ctx, so); err != nil {
+	if err := b.st.start(ctx); err != nil {
 		return err
 	}
 	// The consumer's iterator must be known to be past LATEST before measuring

@@ -25,7 +25,7 @@ func (b *bench) runRefused(ctx context.Context) error {
 	b.st.settle(ctx)
 	before := b.st.snap()
 	if err := parallel(8, n, func(i int) error {
-		cl, err := dialAgent(ctx, b.st.gw.WebSocketURL(), agent, "tt_not-a-token", nil)
+		cl, err := dialAgent(ctx, b.st.dev.WebSocketURL(), agent, "tt_not-a-token", nil)
 		if err != nil {
 			return err
 		}

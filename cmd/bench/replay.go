@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -110,79 +111,123 @@ type replayResult struct {
 	Rates, Floors []float64
 	Cost          phaseCost // of the service's first round
 	FloorCost     usage
+	// Messages is how many WebSocket messages the client received in the service's
+	// first round (a batch is one message), FloorPosts how many posts the floor made.
+	Messages, FloorPosts int64
 }
 
-// runReplay measures a replay of b.o.replayEvents events to one client: subscribe
-// from 0 on a seeded session, until the last event arrives. The floor reads the same
-// events from the same table with the same strongly consistent Query pages of 1,000
-// and posts each to an open socket, awaited, one at a time (API Gateway does not order
-// concurrent posts). Rounds alternate floor and service; the best of each is kept.
+// runReplay measures a replay to one client, v1 and batched: subscribe on a seeded
+// session, until the last event arrives. The v1 replay covers the last
+// -replay-unbatched-events events (all by default: under the AWS latency profile one
+// post per event makes 10,000 take minutes, and the rate does not depend on the count);
+// the batched one covers all b.o.replayEvents. The floor reads the same events from
+// the same table with the same strongly consistent Query pages of 1,000 and makes the
+// same posts to an open socket — one per event, or the same batches delivery packs —
+// awaited, one at a time (API Gateway does not order concurrent posts). Rounds
+// alternate floor and service; the best of each is kept.
 func (b *bench) runReplay(ctx context.Context) error {
 	n := b.o.replayEvents
-	const session = replaySession
-	cl, err := b.connect(ctx, session, nil)
+	cl, err := b.connect(ctx, replaySession, nil)
 	if err != nil {
 		return err
 	}
 	defer cl.close()
-	reader := sessionlog.New(b.floor.db, b.st.cfg.LogTable)
-	res := replayResult{Events: n}
-	last := int64(n - 1)
+	unbatched := n
+	if k := b.o.replayUnbatchedEvents; k > 0 && k < n {
+		unbatched = k
+	}
+	res := replayResult{Events: unbatched}
+	batched := replayResult{Events: n}
 	for r := 0; r < b.o.rounds; r++ {
-		// Floor.
-		fb := b.floor.meter.snapshot()
-		t0 := time.Now()
-		for from := int64(0); from <= last; {
-			evs, err := reader.Read(ctx, session, from, 1000)
-			if err != nil {
-				return fmt.Errorf("replay floor read: %w", err)
-			}
-			if len(evs) == 0 {
-				return fmt.Errorf("replay floor: nothing at seq %d", from)
-			}
-			for _, ev := range evs {
-				data, err := json.Marshal(ev)
-				if err != nil {
-					return err
-				}
-				if err := b.floor.post(ctx, data); err != nil {
-					return fmt.Errorf("replay floor post: %w", err)
-				}
-			}
-			from = evs[len(evs)-1].Seq + 1
-		}
-		f, err := b.floor.client.seqRun(60*time.Second, 0, last)
-		if err != nil {
-			return fmt.Errorf("replay floor: %w", err)
-		}
-		res.Floors = append(res.Floors, float64(n)/f.At.Sub(t0).Seconds())
-		if r == 0 {
-			res.FloorCost = b.floor.meter.snapshot().since(fb)
-		}
-
-		// Service.
-		b.st.settle(ctx)
-		before := b.st.snap()
-		t0 = time.Now()
-		if err := cl.send(ctx, subscribe(0)); err != nil {
+		if err := b.replayRound(ctx, cl, &res, int64(n-unbatched), false, r); err != nil {
 			return err
 		}
-		f, err = cl.seqRun(120*time.Second, 0, last)
+		if err := b.replayRound(ctx, cl, &batched, 0, true, r); err != nil {
+			return err
+		}
+	}
+	for _, x := range []*replayResult{&res, &batched} {
+		for i := range x.Rates {
+			x.Rate = max(x.Rate, x.Rates[i])
+			x.Floor = max(x.Floor, x.Floors[i])
+		}
+	}
+	b.res.replay, b.res.replayBatched = res, batched
+	return nil
+}
+
+// replayRound measures one round of res: the floor's replay of from..the last seeded
+// event, then the service's, to cl (batched or not).
+func (b *bench) replayRound(ctx context.Context, cl *wsClient, res *replayResult, from int64, batched bool, r int) error {
+	const session = replaySession
+	reader := sessionlog.New(b.floor.db, b.st.cfg.LogTable)
+	last := int64(b.o.replayEvents - 1)
+	n := float64(last - from + 1)
+	kind := "v1"
+	if batched {
+		kind = "batched"
+	}
+	// Floor.
+	fb := b.floor.meter.snapshot()
+	posts := int64(0)
+	t0 := time.Now()
+	for next := from; next <= last; {
+		evs, err := reader.Read(ctx, session, next, 1000)
 		if err != nil {
-			return fmt.Errorf("replay: %w", err)
+			return fmt.Errorf("replay floor read: %w", err)
 		}
-		res.Rates = append(res.Rates, float64(n)/f.At.Sub(t0).Seconds())
-		b.st.settle(ctx)
-		if r == 0 {
-			res.Cost = before.to(b.st.snap())
+		if len(evs) == 0 {
+			return fmt.Errorf("replay floor: nothing at seq %d", next)
 		}
-		b.progress("replay round %d: service %.0f events/s, floor %.0f events/s", r+1, res.Rates[r], res.Floors[r])
+		for i := 0; i < len(evs); {
+			// The service's default CheckpointEvery bounds a batch: 32 events.
+			data, k, err := delivery.EncodeFrame(evs[i:], batched, 32)
+			if err != nil {
+				return err
+			}
+			if err := b.floor.post(ctx, data); err != nil {
+				return fmt.Errorf("replay floor post: %w", err)
+			}
+			posts++
+			i += k
+		}
+		next = evs[len(evs)-1].Seq + 1
 	}
-	for i := range res.Rates {
-		res.Rate = max(res.Rate, res.Rates[i])
-		res.Floor = max(res.Floor, res.Floors[i])
+	f, err := b.floor.client.seqRun(120*time.Second, from, last)
+	if err != nil {
+		return fmt.Errorf("replay floor (%s): %w", kind, err)
 	}
-	b.res.replay = res
+	res.Floors = append(res.Floors, n/f.At.Sub(t0).Seconds())
+	if r == 0 {
+		res.FloorCost = b.floor.meter.snapshot().since(fb)
+		res.FloorPosts = posts
+	}
+
+	// Service.
+	b.st.settle(ctx)
+	before := b.st.snap()
+	msgs := cl.msgs.Load()
+	t0 = time.Now()
+	sub := subscribe(from)
+	if batched {
+		sub = subscribeBatched(from)
+	}
+	if err := cl.send(ctx, sub); err != nil {
+		return err
+	}
+	f, err = cl.seqRun(10*time.Minute, from, last)
+	if err != nil {
+		return fmt.Errorf("replay (%s): %w", kind, err)
+	}
+	res.Rates = append(res.Rates, n/f.At.Sub(t0).Seconds())
+	if r == 0 {
+		res.Messages = cl.msgs.Load() - msgs
+	}
+	b.st.settle(ctx)
+	if r == 0 {
+		res.Cost = before.to(b.st.snap())
+	}
+	b.progress("replay round %d (%s, %.0f events): service %.0f events/s, floor %.0f events/s", r+1, kind, n, res.Rates[r], res.Floors[r])
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,28 +9,25 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
-	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
-	"github.com/terret/terret-ws/internal/eventsource"
-	"github.com/terret/terret-ws/internal/localgw"
-	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
 )
 
-// stack is the service wired as devstack.Start wires it — the local gateway, the
-// stream pollers and every handler built by package service — except that the
-// handlers get an AWS config carrying the meter, and every handler the gateway and the
-// pollers invoke is counted.
+// stack is the service as devstack.Start wires it — the local gateway, the stream
+// pollers and every handler built by package service, as `terret dev` runs them — with
+// the measurement hooks of devstack.Measure: every handler's AWS clients carry the
+// meter, every handler the gateway and the pollers invoke is counted, the gateway's
+// concurrency is Lambda's account default, and the log table gets its stream only
+// after the seeding.
 type stack struct {
 	endpoint    string
 	tables      tables.Names
@@ -40,20 +38,15 @@ type stack struct {
 	inv         *invocations
 	replays     *replayGauge
 	raw         *dynamodb.Client // not metered: seeding and bookkeeping
-	logStream   *types.StreamSpecification
 	tokens      *auth.Store
 	owners      *connections.Store
-	gw          *localgw.Gateway
-	poller      *eventsource.Poller
+	dev         *devstack.Stack
 	logger      *slog.Logger
 	poll        time.Duration
 }
 
 // lambdaConcurrency is Lambda's default concurrency limit per account and region.
 const lambdaConcurrency = 1000
-
-// deliverTimeout is the deliver function's timeout in template.yaml.
-const deliverTimeout = 5 * time.Minute
 
 type stackOptions struct {
 	endpoint      string
@@ -66,135 +59,51 @@ type stackOptions struct {
 	invocations   *invocations
 	replayLimit   int
 	outboundQueue int
+	latency       latency.Profile // AWS-like latencies, or none
 }
 
-// newStack creates the tables of template.yaml; start brings the service up on them.
+// newStack brings the service up on fresh tables of template.yaml, the log table
+// without its stream; start adds the stream and its poller once the logs are seeded.
 func newStack(ctx context.Context, o stackOptions) (*stack, error) {
-	defs, err := tables.Parse(terretws.Template)
+	poll := cmp.Or(o.latency.PollInterval, o.poll)
+	st := &stack{endpoint: o.endpoint, meter: o.meter, inv: o.invocations, replays: o.replayGauge, logger: o.logger, poll: poll, pollerMeter: newMeter()}
+	var err error
+	st.dev, err = devstack.Start(ctx, devstack.Options{
+		Addr: "127.0.0.1:0", DynamoDBEndpoint: o.endpoint, TablePrefix: o.prefix, PollInterval: poll,
+		ReplayLimit: o.replayLimit, MaxConcurrentReplays: o.maxReplays, OutboundQueue: o.outboundQueue,
+		Observer: o.replayGauge, Logger: o.logger, Latency: o.latency,
+		Measure: devstack.Measure{
+			Clients: st.meter.install,
+			// The pollers stand in for Lambda's event source mapping (no cost of ours):
+			// their requests are metered apart, to see what DynamoDB Local spends on them.
+			PollerClients: st.pollerMeter.install,
+			Wrap:          st.inv.counted,
+			// Lambda's default account concurrency rather than the local gateway's 64: at
+			// its bound the gateway stops reading sockets, so the pongs of a reconnect
+			// storm's clients (each subscribe holds a $default invocation for its whole
+			// replay) go unread and the gateway closes healthy sockets as "ping timeout".
+			MaxConcurrency: lambdaConcurrency,
+			LogStreamLater: true,
+		},
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench: start the stack at %s: %w", o.endpoint, err)
 	}
-	st := &stack{endpoint: o.endpoint, meter: o.meter, inv: o.invocations, replays: o.replayGauge, logger: o.logger, poll: o.poll}
-	st.tables = tables.NamesWithPrefix(defs, o.prefix)
+	st.tables, st.cfg, st.awsCfg = st.dev.Tables, st.dev.Config, st.dev.AWSConfig
 	st.raw = dynamolocal.Client(o.endpoint)
-	// The log table is created without its stream, which enableLogStream adds once the
-	// seeding is done (see there).
-	for i, d := range defs {
-		if d.LogicalID == "LogTable" && d.Input.StreamSpecification != nil {
-			st.logStream = d.Input.StreamSpecification
-			defs[i].Input.StreamSpecification = nil
-		}
-	}
-	if st.logStream == nil {
-		return nil, errors.New("bench: template.yaml's LogTable has no stream")
-	}
-	if err := tables.Ensure(ctx, st.raw, defs, st.tables); err != nil {
-		return nil, fmt.Errorf("bench: create tables at %s: %w", o.endpoint, err)
-	}
 	st.tokens = auth.New(st.raw, st.tables["ConnectionsTable"])
 	st.owners = connections.New(st.raw, st.tables["ConnectionsTable"])
-	st.cfg.LogTable = st.tables["LogTable"]
 	return st, nil
 }
 
-// enableLogStream gives the log table the stream template.yaml defines, and waits until
-// the table is ACTIVE with it. The seeded logs were written before: DynamoDB Local's
-// GetRecords slows down with the number of records in a shard (with the storm's 200,000
-// seeded records in it, a tail event took seconds to come through the stream), and on
-// AWS a log written before a reconnect storm is read from the table, not the stream,
-// whose cost does not depend on what else it holds.
-func (st *stack) enableLogStream(ctx context.Context) error {
-	name := st.tables["LogTable"]
-	_, err := st.raw.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: aws.String(name), StreamSpecification: st.logStream})
-	if err != nil {
-		return fmt.Errorf("bench: enable the stream of %s: %w", name, err)
-	}
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		out, err := st.raw.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
-		if err != nil {
-			return err
-		}
-		if out.Table.TableStatus == types.TableStatusActive && aws.ToString(out.Table.LatestStreamArn) != "" {
-			return nil
-		}
-	}
-	return fmt.Errorf("bench: %s not ACTIVE with a stream after a minute", name)
-}
-
-func (st *stack) start(ctx context.Context, o stackOptions) error {
-	if err := st.enableLogStream(ctx); err != nil {
-		return err
-	}
-	var err error
-	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
-	life := context.WithoutCancel(ctx)
-	st.gw, err = localgw.Start(life, localgw.Config{
-		Addr: "127.0.0.1:0",
-		Routes: map[string]lambda.Handler{
-			"$connect":    st.inv.counted("connect", connect),
-			"$default":    st.inv.counted("message", message),
-			"$disconnect": st.inv.counted("disconnect", disconnect),
-		},
-		Functions: map[string]lambda.Handler{
-			"deliver": st.inv.counted("deliver (async)", deliver),
-			"runner":  st.inv.counted("runner", runner),
-		},
-		Timeouts:     map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute},
-		RetryBackoff: 200 * time.Millisecond,
-		// Lambda's default account concurrency rather than the local gateway's 64: at
-		// its bound the gateway stops reading sockets, so the pongs of a reconnect
-		// storm's clients (each subscribe holds a $default invocation for its whole
-		// replay) go unread and the gateway closes healthy sockets as "ping timeout".
-		MaxConcurrency: lambdaConcurrency,
-		Logger:         o.logger,
-	})
-	if err != nil {
-		return err
-	}
-	st.cfg = config.Config{
-		LogTable:             st.tables["LogTable"],
-		ConnectionsTable:     st.tables["ConnectionsTable"],
-		AgentsTable:          st.tables["AgentsTable"],
-		ManagementEndpoint:   st.gw.ManagementEndpoint(),
-		DeliverFunction:      "deliver",
-		RunnerFunction:       "runner",
-		ReplayLimit:          orInt(o.replayLimit, config.DefaultReplayLimit),
-		MaxConcurrentReplays: orInt(o.maxReplays, config.DefaultMaxConcurrentReplays),
-		OutboundQueue:        orInt(o.outboundQueue, config.DefaultOutboundQueue),
-		MainModel:            "scripted",
-		TitlerModel:          "scripted",
-		DynamoDBEndpoint:     o.endpoint,
-		LambdaEndpoint:       st.gw.LambdaEndpoint(),
-		LogLevel:             "warn",
-	}
-	st.awsCfg = st.meter.install(dynamolocal.Config())
-	agent, err := service.Agent(st.cfg, st.awsCfg, o.logger)
-	if err != nil {
-		return err
-	}
-	tune := service.Tuning{Observer: st.replays}
-	sock := service.Socket(st.cfg, st.awsCfg, agent, o.logger, tune)
-	d := service.Deliverer(st.cfg, st.awsCfg, o.logger, tune)
-	connect.Bind(lambda.NewHandler(sock.Connect))
-	message.Bind(lambda.NewHandler(sock.Message))
-	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
-	deliver.Bind(lambda.NewHandler(d.Handle))
-	runner.Bind(lambda.NewHandler(agent.HandleRunner))
-
-	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
-	if err != nil {
-		return err
-	}
-	// The pollers stand in for Lambda's event source mapping (no cost of ours): their
-	// requests are metered apart, to see what DynamoDB Local spends on them.
-	st.pollerMeter = newMeter()
-	pollCfg := st.pollerMeter.install(dynamolocal.Config())
-	streams := dynamodbstreams.NewFromConfig(pollCfg, func(so *dynamodbstreams.Options) { so.BaseEndpoint = aws.String(o.endpoint) })
-	st.poller, err = eventsource.Start(life, st.raw, streams, dynamolocal.Region, []eventsource.Mapping{
-		{Function: "deliver", Handler: st.inv.counted("deliver (log stream)", deliver), TableName: st.tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
-		{Function: "deliver", Handler: st.inv.counted("deliver (tokens stream)", deliver), TableName: st.tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
-	}, eventsource.Options{PollInterval: o.poll, Logger: o.logger})
-	return err
+// start gives the log table the stream template.yaml defines, and its poller. The
+// seeded logs were written before: DynamoDB Local's GetRecords slows down with the
+// number of records in a shard (with the storm's 200,000 seeded records in it, a tail
+// event took seconds to come through the stream), and on AWS a log written before a
+// reconnect storm is read from the table, not the stream, whose cost does not depend on
+// what else it holds.
+func (st *stack) start(ctx context.Context) error {
+	return st.dev.EnableLogStream(ctx)
 }
 
 func orInt(v, def int) int {
@@ -205,11 +114,8 @@ func orInt(v, def int) int {
 }
 
 func (st *stack) close() {
-	if st.poller != nil {
-		_ = st.poller.Close()
-	}
-	if st.gw != nil {
-		_ = st.gw.Close()
+	if st.dev != nil {
+		_ = st.dev.Close()
 	}
 }
 

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"runtime/pprof"
 	"sync"
 	"time"
 
+	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -116,7 +116,7 @@ func (b *bench) runStorm(ctx context.Context) error {
 	}
 	err := parallel(n, n, func(i int) error {
 		c := clients[i]
-		cl, err := dialAgent(ctx, b.st.gw.WebSocketURL(), c.agent, tokens[i], c.onFrame)
+		cl, err := dialAgent(ctx, b.st.dev.WebSocketURL(), c.agent, tokens[i], c.onFrame)
 		if err != nil {
 			return err
 		}
@@ -127,7 +127,8 @@ func (b *bench) runStorm(ctx context.Context) error {
 			return fmt.Errorf("%s: no hello", c.agent)
 		}
 		c.subAt = time.Now()
-		if err := cl.send(ctx, subscribe(0)); err != nil {
+		// Batched, as the Go client and the web page subscribe.
+		if err := cl.send(ctx, subscribeBatched(0)); err != nil {
 			return err
 		}
 		subMu.Lock()
@@ -195,14 +196,15 @@ func (b *bench) runStorm(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, ev := range evs {
-			data, err := json.Marshal(ev)
+		for j := 0; j < len(evs); { // the same batches as delivery's
+			data, n, err := delivery.EncodeFrame(evs[j:], true, 32)
 			if err != nil {
 				return err
 			}
 			if _, err := b.floor.posts.PostToConnection(ctx, postInput(conns[i], data)); err != nil {
 				return err
 			}
+			j += n
 		}
 		select {
 		case <-clients[i].done:

@@ -53,7 +53,7 @@ func (b *bench) openFloor(ctx context.Context) error {
 		return err
 	}
 	m := newMeter()
-	cfg := m.install(dynamolocal.Config())
+	cfg := b.o.latency.Install(m.install(dynamolocal.Config())) // the floor pays AWS's latencies too
 	b.floor = &floorPath{db: b.st.cfg.DynamoDB(cfg), posts: b.st.cfg.Management(cfg), meter: m, client: cl, connID: o.ConnID, table: b.st.cfg.LogTable}
 	return nil
 }
@@ -118,25 +118,35 @@ func (b *bench) runTail(ctx context.Context) error {
 		return err
 	}
 	defer streamCl.close()
+	// The fast path again, to a client that asked for batched frames: a lone event must
+	// go as fast as to a v1 client.
+	batchedCl, err := b.subscribedAs(ctx, "tail-batched", subscribeBatched(0))
+	if err != nil {
+		return err
+	}
+	defer batchedCl.close()
 	lg := b.st.log()
 	// service.Agent's fast path: a Notifier over a Deliverer built by service, with the
 	// runtime's one-second budget per send.
 	notifier := delivery.NewNotifier(service.Deliverer(b.st.cfg, b.st.awsCfg, b.st.logger, service.Tuning{}), time.Second)
 
-	fast := func(seq int64) (time.Duration, time.Duration, error) {
-		t0 := time.Now()
-		ev, err := lg.Append(ctx, "tail-fast", "assistant/chunk", chunkPayload(seq))
-		if err != nil {
-			return 0, 0, err
+	fastTo := func(session string, cl *wsClient) func(int64) (time.Duration, time.Duration, error) {
+		return func(seq int64) (time.Duration, time.Duration, error) {
+			t0 := time.Now()
+			ev, err := lg.Append(ctx, session, "assistant/chunk", chunkPayload(seq))
+			if err != nil {
+				return 0, 0, err
+			}
+			appended := time.Since(t0)
+			notifier.OnAppend(ctx, ev)
+			f, err := cl.expectSeq(15*time.Second, ev.Seq)
+			if err != nil {
+				return 0, 0, err
+			}
+			return f.At.Sub(t0), appended, nil
 		}
-		appended := time.Since(t0)
-		notifier.OnAppend(ctx, ev)
-		f, err := fastCl.expectSeq(15*time.Second, ev.Seq)
-		if err != nil {
-			return 0, 0, err
-		}
-		return f.At.Sub(t0), appended, nil
 	}
+	fast, fastBatched := fastTo("tail-fast", fastCl), fastTo("tail-batched", batchedCl)
 	stream := func(seq int64) (time.Duration, time.Duration, error) {
 		t0 := time.Now()
 		ev, err := lg.Append(ctx, "tail-stream", "assistant/chunk", chunkPayload(seq))
@@ -164,6 +174,9 @@ func (b *bench) runTail(ctx context.Context) error {
 		if _, _, err := stream(int64(i)); err != nil {
 			return fmt.Errorf("tail warm-up (stream): %w", err)
 		}
+		if _, _, err := fastBatched(int64(i)); err != nil {
+			return fmt.Errorf("tail warm-up (fast, batched): %w", err)
+		}
 		if _, _, err := floor(); err != nil {
 			return fmt.Errorf("tail warm-up (floor): %w", err)
 		}
@@ -189,7 +202,7 @@ func (b *bench) runTail(ctx context.Context) error {
 		res.Events += n
 		return nil
 	}
-	var fastRes, streamRes tailResult
+	var fastRes, streamRes, batchedRes tailResult
 	var floorLat, floorPut []time.Duration
 	floorBefore := b.floor.meter.snapshot()
 	pollBefore := b.st.pollerMeter.snapshot()
@@ -211,6 +224,11 @@ func (b *bench) runTail(ctx context.Context) error {
 				return fmt.Errorf("tail (fast path): %w", err)
 			}
 		}
+		if n := share(b.o.tailEvents, i); n > 0 {
+			if err := run(&batchedRes, n, fastBatched, notifier.Flush); err != nil {
+				return fmt.Errorf("tail (fast path, batched): %w", err)
+			}
+		}
 		if n := share(b.o.streamEvents, i); n > 0 {
 			if err := run(&streamRes, n, stream, nil); err != nil {
 				return fmt.Errorf("tail (stream only): %w", err)
@@ -221,6 +239,7 @@ func (b *bench) runTail(ctx context.Context) error {
 	floorCost := b.floor.meter.snapshot().since(floorBefore)
 	b.res.tailPoller = b.st.pollerMeter.snapshot().since(pollBefore)
 	b.res.tailFast, b.res.tailStream, b.res.tailFloor = fastRes, streamRes, floorLat
+	b.res.tailBatched = batchedRes
 	b.res.tailFloorPut, b.res.tailFloorCost = floorPut, floorCost
 	return nil
 }

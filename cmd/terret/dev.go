@@ -20,6 +20,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/webui"
 )
@@ -49,6 +50,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
+	awsLatency := latency.Flags(fs) // --aws-latency and its figures (docs/performance.md)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -111,6 +113,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
 		Profile: *profileFile,
 		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "),
+		Latency: awsLatency(),
 	})
 	if err != nil {
 		return profileError(*profileFile, devStartError(err, *addr))
@@ -142,6 +145,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "terret dev: data kept in %s (--in-memory keeps nothing)\n", data)
 	case *endpoint == "":
 		fmt.Fprintf(stdout, "terret dev: data in memory: nothing survives a stop\n")
+	}
+	if p := awsLatency(); !p.IsZero() {
+		fmt.Fprintf(stdout, "terret dev: AWS latency profile %s\n", p)
 	}
 	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
 	if e := st.Emulator(); e != nil {

@@ -81,6 +81,8 @@ type Owner struct {
 	LeaseUntil time.Time
 	// Pending asks the lease holder to look at the log again before it lets go.
 	Pending bool
+	// Batch: the subscription asked for batched event frames (docs/batching.md).
+	Batch bool
 }
 
 // API is the part of the DynamoDB client the store uses.
@@ -264,6 +266,7 @@ type Subscription struct {
 	From, Requested int64
 	Truncated       bool
 	ReplayEnd       int64
+	Batch           bool // the client takes batched event frames
 }
 
 // Subscribe starts a new subscription of connID on agentID: the cursor moves to
@@ -275,13 +278,13 @@ func (st *Store) Subscribe(ctx context.Context, agentID, connID string, sub Subs
 		TableName: aws.String(st.table),
 		Key:       ownerKey(agentID),
 		UpdateExpression: aws.String("SET #sub = #sub + :one, #next = :from, #from = :from, req = :req, " +
-			"trunc = :trunc, rend = :rend, pending = :true"),
+			"trunc = :trunc, rend = :rend, pending = :true, #batch = :batch"),
 		ConditionExpression:      aws.String("conn = :c"),
-		ExpressionAttributeNames: map[string]string{"#sub": "sub", "#next": "next", "#from": "from"},
+		ExpressionAttributeNames: map[string]string{"#sub": "sub", "#next": "next", "#from": "from", "#batch": "batch"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":c": s(connID), ":one": n(1), ":from": n(sub.From), ":req": n(sub.Requested),
 			":trunc": &types.AttributeValueMemberBOOL{Value: sub.Truncated}, ":rend": n(sub.ReplayEnd),
-			":true": &types.AttributeValueMemberBOOL{Value: true},
+			":true": &types.AttributeValueMemberBOOL{Value: true}, ":batch": &types.AttributeValueMemberBOOL{Value: sub.Batch},
 		},
 		ReturnValues: types.ReturnValueAllNew,
 	})
@@ -547,6 +550,7 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 		HelloSent: boolean(item, "hello"),
 		Lease:     str(item, "lease"),
 		Pending:   boolean(item, "pending"),
+		Batch:     boolean(item, "batch"),
 	}
 	if ms := num(item, "lease_until"); ms > 0 {
 		o.LeaseUntil = time.UnixMilli(ms)

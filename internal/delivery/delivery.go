@@ -78,9 +78,11 @@ type Config struct {
 	ReplayPage           int           // events per replay read; default 1000
 	HelloGrace           time.Duration // how long a fresh connection may answer Gone; default 5s
 	HandoverMargin       time.Duration // stop this long before the invocation deadline; default 10s
-	// CheckpointEvery is how many posts a sender makes between two writes of its cursor
-	// (default 32): a sender that dies re-sends at most this many frames through its
-	// successor, and a replay pays one write unit per this many events.
+	// CheckpointEvery bounds the events a sender posts beyond its stored cursor
+	// (default 64): a sender that dies re-sends at most this many through its
+	// successor. It writes its cursor every CheckpointEvery/2 events (a replay pays one
+	// write unit per that many), the write overlapping the next post, and a batch holds
+	// at most CheckpointEvery/2 events.
 	CheckpointEvery int
 	Logger          *slog.Logger
 	// Observer, if set, is told when a replay read starts and ends (metrics, tests).
@@ -127,7 +129,7 @@ func New(cfg Config, log LogReader, store *connections.Store, posts PostAPI, inv
 		cfg.HandoverMargin = 10 * time.Second
 	}
 	if cfg.CheckpointEvery <= 0 {
-		cfg.CheckpointEvery = 32
+		cfg.CheckpointEvery = 64
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -198,11 +200,15 @@ const lingerLook = time.Second
 // returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
 // Pump.
 func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64) error {
+	return d.subscribe(ctx, agentID, connID, fromSeq, false)
+}
+
+func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
 	tip, err := d.log.Tip(ctx, agentID)
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
 	}
-	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1}
+	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch}
 	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
 		sub.From, sub.Truncated = floor, true
 	}
@@ -295,7 +301,11 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 		lg.Debug("sender done", "from_seq", first, "next_seq", p.Next, "duration_ms", time.Since(began).Milliseconds(), "error", err)
 	}()
 	released := false
+	var join func() error // waits for a cursor write under way (below)
 	defer func() {
+		if join != nil && !released {
+			_ = join()
+		}
 		if !released {
 			// Leave the progress made so that the next sender continues from it.
 			if aerr := d.store.Abandon(context.WithoutCancel(ctx), o, holder, p); aerr != nil {
@@ -306,12 +316,41 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 	// renew keeps the lease well ahead of every post: a sender never posts on a lease
 	// with less than half its term left, so a slow sender stops (ErrLeaseLost) rather
 	// than overlapping the next one.
-	// It also stores the cursor every CheckpointEvery posts, which bounds what a
+	// It also stores the cursor every CheckpointEvery/2 events, which bounds what a
 	// successor re-sends should this sender die (an unavoidable window: a post and the
-	// write recording it cannot be one atomic step).
-	unrecorded := 0
+	// write recording it cannot be one atomic step). That write goes on while the next
+	// frame is posted (checkpoint.go), so at most CheckpointEvery events are unrecorded.
+	unrecorded, half := 0, max(d.cfg.CheckpointEvery/2, 1)
+	var pending chan checkpointDone
+	join = func() error {
+		if pending == nil {
+			return nil
+		}
+		r := <-pending
+		pending = nil
+		if errors.Is(r.err, connections.ErrLeaseLost) {
+			released = true
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if r.cur.Sub != o.Sub {
+			p, unrecorded = connections.Progress{Next: r.cur.Next, HelloSent: p.HelloSent || r.cur.HelloSent, Truncated: r.cur.Truncated}, 0
+		}
+		o = r.cur
+		return nil
+	}
 	renew := func() error {
-		if time.Until(o.LeaseUntil) > d.cfg.Lease/2 && unrecorded < d.cfg.CheckpointEvery {
+		if time.Until(o.LeaseUntil) > d.cfg.Lease/2 && unrecorded < half {
+			return nil
+		}
+		if err := join(); err != nil {
+			return err
+		}
+		if time.Until(o.LeaseUntil) > d.cfg.Lease/2 {
+			if unrecorded >= half {
+				pending, unrecorded = d.checkpointAsync(ctx, o, holder, p), 0
+			}
 			return nil
 		}
 		var err error
@@ -323,6 +362,12 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			unrecorded = 0
 		}
 		return err
+	}
+	handover := func() error {
+		if err := join(); err != nil {
+			return err
+		}
+		return d.handover(ctx, o, holder, p, &released)
 	}
 	for {
 		if !p.HelloSent {
@@ -337,6 +382,9 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				return d.postFailed(ctx, o, err)
 			}
 			p.HelloSent = true
+			if err := join(); err != nil {
+				return err
+			}
 			if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
 				return err
 			}
@@ -348,11 +396,11 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			hints = nil
 			if !fromHints {
 				if !stopAt.IsZero() && time.Now().After(stopAt) {
-					return d.handover(ctx, o, holder, p, &released)
+					return handover()
 				}
 				batch, err = d.read(ctx, o, p.Next, stopAt, renew)
 				if errors.Is(err, errDeadline) {
-					return d.handover(ctx, o, holder, p, &released)
+					return handover()
 				}
 				if err != nil {
 					return err
@@ -362,6 +410,9 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 		if len(batch) > 0 {
 			live := p.Next >= o.ReplayEnd
 			if live && d.lagging(p.Next, batch) {
+				if err := join(); err != nil {
+					return err
+				}
 				released = true // the record is gone with the connection
 				return d.Close(ctx, o, protocol.CodeLagged, "outbound queue overflowed: resubscribe from your last durable seq")
 			}
@@ -375,28 +426,33 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				}
 				p.Truncated = false
 			}
-			for _, ev := range batch {
+			for i := 0; i < len(batch); {
 				if err := renew(); err != nil {
 					return err
 				}
 				if o.Sub != sub {
 					break // resubscribed: the rest of this batch belongs to the old subscription
 				}
-				b, err := json.Marshal(ev)
+				// One event per post, or several for a batching client (batch.go).
+				b, k, err := frame(batch[i:], o.Batch, half-unrecorded)
 				if err != nil {
-					return fmt.Errorf("delivery: encode %s seq %d: %w", ev.SessionID, ev.Seq, err)
+					return err
 				}
 				if err := d.post(ctx, o.ConnID, b); err != nil {
 					return d.postFailed(ctx, o, err)
 				}
-				p.Next = ev.Seq + 1
-				unrecorded++
+				i += k
+				p.Next = batch[i-1].Seq + 1
+				unrecorded += k
 				if !stopAt.IsZero() && time.Now().After(stopAt) {
-					return d.handover(ctx, o, holder, p, &released)
+					return handover()
 				}
 			}
 			if d.nearDeadline(ctx) {
-				return d.handover(ctx, o, holder, p, &released)
+				return handover()
+			}
+			if err := join(); err != nil { // a resubscribe it found shows in o.Sub
+				return err
 			}
 			if !fromHints || o.Sub != sub {
 				continue // there may be more in the log
@@ -409,6 +465,9 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 					stopAt = time.Now().Add(w.budget)
 				}
 				if time.Since(looked) >= lingerLook {
+					if err := join(); err != nil {
+						return err
+					}
 					if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
 						if errors.Is(err, connections.ErrLeaseLost) {
 							released = true
@@ -422,6 +481,9 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				}
 				continue
 			}
+		}
+		if err := join(); err != nil {
+			return err
 		}
 		cur, ok, err := d.store.Release(ctx, o, holder, p)
 		if err != nil {

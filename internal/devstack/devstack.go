@@ -6,6 +6,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/config"
@@ -24,6 +27,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/eventsource"
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tables"
@@ -59,6 +63,11 @@ type Options struct {
 	DataDir    string
 	InstallDir string
 	Progress   io.Writer
+	// Latency adds AWS-like latencies where the local stack is faster than AWS
+	// (`terret dev --aws-latency`): the handlers' AWS clients, the functions the
+	// Invoke API runs, and the stream polling (unless PollInterval is set).
+	Latency latency.Profile
+	Measure Measure // metering, invocation counting and seeding hooks (cmd/bench; measure.go)
 }
 
 // Stack is a running local service.
@@ -67,12 +76,19 @@ type Stack struct {
 	Region           string
 	Tables           tables.Names
 	Config           config.Config
+	AWSConfig        aws.Config // the handlers' clients' configuration
 
 	sweep  *sweeper
 	gw     *localgw.Gateway
 	poller *eventsource.Poller
 	ddb    *dynamolocal.Server
 	emu    *emulator.Emulator
+
+	measure    Measure
+	logStream  *types.StreamSpecification // held back (Measure.LogStreamLater)
+	logMapping eventsource.Mapping
+	logPoller  *eventsource.Poller
+	pollerOpts eventsource.Options
 }
 
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
@@ -102,7 +118,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w on %s: %v", ErrListen, o.Addr, err)
 	}
-	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint}
+	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint, measure: o.Measure}
 	// A failed start closes what it started; the local copy survives the
 	// `return nil, err` that clears the named result.
 	started := st
@@ -124,13 +140,17 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.Tables = tables.NamesWithPrefix(defs, o.TablePrefix)
+	if st.logStream, err = o.Measure.holdLogStream(defs); err != nil {
+		return nil, err
+	}
 	db := dynamolocal.Client(st.DynamoDBEndpoint)
 	if err := tables.Ensure(ctx, db, defs, st.Tables); err != nil {
 		return nil, fmt.Errorf("devstack: create tables at %s: %w", st.DynamoDBEndpoint, err)
 	}
 
 	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
-	gwFunctions := map[string]lambda.Handler{"deliver": deliver, "runner": runner}
+	gwFunctions := map[string]lambda.Handler{"deliver": o.Latency.Delayed(o.Measure.wrap("deliver (async)", deliver)),
+		"runner": o.Latency.Delayed(o.Measure.wrap("runner", runner))}
 	gwTimeouts := map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute}
 	var emu *emulation
 	if o.LambdaEmulator != nil {
@@ -148,7 +168,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Listener:     ln,
 		PingInterval: o.PingInterval,
 		Region:       st.Region,
-		Routes:       map[string]lambda.Handler{"$connect": connect, "$default": message, "$disconnect": disconnect},
+		Routes: map[string]lambda.Handler{"$connect": o.Measure.wrap("connect", connect), "$default": o.Measure.wrap("message", message),
+			"$disconnect": o.Measure.wrap("disconnect", disconnect)},
 		Functions:    gwFunctions,
 		Timeouts:     gwTimeouts,
 		RetryBackoff: 200 * time.Millisecond,
@@ -157,6 +178,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		WriteTimeout: 2 * time.Second,
 		Logger:       quietLog,
 		Pages:        o.Pages,
+		// Measurements raise the $default bound (measure.go).
+		MaxConcurrency: o.Measure.MaxConcurrency,
 	})
 	if err != nil {
 		return nil, err
@@ -178,7 +201,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		LambdaEndpoint:       st.gw.LambdaEndpoint(),
 		LogLevel:             "info",
 	}
-	awsCfg := dynamolocal.Config()
+	awsCfg := o.Latency.Install(o.Measure.clients(dynamolocal.Config()))
+	st.AWSConfig = awsCfg
 	// The user's own AWS credentials for Bedrock and secrets, never the fixed local
 	// ones DynamoDB Local takes.
 	userAWS, err := config.AWS(ctx)
@@ -213,10 +237,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st.poller, err = eventsource.Start(life, db, dynamolocal.StreamsClient(st.DynamoDBEndpoint), st.Region, []eventsource.Mapping{
-		{Function: "deliver", Handler: con.turns(deliver), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
-		{Function: "deliver", Handler: deliver, TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
-	}, eventsource.Options{PollInterval: o.PollInterval, Logger: quietLog, Faults: o.Faults})
+	st.pollerOpts = eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: quietLog, Faults: o.Faults}
+	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint), st.Region, st.splitMappings([]eventsource.Mapping{
+		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", con.turns(deliver)), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
+		{Function: "deliver", Handler: o.Measure.wrap("deliver (tokens stream)", deliver), TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
+	}), st.pollerOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +264,9 @@ func orInt(v, def int) int {
 func (s *Stack) Close() error {
 	var errs []error
 	s.sweep.stop()
+	if s.logPoller != nil {
+		errs = append(errs, s.logPoller.Close())
+	}
 	if s.poller != nil {
 		errs = append(errs, s.poller.Close())
 	}

@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,6 +159,7 @@ const (
 	envSenderConfig = "FAULTS_SENDER_CONFIG"
 	envSenderAgent  = "FAULTS_SENDER_AGENT"
 	envSenderConn   = "FAULTS_SENDER_CONN"
+	envSenderBatch  = "FAULTS_SENDER_BATCH" // "1": the client asked for batched frames
 )
 
 // senderLease is the killed sender's lease: short, so that the takeover comes quickly.
@@ -187,7 +189,7 @@ func TestHelperSenderProcess(t *testing.T) {
 	}, sessionlog.New(db, cfg.LogTable), connections.New(db, cfg.ConnectionsTable), slowPosts{cfg.Management(awsCfg)}, nil)
 	ctx := context.Background()
 	agent, conn := os.Getenv(envSenderAgent), os.Getenv(envSenderConn)
-	if err := d.Subscribe(ctx, agent, conn, 0); err != nil {
+	if err := d.SubscribeBatch(ctx, agent, conn, 0, os.Getenv(envSenderBatch) == "1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Pump(ctx, agent, nil); err != nil {
@@ -196,12 +198,13 @@ func TestHelperSenderProcess(t *testing.T) {
 	t.Fatal("the replay finished before the sender was killed")
 }
 
-// slowPosts adds 5 ms to every post: however fast the machine, the killed sender's
-// replay of a few hundred events outlasts its first checkpoint (Lease/2).
+// slowPosts adds 5 ms per event to every post (a batch of k events takes 5k ms):
+// however fast the machine, the killed sender's replay of a few hundred events outlasts
+// its first checkpoint (Lease/2), batched or not.
 type slowPosts struct{ delivery.PostAPI }
 
 func (p slowPosts) PostToConnection(ctx context.Context, in *apigatewaymanagementapi.PostToConnectionInput, opts ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.PostToConnectionOutput, error) {
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(time.Duration(1+bytes.Count(in.Data, []byte{'\n'})) * 5 * time.Millisecond)
 	return p.PostAPI.PostToConnection(ctx, in, opts...)
 }
 
@@ -279,6 +282,13 @@ func startSeededStack(t *testing.T, agent string, n int) env {
 // progress for the first time.
 func killSenderMidReplay(t *testing.T, e env, agent string, n int) *killedSender {
 	t.Helper()
+	return killSender(t, e, agent, n, false)
+}
+
+// killSender is killSenderMidReplay for a client that asked for batched frames (batch)
+// or not.
+func killSender(t *testing.T, e env, agent string, n int, batch bool) *killedSender {
+	t.Helper()
 	tok := e.token(t, agent)
 	ctx := context.Background()
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -311,7 +321,7 @@ func killSenderMidReplay(t *testing.T, e env, agent string, n int) *killedSender
 	cfg, _ := json.Marshal(e.stack.Config)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSenderProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envSenderHelper+"=1", envSenderConfig+"="+string(cfg),
-		envSenderAgent+"="+agent, envSenderConn+"="+o.ConnID)
+		envSenderAgent+"="+agent, envSenderConn+"="+o.ConnID, fmt.Sprintf("%s=%v", envSenderBatch, map[bool]int{true: 1}[batch]))
 	var childOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &childOut, &childOut
 	ks := &killedSender{h: history.New(), received: make(chan error, 1)}
@@ -326,13 +336,25 @@ func killSenderMidReplay(t *testing.T, e env, agent string, n int) *killedSender
 	// when its first checkpoint lands, about Lease/2 after it started.
 	go func() {
 		for {
-			_, b, err := ws.Read(ctx)
-			var f struct {
-				Seq *int64 `json:"seq"`
-				ID  string `json:"id"`
+			_, msg, err := ws.Read(ctx)
+			var parts [][]byte
+			if err == nil {
+				parts = bytes.Split(msg, []byte{'\n'})
+				if len(parts) > 1 && !batch {
+					err = fmt.Errorf("batched frame %s sent to a client that did not ask", msg)
+				}
 			}
-			if err == nil && (json.Unmarshal(b, &f) != nil || f.Seq == nil) {
-				err = fmt.Errorf("frame %s: want an event", b)
+			for _, b := range parts {
+				var f struct {
+					Seq *int64 `json:"seq"`
+					ID  string `json:"id"`
+				}
+				if err == nil && (json.Unmarshal(b, &f) != nil || f.Seq == nil) {
+					err = fmt.Errorf("frame %s: want an event", b)
+				}
+				if err == nil {
+					ks.sub.ReceiveID(*f.Seq, f.ID)
+				}
 			}
 			if err != nil {
 				select {
@@ -341,7 +363,6 @@ func killSenderMidReplay(t *testing.T, e env, agent string, n int) *killedSender
 				}
 				return
 			}
-			ks.sub.ReceiveID(*f.Seq, f.ID)
 		}
 	}()
 	// Kill it once it has stored its progress at least once (the cursor moved) and the

@@ -51,9 +51,13 @@ type ClientFrame interface {
 }
 
 // Subscribe asks for replay from FromSeq (inclusive), then the live tail.
-// Wire: {"type":"subscribe","from_seq":N}, N an integer ≥ 0.
+// Wire: {"type":"subscribe","from_seq":N}, N an integer ≥ 0, and the optional
+// boolean "batch" of the batching extension (docs/batching.md): with it the
+// server may pack consecutive events into one message, newline-separated.
+// Batch false encodes without the field, exactly as a v1 subscribe.
 type Subscribe struct {
 	FromSeq int64 `json:"from_seq"`
+	Batch   bool  `json:"batch,omitempty"`
 }
 
 // Inject sends Text to the agent. With Wake on an idle agent it starts (or

@@ -15,7 +15,7 @@
 // Clients may send exactly the closed set of frames named by the spec, with
 // the fields of the dev profile ("Client frame fields"):
 //
-//	subscribe   from_seq (integer ≥ 0)
+//	subscribe   from_seq (integer ≥ 0), batch (optional boolean; extension)
 //	inject      text (string), wake (boolean)
 //	cancel      reason (optional string)
 //	approve     call_id (non-empty string)

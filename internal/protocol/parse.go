@@ -246,6 +246,14 @@ func (f fieldReader) boolean(name string) (bool, error) {
 	return false, f.wrongKind(name, "a boolean", raw)
 }
 
+// optionalBool reads an optional boolean field: absent or null is false.
+func (f fieldReader) optionalBool(name string) (bool, error) {
+	if _, ok := f.lookup(name, true); !ok {
+		return false, nil
+	}
+	return f.boolean(name)
+}
+
 // nonNegInt reads a required integer field that must be ≥ 0 and fit int64.
 func (f fieldReader) nonNegInt(name string) (int64, error) {
 	raw, ok := f.lookup(name, false)
@@ -288,7 +296,11 @@ func (f fieldReader) subscribe() (ClientFrame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Subscribe{FromSeq: n}, nil
+	batch, err := f.optionalBool("batch")
+	if err != nil {
+		return nil, err
+	}
+	return Subscribe{FromSeq: n, Batch: batch}, nil
 }
 
 func (f fieldReader) inject() (ClientFrame, error) {

@@ -161,6 +161,8 @@ func TestParseRejects(t *testing.T) {
 		{"subscribe from_seq negative float", `{"type":"subscribe","from_seq":-0.5}`, `subscribe: field "from_seq" must be an integer`, "from_seq", "subscribe"},
 		{"subscribe from_seq very negative", `{"type":"subscribe","from_seq":-9223372036854775809}`, `subscribe: field "from_seq" must not be negative`, "from_seq", "subscribe"},
 		{"subscribe from_seq beyond int64", `{"type":"subscribe","from_seq":9223372036854775808}`, `subscribe: field "from_seq" is too large, at most 9223372036854775807 allowed`, "from_seq", "subscribe"},
+		{"subscribe batch string", `{"type":"subscribe","from_seq":1,"batch":"true"}`, `subscribe: field "batch" must be a boolean, got string`, "batch", "subscribe"},
+		{"subscribe batch number", `{"type":"subscribe","from_seq":1,"batch":1}`, `subscribe: field "batch" must be a boolean, got number`, "batch", "subscribe"},
 		{"subscribe from_seq far beyond int64", `{"type":"subscribe","from_seq":123456789012345678901234567890}`, `subscribe: field "from_seq" is too large`, "from_seq", "subscribe"},
 
 		// inject.
@@ -331,6 +333,9 @@ func TestParseAccepts(t *testing.T) {
 		{"subscribe max int64", `{"type":"subscribe","from_seq":9223372036854775807}`, Subscribe{FromSeq: 1<<63 - 1}},
 		{"subscribe negative zero", `{"type":"subscribe","from_seq":-0}`, Subscribe{FromSeq: 0}},
 		{"subscribe whitespace", " \t\r\n{ \"from_seq\" : 7 ,\n \"type\" : \"subscribe\" }\n", Subscribe{FromSeq: 7}},
+		{"subscribe batch", `{"type":"subscribe","from_seq":4,"batch":true}`, Subscribe{FromSeq: 4, Batch: true}},
+		{"subscribe batch false", `{"type":"subscribe","from_seq":4,"batch":false}`, Subscribe{FromSeq: 4}},
+		{"subscribe batch null", `{"type":"subscribe","from_seq":4,"batch":null}`, Subscribe{FromSeq: 4}},
 		{"subscribe unknown fields ignored", `{"type":"subscribe","from_seq":3,"x":{"y":[1,2,{"z":null}],"y":1},"Type":"inject","future":true}`, Subscribe{FromSeq: 3}},
 		// inject.
 		{"inject wake", `{"type":"inject","text":"what is the weather?","wake":true}`, Inject{Text: "what is the weather?", Wake: true}},
@@ -430,6 +435,7 @@ func TestClientFrameMarshal(t *testing.T) {
 		want  string
 	}{
 		{Subscribe{FromSeq: 5}, `{"type":"subscribe","from_seq":5}`},
+		{Subscribe{FromSeq: 5, Batch: true}, `{"type":"subscribe","from_seq":5,"batch":true}`},
 		{Inject{Text: "hi", Wake: true}, `{"type":"inject","text":"hi","wake":true}`},
 		{Inject{}, `{"type":"inject","text":"","wake":false}`},
 		{Cancel{}, `{"type":"cancel"}`},

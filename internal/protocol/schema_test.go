@@ -23,7 +23,7 @@ import (
 // server learns "order" (every client frame) and "batch" (subscribe) in changes of their
 // own; until they land the Go types do not carry them, and a v1 server ignores unknown
 // fields. Empty this list once they have.
-var notInGoYet = map[string]bool{"order": true, "batch": true}
+var notInGoYet = map[string]bool{"order": true}
 
 type schemaField struct {
 	Name     string `json:"name"`

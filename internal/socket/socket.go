@@ -229,7 +229,7 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 
 func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.ClientFrame) error {
 	if f, ok := frame.(protocol.Subscribe); ok {
-		if err := s.deliver.Subscribe(ctx, c.AgentID, c.ID, f.FromSeq); err != nil {
+		if err := s.deliver.SubscribeBatch(ctx, c.AgentID, c.ID, f.FromSeq, f.Batch); err != nil {
 			return err
 		}
 		// A replay that outlasts subscribeBudget is handed to an asynchronous deliver
