@@ -89,10 +89,19 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 	id := inv.st.TurnID // claimed by an invocation that died before logging anything
 	if id == "" {
 		id = "turn_" + randomHex(8)
-		if err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, inv.last+1); err != nil {
+		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, inv.last+1, it.key())
+		if err != nil {
 			return err
 		}
 		inv.st.TurnID, inv.st.TurnSeq, inv.st.CancelTurn = id, inv.last+1, ""
+		if st.CancelAt != "" && it.key() <= st.CancelAt {
+			// A cancel sent after this wake was served before it: the turn the wake
+			// starts is the one that cancel stops.
+			if err := inv.c.store.cancelClaimed(ctx, inv.agent, inv.me, id, st.CancelAtReason); err != nil {
+				return err
+			}
+			inv.st.CancelTurn, inv.st.CancelReason = id, st.CancelAtReason
+		}
 	}
 	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, Truncated: it.Truncated}); err != nil {
 		return err

@@ -195,18 +195,36 @@ const lingerLook = time.Second
 
 // Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
 // limit (pulling from forward and owing replay_truncated) and moves the cursor. It
-// returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
-// Pump.
+// returns connections.ErrNotOwner if connID does not own the agent, and a
+// *protocol.BadFrameError, changing nothing, when fromSeq is past the end of the log
+// (more than one past the tip): the seqs in between do not exist yet, and a client
+// asking for them has a log the server does not. Frames follow from Pump.
+//
+// The frame's protocol.Stamp (from ctx; the time of the call without one) orders
+// subscribes: one that finds a later subscribe of the same connection in force
+// changes nothing and returns nil, so the last subscribe the client sent is the one in
+// force (docs/protocol.md, "Ordering").
 func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64) error {
 	tip, err := d.log.Tip(ctx, agentID)
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
 	}
-	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1}
+	if fromSeq > tip+1 {
+		return &protocol.BadFrameError{FrameType: protocol.TypeSubscribe, Field: "from_seq",
+			Message: fmt.Sprintf("subscribe: from_seq %d is past the end of the log (last_seq %d): at most %d allowed; the subscription in force is unchanged", fromSeq, tip, tip+1)}
+	}
+	stamp, ok := protocol.StampFrom(ctx)
+	if !ok {
+		stamp = protocol.Stamp{At: time.Now().UnixMilli()}
+	}
+	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Stamp: stamp.Key()}
 	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
 		sub.From, sub.Truncated = floor, true
 	}
 	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
+		if errors.Is(err, connections.ErrSuperseded) {
+			return nil
+		}
 		return err
 	}
 	return nil
@@ -382,7 +400,7 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				if o.Sub != sub {
 					break // resubscribed: the rest of this batch belongs to the old subscription
 				}
-				b, err := json.Marshal(ev)
+				b, err := ev.MarshalJSON() // not json.Marshal, which would escape "<" again
 				if err != nil {
 					return fmt.Errorf("delivery: encode %s seq %d: %w", ev.SessionID, ev.Seq, err)
 				}

@@ -41,6 +41,19 @@ type connection struct {
 
 	activeMu     sync.Mutex
 	lastActiveAt time.Time
+
+	// lastEpoch is the requestTimeEpoch of the newest frame read (read loop only).
+	lastEpoch int64
+}
+
+// stamp is the receive time of a frame read now: milliseconds, never less than the
+// previous frame's, as API Gateway stamps requestTimeEpoch. Taken in the read loop,
+// before the frame is handed to its own goroutine, so it follows the read order.
+func (c *connection) stamp(now time.Time) time.Time {
+	if ms := now.UnixMilli(); ms > c.lastEpoch {
+		c.lastEpoch = ms
+	}
+	return time.UnixMilli(c.lastEpoch)
 }
 
 func (c *connection) touch() {
@@ -249,6 +262,7 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 			return websocket.StatusAbnormalClosure, "connection lost"
 		}
 		c.touch()
+		received := c.stamp(time.Now())
 		body, b64 := string(data), false
 		if typ == websocket.MessageBinary {
 			body, b64 = base64.StdEncoding.EncodeToString(data), true
@@ -262,15 +276,16 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 		}
 		go func() {
 			defer func() { <-g.sem; g.work.done() }()
-			g.message(c, body, b64)
+			g.message(c, body, b64, received)
 		}()
 	}
 }
 
-// message invokes $default for one frame. As on API Gateway, a missing route or a
-// failed invocation is reported to the client in a {"message": ...} frame.
-func (g *Gateway) message(c *connection, body string, b64 bool) {
-	now := time.Now()
+// message invokes $default for one frame received at received (the frame's
+// requestTimeEpoch). As on API Gateway, a missing route or a failed invocation is
+// reported to the client in a {"message": ...} frame.
+func (g *Gateway) message(c *connection, body string, b64 bool, received time.Time) {
+	now := received
 	ev := events.APIGatewayWebsocketProxyRequest{
 		RequestContext:  g.requestContext(c, RouteDefault, "MESSAGE", now),
 		Body:            body,
