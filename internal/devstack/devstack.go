@@ -42,6 +42,7 @@ type Options struct {
 	Observer             delivery.Observer  // replay reads, for tests and metrics
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
+	GatewayLimits        bool               // the gateway enforces API Gateway's 32 KB frame and 128 KB message limits
 	Logger               *slog.Logger
 }
 
@@ -115,6 +116,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		WriteTimeout: 2 * time.Second,
 		Logger:       logger,
 		Pages:        o.Pages,
+		Limits:       o.GatewayLimits,
 	})
 	if err != nil {
 		return nil, err

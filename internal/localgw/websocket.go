@@ -42,8 +42,10 @@ type connection struct {
 	activeMu     sync.Mutex
 	lastActiveAt time.Time
 
-	// lastEpoch is the requestTimeEpoch of the newest frame read (read loop only).
+	// lastEpoch is the requestTimeEpoch of the newest frame read, frames the number of
+	// frames read (read loop only).
 	lastEpoch int64
+	frames    int64
 }
 
 // stamp is the receive time of a frame read now: milliseconds, never less than the
@@ -213,7 +215,11 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 	if subprotocol != "" {
 		opts.Subprotocols = []string{subprotocol}
 	}
-	ws, err := websocket.Accept(w, r, opts)
+	var aw http.ResponseWriter = w
+	if g.cfg.Limits {
+		aw = limitWriter{ResponseWriter: w, mu: &c.writeMu}
+	}
+	ws, err := websocket.Accept(aw, r, opts)
 	if err != nil {
 		close(c.ready)
 		// $connect already accepted, so its counterpart must still run.
@@ -222,6 +228,9 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 		return
 	}
 	ws.SetReadLimit(ReadLimit)
+	if g.cfg.Limits {
+		ws.SetReadLimit(MaxMessageBytes) // over it, the library closes with 1009
+	}
 	c.ws = ws
 	close(c.ready)
 	log.Info("connected", "status", status, "source_ip", c.sourceIP)
@@ -256,13 +265,15 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 			if errors.As(err, &ce) {
 				return ce.Code, ce.Reason
 			}
-			if errors.Is(err, websocket.ErrMessageTooBig) {
+			if errors.Is(err, websocket.ErrMessageTooBig) || errors.Is(err, errFrameTooBig) {
 				return websocket.StatusMessageTooBig, "message too big"
 			}
 			return websocket.StatusAbnormalClosure, "connection lost"
 		}
 		c.touch()
 		received := c.stamp(time.Now())
+		c.frames++
+		g.log.Debug("frame received", "connection_id", c.id, "frame", c.frames, "request_time_epoch", received.UnixMilli())
 		body, b64 := string(data), false
 		if typ == websocket.MessageBinary {
 			body, b64 = base64.StdEncoding.EncodeToString(data), true
