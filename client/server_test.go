@@ -92,7 +92,8 @@ func envelope(seq int64) string {
 	return fmt.Sprintf(`{"id":"e%d","session_id":"a1","seq":%d,"at":"2026-08-18T04:10:11.123456Z","type":"test/event","payload":{"n":%d}}`, seq, seq, seq)
 }
 
-// expectSubscribe reads the client's next frame and checks it subscribes from from.
+// expectSubscribe reads the client's next frame and checks it subscribes from from, as
+// the connection's first frame (order 1).
 func (p *peer) expectSubscribe(from int64) {
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
@@ -101,7 +102,7 @@ func (p *peer) expectSubscribe(from int64) {
 		p.t.Errorf("connection %d: no subscribe: %v", p.i, err)
 		return
 	}
-	if want := fmt.Sprintf(`{"type":"subscribe","from_seq":%d}`, from); string(b) != want {
+	if want := fmt.Sprintf(`{"type":"subscribe","from_seq":%d,"order":1}`, from); string(b) != want {
 		p.t.Errorf("connection %d: got %s, want %s", p.i, b, want)
 	}
 }
