@@ -195,10 +195,8 @@ const lingerLook = time.Second
 
 // Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
 // limit (pulling from forward and owing replay_truncated) and moves the cursor. It
-// returns connections.ErrNotOwner if connID does not own the agent, and a
-// *protocol.BadFrameError, changing nothing, when fromSeq is past the end of the log
-// (more than one past the tip): the seqs in between do not exist yet, and a client
-// asking for them has a log the server does not. Frames follow from Pump.
+// returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
+// Pump.
 //
 // The frame's protocol.Stamp (from ctx; the time of the call without one) orders
 // subscribes: one that finds a later subscribe of the same connection in force
@@ -208,10 +206,6 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 	tip, err := d.log.Tip(ctx, agentID)
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
-	}
-	if fromSeq > tip+1 {
-		return &protocol.BadFrameError{FrameType: protocol.TypeSubscribe, Field: "from_seq",
-			Message: fmt.Sprintf("subscribe: from_seq %d is past the end of the log (last_seq %d): at most %d allowed; the subscription in force is unchanged", fromSeq, tip, tip+1)}
 	}
 	stamp, ok := protocol.StampFrom(ctx)
 	if !ok {
