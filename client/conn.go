@@ -22,7 +22,15 @@ type conn struct {
 	frames chan read // in arrival order; the last one carries the error that ended it
 	quit   chan struct{}
 	once   sync.Once
+
+	writeMu sync.Mutex // numbers and writes one frame at a time
+	order   int64      // order field of the last frame written on this connection
 }
+
+// MaxFrameBytes is the largest WebSocket frame the client writes: API Gateway closes a
+// connection that sends a frame over 32 KB (status 1009), so a longer message goes out
+// as continuation frames of at most this size. (A message is still bounded at 128 KB.)
+const MaxFrameBytes = 32_000
 
 type read struct {
 	data []byte
@@ -143,14 +151,53 @@ func dropped(err error) error {
 	return fmt.Errorf("client: connection lost: %w", err)
 }
 
+// write sends f numbered with the order field (1, 2, 3, … on each connection), so the
+// server applies the frames in the order they were written even when it handles them
+// concurrently (docs/protocol.md, "Ordering"). Frames are numbered and written under one
+// lock: the numbers follow the wire order.
 func (cn *conn) write(ctx context.Context, f protocol.ClientFrame) error {
-	if err := cn.ws.Write(ctx, websocket.MessageText, protocol.Marshal(f)); err != nil {
+	cn.writeMu.Lock()
+	defer cn.writeMu.Unlock()
+	data := withOrder(protocol.Marshal(f), cn.order+1)
+	if err := writeMessage(ctx, cn.ws, data); err != nil {
 		// A failed write leaves the socket unusable: drop it so the reader ends and the
-		// client reconnects.
+		// client reconnects (where numbering starts again at 1).
 		cn.ws.CloseNow()
 		return err
 	}
+	cn.order++
 	return nil
+}
+
+// withOrder adds the top-level field "order": n to a JSON object.
+func withOrder(obj []byte, n int64) []byte {
+	if len(obj) < 2 || obj[len(obj)-1] != '}' {
+		return obj
+	}
+	out := append([]byte(nil), obj[:len(obj)-1]...)
+	if len(obj) > 2 {
+		out = append(out, ',')
+	}
+	return fmt.Appendf(out, `"%s":%d}`, protocol.FieldOrder, n)
+}
+
+// writeMessage writes data as one text message in frames of at most MaxFrameBytes.
+func writeMessage(ctx context.Context, ws *websocket.Conn, data []byte) error {
+	if len(data) <= MaxFrameBytes {
+		return ws.Write(ctx, websocket.MessageText, data)
+	}
+	w, err := ws.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		return err
+	}
+	for len(data) > 0 {
+		n := min(len(data), MaxFrameBytes)
+		if _, err := w.Write(data[:n]); err != nil { // one Write is one frame
+			return err
+		}
+		data = data[n:]
+	}
+	return w.Close()
 }
 
 func (cn *conn) close() {

@@ -92,7 +92,8 @@ func envelope(seq int64) string {
 	return fmt.Sprintf(`{"id":"e%d","session_id":"a1","seq":%d,"at":"2026-08-18T04:10:11.123456Z","type":"test/event","payload":{"n":%d}}`, seq, seq, seq)
 }
 
-// expectSubscribe reads the client's next frame and checks it subscribes from from.
+// expectSubscribe reads the client's next frame and checks it subscribes from from, as
+// the connection's first frame (order 1).
 func (p *peer) expectSubscribe(from int64) {
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()

@@ -22,10 +22,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	dynamodbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
 	"github.com/terret/terret-ws/internal/model"
+	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -34,6 +36,7 @@ import (
 type Log interface {
 	Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error)
 	AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (sessionlog.Event, error)
+	AppendWith(ctx context.Context, sessionID, typ string, payload any, extra dynamodbtypes.TransactWriteItem) (sessionlog.Event, error)
 	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
 	Tip(ctx context.Context, sessionID string) (int64, error)
 }
@@ -182,6 +185,15 @@ func newCore(cfg Config) (*core, error) {
 		c.cfg.ChunkInterval = DefaultChunkInterval
 	}
 	return c, nil
+}
+
+// stamp is the protocol.Stamp of the frame being served (from ctx), or now for a call
+// that serves none.
+func (c *core) stamp(ctx context.Context) protocol.Stamp {
+	if st, ok := protocol.StampFrom(ctx); ok {
+		return st
+	}
+	return protocol.Stamp{At: c.now().UnixMilli(), InOrder: true}
 }
 
 func (c *core) notify(ctx context.Context, ev sessionlog.Event) {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
@@ -20,18 +21,31 @@ const (
 	MaxTitleRunes  = 80       // session/titled
 )
 
-// encodedLen is how many bytes r takes inside a JSON string as encoding/json writes
-// it (HTML-safe escaping on, as sessionlog marshals payloads).
+// encodedLen is how many bytes r takes inside a JSON string as the session log writes
+// it: encoding/json without HTML escaping ("<", ">" and "&" are one byte each), so the
+// bounds count what goes on the wire.
 func encodedLen(r rune, size int) int {
 	switch {
 	case r == utf8.RuneError && size == 1:
 		return 6 // \ufffd
-	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t' || r == '\b' || r == '\f':
 		return 2
-	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+	case r < 0x20 || r == '\u2028' || r == '\u2029':
 		return 6
 	}
 	return size
+}
+
+// TextBytes is how many bytes s takes as a JSON string (quotes included) in an event
+// of the session log: the measure of MaxTextBytes and the other bounds.
+func TextBytes(s string) int {
+	total := 2
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		total += encodedLen(r, size)
+		i += size
+	}
+	return total
 }
 
 // boundText cuts s on a rune boundary so its JSON encoding (quotes included) is at
@@ -71,13 +85,12 @@ func boundResult(raw json.RawMessage) (json.RawMessage, bool) {
 		return json.RawMessage("null"), false
 	}
 	if json.Valid(raw) {
-		if enc, err := json.Marshal(raw); err == nil && len(enc) <= MaxResultBytes {
+		if enc, err := compact(raw); err == nil && len(enc) <= MaxResultBytes {
 			return enc, false
 		}
 	}
 	text, cut := boundText(string(raw), MaxResultBytes)
-	enc, _ := json.Marshal(text)
-	return enc, cut
+	return quote(text), cut
 }
 
 // boundArgs checks a tool call's arguments: a JSON object of at most MaxArgsBytes.
@@ -93,7 +106,7 @@ func boundArgs(raw json.RawMessage) (args json.RawMessage, argsErr string, trunc
 	if err := json.Unmarshal([]byte(trimmed), &obj); err != nil || obj == nil {
 		return json.RawMessage("{}"), ErrTextArgsBad, false
 	}
-	enc, err := json.Marshal(json.RawMessage(trimmed))
+	enc, err := compact(json.RawMessage(trimmed))
 	if err != nil {
 		return json.RawMessage("{}"), ErrTextArgsBad, false
 	}
@@ -101,6 +114,24 @@ func boundArgs(raw json.RawMessage) (args json.RawMessage, argsErr string, trunc
 		return json.RawMessage("{}"), ErrTextArgsTooBig, true
 	}
 	return enc, "", false
+}
+
+// compact is json.Marshal of raw JSON without HTML escaping, as the log writes it.
+func compact(raw json.RawMessage) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// quote encodes s as a JSON string without HTML escaping.
+func quote(s string) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // boundTitle makes a session title: the first non-empty line, at most MaxTitleRunes.

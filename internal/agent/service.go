@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/protocol"
@@ -34,12 +35,15 @@ func New(cfg Config) (*Service, error) {
 // Inject queues text in the agent's inbox (cut to MaxTextBytes, marked truncated)
 // and counts the stimulus; with wake it starts the runner, which starts a turn with
 // the text as its user/message if the agent is idle, or drains it into the running
-// or open turn's next step as context/injected. Cost: 2 writes and, with wake, one
+// or open turn's next step as context/injected. The inbox is keyed by the frame's
+// protocol.Stamp (from ctx), so steers drain in the order the client sent them
+// whatever order their handlers ran in. Cost: 2 writes and, with wake, one
 // asynchronous invoke.
 func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) error {
 	text, cut := boundText(text, MaxTextBytes)
 	now := s.c.now()
-	it := inboxItem{ID: newInboxID(now), Text: text, Wake: wake, Truncated: cut, At: now.UTC().Format(sessionlog.TimeFormat)}
+	st := s.c.stamp(ctx)
+	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, Truncated: cut, At: now.UTC().Format(sessionlog.TimeFormat)}
 	if err := s.c.store.putInbox(ctx, agentID, it); err != nil {
 		return err
 	}
@@ -52,15 +56,76 @@ func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) e
 	return s.c.invoke(ctx, agentID)
 }
 
+// InFlightBound is how long after a frame's receipt its handler may still be about
+// to record it. A cancel from a client that does not number its frames, finding no
+// turn running or owed, waits until this long after its own receipt for a waking
+// inject received before it, and only then answers not_running. A client that
+// numbers its frames (protocol.FieldOrder) never waits: the turnstile has already
+// seen every earlier frame take effect.
+const InFlightBound = 2 * time.Second
+
 // Cancel marks the agent's turn cancelled with reason (cut to MaxReasonBytes) and
 // starts the runner, which stops the turn at its next step boundary — or at once, if
-// the turn is parked on approvals. It returns ErrNotRunning if no turn is running.
+// the turn is parked on approvals.
+//
+// Order: the cancel applies to the turn that a waking inject sent before it (by the
+// frames' protocol.Stamp, from ctx) starts or steers, even when that inject's handler
+// runs after this one: with no turn running, a queued wake sent earlier makes the
+// cancel owed, and the runner cancels the turn that wake starts. It returns
+// ErrNotRunning only if no such turn is running or owed — after waiting up to
+// InFlightBound past the frame's receipt for one still in flight (see there). Cost:
+// 1 write and one asynchronous invoke with a turn running; otherwise 1–2 writes, an
+// inbox query per look, and 1 write to withdraw.
 func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 	reason, _ = boundText(reason, MaxReasonBytes)
-	if err := s.c.store.requestCancel(ctx, agentID, reason); err != nil {
-		return err
+	st := s.c.stamp(ctx)
+	key := st.Key()
+	deadline := time.UnixMilli(st.At).Add(InFlightBound)
+	if st.InOrder {
+		deadline = time.Time{}
 	}
-	return s.c.invoke(ctx, agentID)
+	owed := false
+	for look := 0; ; look++ {
+		out, err := s.c.store.cancelRunning(ctx, agentID, reason, key)
+		if err != nil {
+			return err
+		}
+		switch out {
+		case cancelledRunning:
+			return s.c.invoke(ctx, agentID)
+		case cancelNewerTurn:
+			return ErrNotRunning
+		}
+		if !owed {
+			// Recorded before looking at the inbox: a runner that claims a turn from now
+			// on sees it, and one that claimed before shows up in cancelRunning above.
+			if err := s.c.store.owe(ctx, agentID, reason, key); err != nil {
+				return err
+			}
+			owed = true
+			continue
+		}
+		queued, err := s.c.store.wakeBefore(ctx, agentID, key)
+		if err != nil {
+			return err
+		}
+		if queued {
+			return nil // the runner that wake started cancels its turn at the start
+		}
+		if !s.c.now().Before(deadline) {
+			gone, err := s.c.store.forgo(ctx, agentID, key)
+			if err != nil {
+				return err
+			}
+			if gone {
+				return ErrNotRunning
+			}
+			continue // a turn was recorded meanwhile: cancel it
+		}
+		if err := sleep(ctx, min(10*time.Millisecond<<min(look, 4), time.Until(deadline)+time.Millisecond)); err != nil {
+			return err
+		}
+	}
 }
 
 // Approve records the verdict approved on callID and resumes the turn. It returns
@@ -105,7 +170,9 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 // unknown role or a spec the agent's profile cannot run, wrapping a
 // *protocol.BadFrameError whose message says which was wrong and why (for example
 // `set_model: spec "openai/gpt-4o-mini": no provider "openai" is configured
-// (configured: bedrock, scripted)`).
+// (configured: bedrock, scripted)`). A set_model sent before the one in force (by the
+// frames' protocol.Stamp, from ctx) changes nothing, so the last one sent wins whatever
+// order the handlers ran in. Cost: 1 read, 1 write.
 func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) error {
 	var attr string
 	switch role {
@@ -135,7 +202,8 @@ func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) erro
 		}
 		return badSpec("set_model: spec %q: %s", spec, strings.TrimPrefix(err.Error(), model.ErrBadSpec.Error()+": "))
 	}
-	return s.c.store.setAttr(ctx, agentID, attr, spec)
+	_, err = s.c.store.setLatest(ctx, agentID, attr, attr+"_at", spec, s.c.stamp(ctx).Key())
+	return err
 }
 
 // badSpec is ErrBadSpec with the client-facing message.
@@ -144,17 +212,24 @@ func badSpec(format string, args ...any) error {
 }
 
 // SetPolicy appends policy/updated with patterns and counts the stimulus, so a
-// running turn re-reads the log before its next tool call.
+// running turn re-reads the log before its next tool call. The append is atomic with
+// a write of the frame's protocol.Stamp (from ctx) on the state item, conditional on
+// no later set_policy being in force: one sent earlier but served later appends
+// nothing, so the last policy/updated in the log is the last set_policy sent. Cost: a
+// two-item transaction (4 write units).
 func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) error {
 	if patterns == nil {
 		patterns = []string{}
 	}
-	ev, err := s.c.log.Append(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns})
+	ev, err := s.c.log.AppendWith(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, s.c.store.latestPolicy(agentID, s.c.stamp(ctx).Key()))
+	if errors.Is(err, sessionlog.ErrRefused) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("agent: update policy of %s: %w", agentID, err)
 	}
 	s.c.notify(ctx, ev)
-	return s.c.store.bump(ctx, agentID)
+	return nil
 }
 
 // Usage returns the agent's usage counters (zero for an agent that never ran).

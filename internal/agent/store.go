@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -48,7 +49,14 @@ type state struct {
 	CancelReason string `dynamodbav:"cancel_reason"`
 	ModelMain    string `dynamodbav:"model_main"`
 	ModelTitler  string `dynamodbav:"model_titler"`
-	Profile      string `dynamodbav:"profile"` // per-agent profile override, JSON
+	// TurnKey is the stamp key (protocol.Stamp.Key) of the waking inject that started
+	// the recorded turn; a cancel only stops a turn whose wake it was sent after.
+	TurnKey string `dynamodbav:"turn_key"`
+	// CancelAt is the stamp key of the latest cancel that found no turn running but one
+	// owed: a turn started by a wake with a key not above it is cancelled at its start.
+	CancelAt       string `dynamodbav:"cancel_at"`
+	CancelAtReason string `dynamodbav:"cancel_at_reason"`
+	Profile        string `dynamodbav:"profile"` // per-agent profile override, JSON
 	Counters
 }
 
@@ -241,19 +249,40 @@ func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSe
 	return nil
 }
 
-// claimTurn is setTurn for a new turn: any cancel recorded for an earlier turn goes.
-func (st *store) claimTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq REMOVE #cancel_turn, #cancel_reason"),
+// claimTurn is setTurn for a new turn started by the waking inject whose stamp key is
+// wakeKey: any cancel recorded for an earlier turn goes. It returns the state after
+// the write, whose CancelAt says whether a cancel sent after the wake is owed.
+func (st *store) claimTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64, wakeKey string) (state, error) {
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq, #turn_key = :k REMOVE #cancel_turn, #cancel_reason"),
 		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "cancel_turn", "cancel_reason"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
+		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq), ":k": s(wakeKey)},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if _, ok := isCCF(err); ok {
+		return state{}, errLeaseLost
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("agent: claim turn of %s: %w", agentID, err)
+	}
+	return decodeState(out.Attributes)
+}
+
+// cancelClaimed marks the turn just claimed cancelled: a cancel sent after its wake was
+// recorded before the claim (CancelAt).
+func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason string) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #cancel_turn = :t, #cancel_reason = :r"),
+		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
+		ExpressionAttributeNames:  names("owner", "turn_id", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":r": s(reason)},
 	})
 	if _, ok := isCCF(err); ok {
 		return errLeaseLost
 	}
 	if err != nil {
-		return fmt.Errorf("agent: claim turn of %s: %w", agentID, err)
+		return fmt.Errorf("agent: cancel claimed turn of %s: %w", agentID, err)
 	}
 	return nil
 }
@@ -264,10 +293,10 @@ func (st *store) claimTurn(ctx context.Context, agentID, me, turnID string, turn
 // already cleared is no error.
 func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #cancel_turn, #cancel_reason " +
+		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #cancel_turn, #cancel_reason " +
 			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall"),
 		ConditionExpression: aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames: names("owner", "turn_id", "turn_seq", "cancel_turn", "cancel_reason",
+		ExpressionAttributeNames: names("owner", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
 			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":me": s(me), ":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
@@ -294,9 +323,9 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 // clearTurn forgets a claimed turn that never started.
 func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("REMOVE #turn_id, #turn_seq, #cancel_turn, #cancel_reason"),
+		UpdateExpression:          aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #cancel_turn, #cancel_reason"),
 		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
 	})
 	if _, ok := isCCF(err); ok {
@@ -334,25 +363,145 @@ func (st *store) bump(ctx context.Context, agentID string) error {
 	return nil
 }
 
-// requestCancel marks the agent's recorded turn cancelled with reason and counts the
-// stimulus. It returns ErrNotRunning if no turn is recorded.
-func (st *store) requestCancel(ctx context.Context, agentID, reason string) error {
+// cancelOutcome is what cancelRunning found.
+type cancelOutcome int
+
+const (
+	cancelledRunning cancelOutcome = iota // the recorded turn is marked cancelled
+	cancelNoTurn                          // no turn is recorded
+	cancelNewerTurn                       // the recorded turn's wake was sent after the cancel
+)
+
+// cancelRunning marks the agent's recorded turn cancelled with reason and counts the
+// stimulus, if the turn's waking inject was sent before the cancel (key). It also
+// raises CancelAt to key, so a turn that a wake sent before the cancel starts later
+// (its handler ran late) is cancelled too. A later cancel already recorded makes this
+// one a no-op that reports cancelledRunning. Cost: 1 write unit.
+func (st *store) cancelRunning(ctx context.Context, agentID, reason, key string) (cancelOutcome, error) {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r ADD #pending :one"),
-		ConditionExpression:       aws.String("attribute_exists(#turn_id)"),
-		ExpressionAttributeNames:  names("cancel_turn", "turn_id", "cancel_reason", "pending"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(reason), ":one": n(1)},
+		UpdateExpression: aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r, #cancel_at = :k, #cancel_at_reason = :r ADD #pending :one"),
+		ConditionExpression: aws.String("attribute_exists(#turn_id) AND (attribute_not_exists(#turn_key) OR #turn_key <= :k) " +
+			"AND (attribute_not_exists(#cancel_at) OR #cancel_at <= :k)"),
+		ExpressionAttributeNames:            names("cancel_turn", "turn_id", "turn_key", "cancel_reason", "cancel_at", "cancel_at_reason", "pending"),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":r": s(reason), ":k": s(key), ":one": n(1)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if _, ok := isCCF(err); ok {
-		return ErrNotRunning
+	if ccf, ok := isCCF(err); ok {
+		cur, derr := decodeState(ccf.Item)
+		switch {
+		case derr != nil:
+			return 0, derr
+		case cur.TurnID == "":
+			return cancelNoTurn, nil
+		case cur.TurnKey != "" && cur.TurnKey > key:
+			return cancelNewerTurn, nil
+		}
+		return cancelledRunning, nil // a later cancel is recorded: it covers this one
 	}
 	if err != nil {
-		return fmt.Errorf("agent: cancel turn of %s: %w", agentID, err)
+		return 0, fmt.Errorf("agent: cancel turn of %s: %w", agentID, err)
+	}
+	return cancelledRunning, nil
+}
+
+// owe records a cancel that found no turn running: CancelAt rises to key, so the turn
+// a wake sent before the cancel starts is cancelled at its start. Cost: 1 write unit.
+func (st *store) owe(ctx context.Context, agentID, reason, key string) error {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #cancel_at = :k, #cancel_at_reason = :r"),
+		ConditionExpression:       aws.String("attribute_not_exists(#cancel_at) OR #cancel_at <= :k"),
+		ExpressionAttributeNames:  names("cancel_at", "cancel_at_reason"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(reason), ":k": s(key)},
+	})
+	if _, ok := isCCF(err); ok {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("agent: record cancel of %s: %w", agentID, err)
 	}
 	return nil
 }
 
-// setAttr sets one string attribute of the state item (a model role, the profile).
+// forgo withdraws the owed cancel recorded with key, if it is still the latest and no
+// turn has been recorded since. It reports false when a turn was recorded meanwhile
+// (the cancel may apply to it after all).
+func (st *store) forgo(ctx context.Context, agentID, key string) (bool, error) {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:                    aws.String("REMOVE #cancel_at, #cancel_at_reason"),
+		ConditionExpression:                 aws.String("#cancel_at = :k AND attribute_not_exists(#turn_id)"),
+		ExpressionAttributeNames:            names("cancel_at", "cancel_at_reason", "turn_id"),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if ccf, ok := isCCF(err); ok {
+		cur, derr := decodeState(ccf.Item)
+		if derr != nil {
+			return false, derr
+		}
+		return cur.TurnID == "", nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("agent: withdraw cancel of %s: %w", agentID, err)
+	}
+	return true, nil
+}
+
+// wakeBefore reports whether a waking inject with a stamp key below key is queued: a
+// turn the cancel with that key must stop is owed. Cost: one strongly consistent
+// Query of the inbox up to key (usually empty or one item).
+func (st *store) wakeBefore(ctx context.Context, agentID, key string) (bool, error) {
+	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:              aws.String(st.table),
+		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :lo AND :hi"),
+		FilterExpression:       aws.String("wake = :true"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": s(pk(agentID)), ":lo": s(inboxPrefix), ":hi": s(inboxPrefix + key + "~"),
+			":true": &types.AttributeValueMemberBOOL{Value: true},
+		},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return false, fmt.Errorf("agent: read inbox of %s: %w", agentID, err)
+	}
+	return len(out.Items) > 0, nil
+}
+
+// setLatest sets attr to value on the state item unless a later frame already set it:
+// atAttr holds the stamp key of the frame that set it last. It reports false, writing
+// nothing, when the value in force is later. Cost: 1 write unit.
+func (st *store) setLatest(ctx context.Context, agentID, attr, atAttr, value, key string) (bool, error) {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #a = :v, #at = :k"),
+		ConditionExpression:       aws.String("attribute_not_exists(#at) OR #at <= :k"),
+		ExpressionAttributeNames:  map[string]string{"#a": attr, "#at": atAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":v": s(value), ":k": s(key)},
+	})
+	if _, ok := isCCF(err); ok {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("agent: set %s of %s: %w", attr, agentID, err)
+	}
+	return true, nil
+}
+
+// latestPolicy is the companion write of a policy/updated append: it records key as
+// the stamp of the policy in force and counts the stimulus, unless a later set_policy
+// is already in force.
+func (st *store) latestPolicy(agentID, key string) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(st.table),
+		Key:                       key2(agentID),
+		UpdateExpression:          aws.String("SET #policy_at = :k ADD #pending :one"),
+		ConditionExpression:       aws.String("attribute_not_exists(#policy_at) OR #policy_at <= :k"),
+		ExpressionAttributeNames:  names("policy_at", "pending"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": s(key), ":one": n(1)},
+	}}
+}
+
+func key2(agentID string) map[string]types.AttributeValue { return key(agentID, skState) }
+
+// setAttr sets one string attribute of the state item (the profile).
 func (st *store) setAttr(ctx context.Context, agentID, attr, value string) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #a = :v"),
@@ -365,9 +514,18 @@ func (st *store) setAttr(ctx context.Context, agentID, attr, value string) error
 	return nil
 }
 
-// newInboxID is time-ordered (so the inbox drains in arrival order) and unique.
-func newInboxID(now time.Time) string {
-	return fmt.Sprintf("%019d-%s", now.UnixNano(), randomHex(4))
+// newInboxID orders the inbox by the frame's stamp key (so steers drain in the order
+// the client sent them) and is unique.
+func newInboxID(stampKey string) string {
+	return stampKey + "-" + randomHex(4)
+}
+
+// key is the stamp key of an inbox item (its id without the random suffix).
+func (it inboxItem) key() string {
+	if i := strings.LastIndexByte(it.ID, '-'); i > 0 {
+		return it.ID[:i]
+	}
+	return it.ID
 }
 
 func randomHex(nbytes int) string {

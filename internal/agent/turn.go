@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/tools"
@@ -89,10 +91,19 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 	id := inv.st.TurnID // claimed by an invocation that died before logging anything
 	if id == "" {
 		id = "turn_" + randomHex(8)
-		if err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, inv.last+1); err != nil {
+		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, inv.last+1, it.key())
+		if err != nil {
 			return err
 		}
 		inv.st.TurnID, inv.st.TurnSeq, inv.st.CancelTurn = id, inv.last+1, ""
+		if st.CancelAt != "" && it.key() <= st.CancelAt {
+			// A cancel sent after this wake was served before it: the turn the wake
+			// starts is the one that cancel stops.
+			if err := inv.c.store.cancelClaimed(ctx, inv.agent, inv.me, id, st.CancelAtReason); err != nil {
+				return err
+			}
+			inv.st.CancelTurn, inv.st.CancelReason = id, st.CancelAtReason
+		}
 	}
 	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, Truncated: it.Truncated}); err != nil {
 		return err
@@ -178,6 +189,9 @@ func (inv *invocation) drain(ctx context.Context) error {
 	if len(inv.inbox) == 0 {
 		return nil
 	}
+	if err := inv.settle(ctx); err != nil {
+		return err
+	}
 	if err := inv.crash(CrashInboxRead); err != nil {
 		return err
 	}
@@ -197,6 +211,38 @@ func (inv *invocation) drain(ctx context.Context) error {
 		return err
 	}
 	inv.inbox = nil
+	return nil
+}
+
+// DrainSettle is how long after its receipt a queued steer waits before it is drained:
+// the frames a client sent just before it may still be on their way through their own
+// handlers (API Gateway runs them concurrently), and a drain that took this steer
+// without them would log them after it. Only a drain whose newest item is this fresh
+// waits, and by at most this much (one more inbox read).
+const DrainSettle = 300 * time.Millisecond
+
+// settle waits until the newest queued inject is DrainSettle old, then reads the inbox
+// again, so that injects received before it and still being handled are drained with it,
+// in receive order.
+func (inv *invocation) settle(ctx context.Context) error {
+	var newest int64
+	for _, it := range inv.inbox {
+		if ms, err := strconv.ParseInt(strings.SplitN(it.ID, "-", 2)[0], 10, 64); err == nil && ms < 1e13 {
+			newest = max(newest, ms)
+		}
+	}
+	wait := min(time.Until(time.UnixMilli(newest).Add(DrainSettle)), DrainSettle)
+	if newest == 0 || wait <= 0 {
+		return nil
+	}
+	if err := sleep(ctx, wait); err != nil {
+		return err
+	}
+	items, err := inv.c.store.inbox(ctx, inv.agent)
+	if err != nil {
+		return err
+	}
+	inv.inbox = items
 	return nil
 }
 

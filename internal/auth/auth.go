@@ -84,6 +84,17 @@ func SubprotocolToken(header string) (token string, found bool) {
 	return "", false
 }
 
+// OffersSubprotocol reports whether a Sec-WebSocket-Protocol header value offers
+// Subprotocol.
+func OffersSubprotocol(header string) bool {
+	for _, p := range strings.Split(header, ",") {
+		if strings.TrimSpace(p) == Subprotocol {
+			return true
+		}
+	}
+	return false
+}
+
 // API is the part of the DynamoDB client the token store uses.
 type API interface {
 	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)

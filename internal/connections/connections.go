@@ -57,6 +57,9 @@ type Conn struct {
 	TokenHash   string
 	State       State
 	ConnectedAt time.Time
+	// Order is the highest order field of a frame of this socket that has taken effect
+	// (0: none yet); see MarkOrder.
+	Order int64
 }
 
 // Owner is an agent's ownership record: the owning connection and its delivery state.
@@ -205,6 +208,24 @@ func (st *Store) Conn(ctx context.Context, connID string) (Conn, error) {
 	return decodeConn(out.Item), nil
 }
 
+// MarkOrder records that connID's frame numbered order has taken effect, so that
+// the frame numbered order+1 may proceed (the per-connection turnstile of
+// docs/architecture.md, "Frame order"). The mark only grows; a lower or equal mark is
+// a no-op, as is a missing record. Cost: 1 write unit.
+func (st *Store) MarkOrder(ctx context.Context, connID string, order int64) error {
+	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       connKey(connID),
+		UpdateExpression:          aws.String("SET ord = :o"),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND (attribute_not_exists(ord) OR ord < :o)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":o": n(order)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("connections: mark order %d of %s: %w", order, connID, err)
+	}
+	return nil
+}
+
 // SetState changes the state of connID's record if it exists.
 func (st *Store) SetState(ctx context.Context, connID string, state State) error {
 	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -267,27 +288,41 @@ type Subscription struct {
 	Truncated       bool
 	ReplayEnd       int64
 	Batch           bool // the client takes batched event frames
+	// Stamp is the subscribe frame's protocol.Stamp key: a subscription only replaces
+	// one whose stamp is not later, so the last subscribe the client sent stays in
+	// force whatever order the handlers ran in. "" sorts first.
+	Stamp string
 }
+
+// ErrSuperseded reports a subscribe that lost to a later one of the same connection.
+var ErrSuperseded = errors.New("connections: a later subscribe is in force")
 
 // Subscribe starts a new subscription of connID on agentID: the cursor moves to
 // sub.From and Pending is set, so a sender holding the lease for the replaced
 // subscription continues with this one before letting go. It returns ErrNotOwner if
-// connID does not own the agent.
+// connID does not own the agent, and ErrSuperseded, changing nothing, if the
+// subscription in force has a later stamp.
 func (st *Store) Subscribe(ctx context.Context, agentID, connID string, sub Subscription) (Owner, error) {
 	out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(st.table),
 		Key:       ownerKey(agentID),
 		UpdateExpression: aws.String("SET #sub = #sub + :one, #next = :from, #from = :from, req = :req, " +
-			"trunc = :trunc, rend = :rend, pending = :true, #batch = :batch"),
-		ConditionExpression:      aws.String("conn = :c"),
+			"trunc = :trunc, rend = :rend, pending = :true, #batch = :batch, sub_at = :at"),
+		ConditionExpression:      aws.String("conn = :c AND (attribute_not_exists(sub_at) OR sub_at <= :at)"),
 		ExpressionAttributeNames: map[string]string{"#sub": "sub", "#next": "next", "#from": "from", "#batch": "batch"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":c": s(connID), ":one": n(1), ":from": n(sub.From), ":req": n(sub.Requested),
 			":trunc": &types.AttributeValueMemberBOOL{Value: sub.Truncated}, ":rend": n(sub.ReplayEnd),
 			":true": &types.AttributeValueMemberBOOL{Value: true}, ":batch": &types.AttributeValueMemberBOOL{Value: sub.Batch},
+			":at": s(sub.Stamp),
 		},
-		ReturnValues: types.ReturnValueAllNew,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) && str(ccf.Item, "conn") == connID {
+		return decodeOwner(ccf.Item), fmt.Errorf("%w: %s by %s", ErrSuperseded, agentID, connID)
+	}
 	if isConditionFailed(err) {
 		return Owner{}, fmt.Errorf("%w: %s by %s", ErrNotOwner, agentID, connID)
 	}
@@ -530,6 +565,7 @@ func decodeConn(item map[string]types.AttributeValue) Conn {
 		TokenHash:   str(item, "tok"),
 		State:       State(str(item, "state")),
 		ConnectedAt: time.UnixMilli(num(item, "connected_at")),
+		Order:       num(item, "ord"),
 	}
 }
 

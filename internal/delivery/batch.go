@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -48,7 +47,7 @@ func frame(evs []sessionlog.Event, batch bool, room int) ([]byte, int, error) {
 		if n >= max(room, 1) {
 			break
 		}
-		b, err := json.Marshal(ev)
+		b, err := ev.MarshalJSON() // not json.Marshal, which would escape "<" again
 		if err != nil {
 			return nil, 0, fmt.Errorf("delivery: encode %s seq %d: %w", ev.SessionID, ev.Seq, err)
 		}

@@ -199,6 +199,11 @@ const lingerLook = time.Second
 // limit (pulling from forward and owing replay_truncated) and moves the cursor. It
 // returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
 // Pump.
+//
+// The frame's protocol.Stamp (from ctx; the time of the call without one) orders
+// subscribes: one that finds a later subscribe of the same connection in force
+// changes nothing and returns nil, so the last subscribe the client sent is the one in
+// force (docs/protocol.md, "Ordering").
 func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64) error {
 	return d.subscribe(ctx, agentID, connID, fromSeq, false)
 }
@@ -208,11 +213,18 @@ func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromS
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
 	}
-	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch}
+	stamp, ok := protocol.StampFrom(ctx)
+	if !ok {
+		stamp = protocol.Stamp{At: time.Now().UnixMilli()}
+	}
+	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key()}
 	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
 		sub.From, sub.Truncated = floor, true
 	}
 	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
+		if errors.Is(err, connections.ErrSuperseded) {
+			return nil
+		}
 		return err
 	}
 	return nil

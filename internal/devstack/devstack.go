@@ -51,6 +51,7 @@ type Options struct {
 	Observer             delivery.Observer  // replay reads, for tests and metrics
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
+	GatewayLimits        bool               // the gateway enforces API Gateway's 32 KB frame and 128 KB message limits
 	Logger               *slog.Logger
 	LambdaEmulator       *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
 	// Profile is the default profile's file, read again when it changes; "" serves the
@@ -180,6 +181,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Pages:        o.Pages,
 		// Measurements raise the $default bound (measure.go).
 		MaxConcurrency: o.Measure.MaxConcurrency,
+		Limits:         o.GatewayLimits,
 	})
 	if err != nil {
 		return nil, err

@@ -114,6 +114,10 @@ type Config struct {
 	// RetryBackoff is the wait before the first retry of a failed asynchronous
 	// invocation; the second retry waits twice as long (Lambda waits 1 and 2 minutes).
 	RetryBackoff time.Duration
+	// Limits enforces API Gateway's limits on what clients send: frames of at most
+	// MaxFrameBytes, messages of at most MaxMessageBytes; a larger one closes the
+	// connection with status 1009. Off, frames and messages up to ReadLimit pass.
+	Limits bool
 	// Logger receives JSON logs; nil logs to stderr at Info.
 	Logger *slog.Logger
 	// Pages, if set, serves every other GET (the dev web page).

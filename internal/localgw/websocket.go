@@ -41,6 +41,21 @@ type connection struct {
 
 	activeMu     sync.Mutex
 	lastActiveAt time.Time
+
+	// lastEpoch is the requestTimeEpoch of the newest frame read, frames the number of
+	// frames read (read loop only).
+	lastEpoch int64
+	frames    int64
+}
+
+// stamp is the receive time of a frame read now: milliseconds, never less than the
+// previous frame's, as API Gateway stamps requestTimeEpoch. Taken in the read loop,
+// before the frame is handed to its own goroutine, so it follows the read order.
+func (c *connection) stamp(now time.Time) time.Time {
+	if ms := now.UnixMilli(); ms > c.lastEpoch {
+		c.lastEpoch = ms
+	}
+	return time.UnixMilli(c.lastEpoch)
 }
 
 func (c *connection) touch() {
@@ -200,7 +215,11 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 	if subprotocol != "" {
 		opts.Subprotocols = []string{subprotocol}
 	}
-	ws, err := websocket.Accept(w, r, opts)
+	var aw http.ResponseWriter = w
+	if g.cfg.Limits {
+		aw = limitWriter{ResponseWriter: w, mu: &c.writeMu}
+	}
+	ws, err := websocket.Accept(aw, r, opts)
 	if err != nil {
 		close(c.ready)
 		// $connect already accepted, so its counterpart must still run.
@@ -209,6 +228,9 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 		return
 	}
 	ws.SetReadLimit(ReadLimit)
+	if g.cfg.Limits {
+		ws.SetReadLimit(MaxMessageBytes) // over it, the library closes with 1009
+	}
 	c.ws = ws
 	close(c.ready)
 	log.Info("connected", "status", status, "source_ip", c.sourceIP)
@@ -243,12 +265,15 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 			if errors.As(err, &ce) {
 				return ce.Code, ce.Reason
 			}
-			if errors.Is(err, websocket.ErrMessageTooBig) {
+			if errors.Is(err, websocket.ErrMessageTooBig) || errors.Is(err, errFrameTooBig) {
 				return websocket.StatusMessageTooBig, "message too big"
 			}
 			return websocket.StatusAbnormalClosure, "connection lost"
 		}
 		c.touch()
+		received := c.stamp(time.Now())
+		c.frames++
+		g.log.Debug("frame received", "connection_id", c.id, "frame", c.frames, "request_time_epoch", received.UnixMilli())
 		body, b64 := string(data), false
 		if typ == websocket.MessageBinary {
 			body, b64 = base64.StdEncoding.EncodeToString(data), true
@@ -262,15 +287,16 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 		}
 		go func() {
 			defer func() { <-g.sem; g.work.done() }()
-			g.message(c, body, b64)
+			g.message(c, body, b64, received)
 		}()
 	}
 }
 
-// message invokes $default for one frame. As on API Gateway, a missing route or a
-// failed invocation is reported to the client in a {"message": ...} frame.
-func (g *Gateway) message(c *connection, body string, b64 bool) {
-	now := time.Now()
+// message invokes $default for one frame received at received (the frame's
+// requestTimeEpoch). As on API Gateway, a missing route or a failed invocation is
+// reported to the client in a {"message": ...} frame.
+func (g *Gateway) message(c *connection, body string, b64 bool, received time.Time) {
+	now := received
 	ev := events.APIGatewayWebsocketProxyRequest{
 		RequestContext:  g.requestContext(c, RouteDefault, "MESSAGE", now),
 		Body:            body,

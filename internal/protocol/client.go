@@ -246,3 +246,10 @@ func modelSpecProblem(spec string) string {
 	}
 	return ""
 }
+
+// FieldOrder is the optional top-level field by which a client numbers the frames it
+// sends on one connection: 1, 2, 3, … with no gap, starting again at 1 on every new
+// connection. A server that knows it makes frame N take effect after frame N-1 (see
+// docs/protocol.md, "Ordering"); a server that does not ignores it, as it ignores
+// every unknown field. Every frame type may carry it.
+const FieldOrder = "order"

@@ -1,6 +1,5 @@
 // Package protocol defines the wire frames of the Terret Socket Protocol v1
-// (shared/spec/terret-socket-protocol-v1.md) and the strict parser for
-// frames arriving from clients.
+// (docs/protocol.md) and the strict parser for frames arriving from clients.
 //
 // # Server → client
 //
@@ -49,4 +48,8 @@
 //     exponent) in 0..2^63-1.
 //   - set_policy is bounded at [MaxPolicyPatterns] patterns of at most
 //     [MaxPatternChars] characters (Unicode code points, not bytes) each.
+//   - Every frame may carry the optional order field ([FieldOrder]), a positive
+//     integer numbering the client's frames on one connection; [ParseOrdered]
+//     returns it. [Stamp] carries a frame's receive time and order to the
+//     handlers that apply frames in the order the client sent them.
 package protocol

@@ -57,7 +57,7 @@ func FuzzParse(f *testing.F) {
 		enc := Marshal(frame)
 		// The encoding may legitimately grow past MaxFrameBytes (see
 		// ClientFrame), so the round trip lifts the size bound.
-		again, err := parse(enc, math.MaxInt)
+		again, _, err := parse(enc, math.MaxInt)
 		if err != nil {
 			t.Fatalf("Parse(%q) = %#v, but re-parsing its encoding %q fails: %v", data, frame, enc, err)
 		}

@@ -39,29 +39,60 @@ const maxEchoedChars = 64
 // Unknown top-level fields are ignored, whatever their value. Parse never
 // panics and does not retain data.
 func Parse(data []byte) (ClientFrame, error) {
+	f, _, err := parse(data, MaxFrameBytes)
+	return f, err
+}
+
+// ParseOrdered is Parse that also returns the frame's order field ([FieldOrder]):
+// a positive integer, or 0 when the frame has none. The order is returned even
+// when the frame is rejected for another reason, as long as it is a JSON object
+// whose order field is valid, so that a turnstile counting the connection's frames
+// can count a bad frame too. An order field that is present but not a positive
+// integer is itself a bad_frame (order 0).
+func ParseOrdered(data []byte) (ClientFrame, int64, error) {
 	return parse(data, MaxFrameBytes)
 }
 
-// parse is Parse with the size bound as a parameter, so tests can re-parse
+// parse is ParseOrdered with the size bound as a parameter, so tests can re-parse
 // encodings that grew past MaxFrameBytes (see ClientFrame).
-func parse(data []byte, maxBytes int) (ClientFrame, error) {
+func parse(data []byte, maxBytes int) (ClientFrame, int64, error) {
 	if len(data) > maxBytes {
-		return nil, badFrame("frame is %d bytes, at most %d allowed", len(data), maxBytes)
+		return nil, 0, badFrame("frame is %d bytes, at most %d allowed", len(data), maxBytes)
 	}
 	if !utf8.Valid(data) {
-		return nil, badFrame("frame is not valid UTF-8")
+		return nil, 0, badFrame("frame is not valid UTF-8")
 	}
 	var whole json.RawMessage
 	if err := json.Unmarshal(data, &whole); err != nil {
-		return nil, syntaxProblem(err)
+		return nil, 0, syntaxProblem(err)
 	}
 	if k := kindOf(whole); k != "object" {
-		return nil, badFrame("frame is not a JSON object, got %s", k)
+		return nil, 0, badFrame("frame is not a JSON object, got %s", k)
 	}
 	fields, err := objectFields(whole)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	var order int64
+	if _, ok := fields[FieldOrder]; ok {
+		r := fieldReader{frameType: "frame", fields: fields}
+		if _, present := r.lookup(FieldOrder, true); present {
+			n, err := r.nonNegInt(FieldOrder)
+			if err == nil && n == 0 {
+				err = badField("frame", FieldOrder, "must be at least 1")
+			}
+			if err != nil {
+				return nil, 0, err
+			}
+			order = n
+		}
+	}
+	frame, err := parseFields(fields)
+	return frame, order, err
+}
+
+// parseFields reads the frame named by the "type" of a frame's top-level fields.
+func parseFields(fields map[string]json.RawMessage) (ClientFrame, error) {
 
 	rawType, ok := fields["type"]
 	if !ok {

@@ -550,7 +550,7 @@ func TestReencodingMayExceedBound(t *testing.T) {
 	if _, err := Parse(enc); err == nil {
 		t.Fatalf("Parse accepted a %d-byte frame", len(enc))
 	}
-	g, err := parse(enc, len(enc))
+	g, _, err := parse(enc, len(enc))
 	if err != nil || !reflect.DeepEqual(f, g) {
 		t.Fatalf("unbounded re-parse = %v, %v", err, reflect.DeepEqual(f, g))
 	}

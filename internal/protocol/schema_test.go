@@ -19,11 +19,9 @@ import (
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
-// notInGoYet lists the schema's client frame fields the Go frame types may lack. The
-// server learns "order" (every client frame) and "batch" (subscribe) in changes of their
-// own; until they land the Go types do not carry them, and a v1 server ignores unknown
-// fields. Empty this list once they have.
-var notInGoYet = map[string]bool{"order": true}
+// commonFields are the fields every client frame may carry. They are parsed apart from
+// each frame's own fields (protocol.ParseOrdered), so no Go frame type has them.
+var commonFields = map[string]bool{protocol.FieldOrder: true}
 
 type schemaField struct {
 	Name     string `json:"name"`
@@ -118,7 +116,7 @@ func reflectType(t *testing.T, rt reflect.Type) string {
 
 // compareFields checks that the schema's fields and the Go type's fields agree on names,
 // optionality and types. Schema fields named in allowMissing may be absent from Go.
-func compareFields(t *testing.T, what string, schema []schemaField, gofs []goField, allowMissing map[string]bool) {
+func compareFields(t *testing.T, what string, schema []schemaField, gofs []goField) {
 	t.Helper()
 	byName := map[string]goField{}
 	for _, g := range gofs {
@@ -132,9 +130,7 @@ func compareFields(t *testing.T, what string, schema []schemaField, gofs []goFie
 		seen[f.Name] = true
 		g, ok := byName[f.Name]
 		if !ok {
-			if !allowMissing[f.Name] {
-				t.Errorf("%s: schema field %q is not in the Go type (Go has %v)", what, f.Name, names(gofs))
-			}
+			t.Errorf("%s: schema field %q is not in the Go type (Go has %v)", what, f.Name, names(gofs))
 			continue
 		}
 		if g.optional == f.Required {
@@ -223,6 +219,16 @@ func TestSchemaClientFrames(t *testing.T) {
 	if !slices.Equal(types, protocol.ClientTypes()) {
 		t.Fatalf("client frames %v, want %v (protocol.ClientTypes, in order)", types, protocol.ClientTypes())
 	}
+	var common []string
+	for _, f := range s.ClientFrameFields {
+		common = append(common, f.Name)
+		if !commonFields[f.Name] {
+			t.Errorf("schema field %q of every client frame is not one the parser reads apart (%v)", f.Name, commonFields)
+		}
+	}
+	if len(common) != len(commonFields) {
+		t.Errorf("schema fields of every client frame %v, want %v", common, commonFields)
+	}
 	for _, fr := range s.ClientFrames {
 		t.Run(fr.Type, func(t *testing.T) {
 			goType := clientFrames[fr.Type]
@@ -230,7 +236,12 @@ func TestSchemaClientFrames(t *testing.T) {
 				t.Fatalf("Go type %T has frame type %q", goType, goType.FrameType())
 			}
 			fields := append(slices.Clone(s.ClientFrameFields), fr.Fields...)
-			compareFields(t, fr.Type, fields, reflectFields(t, goType), notInGoYet)
+			compareFields(t, fr.Type, fr.Fields, reflectFields(t, goType))
+			// The order field of a whole frame comes back from ParseOrdered.
+			withOrder, _ := json.Marshal(map[string]any{"type": fr.Type, protocol.FieldOrder: 7, "from_seq": 0, "text": "x", "wake": true, "call_id": "c", "role": "main", "spec": "scripted", "patterns": []string{}})
+			if _, order, err := protocol.ParseOrdered(withOrder); err != nil || order != 7 {
+				t.Errorf("%s: ParseOrdered(%s) = order %d, %v; want 7", fr.Type, withOrder, order, err)
+			}
 
 			// The parser agrees: the whole frame (common fields included) parses, and so
 			// does one without its optional fields; one without a required field does not.
@@ -294,7 +305,7 @@ func TestSchemaServerFrames(t *testing.T) {
 	}
 	for _, fr := range s.ServerFrames {
 		goFrame := goFrames[fr.Type]
-		compareFields(t, fr.Type, fr.Fields, reflectFields(t, goFrame), nil)
+		compareFields(t, fr.Type, fr.Fields, reflectFields(t, goFrame))
 		// The wire form carries exactly the schema's keys and "type".
 		var wire map[string]any
 		if err := json.Unmarshal(protocol.Marshal(goFrame), &wire); err != nil {
@@ -330,7 +341,7 @@ func TestSchemaEnvelope(t *testing.T) {
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		fs = append(fs, goField{name: name, optional: strings.Contains(opts, "omitempty"), typ: reflectType(t, f.Type)})
 	}
-	compareFields(t, "envelope", s.Envelope, fs, nil)
+	compareFields(t, "envelope", s.Envelope, fs)
 }
 
 // eventSource is the file the runtime's payload types are declared in. They are
@@ -475,7 +486,7 @@ func TestSchemaEvents(t *testing.T) {
 				continue
 			}
 		}
-		compareFields(t, ev.Type, ev.Fields, fs, nil)
+		compareFields(t, ev.Type, ev.Fields, fs)
 		for _, f := range ev.Fields {
 			if tf, ok := s.Types[f.Type]; ok {
 				gs, ok := src.structs[unexported(f.Type)]
@@ -486,7 +497,7 @@ func TestSchemaEvents(t *testing.T) {
 					t.Errorf("%s.%s: type %s has no struct in %s", ev.Type, f.Name, f.Type, eventSource)
 					continue
 				}
-				compareFields(t, ev.Type+"."+f.Name, tf, gs, nil)
+				compareFields(t, ev.Type+"."+f.Name, tf, gs)
 			}
 			if f.Enum != "" && s.Enums[f.Enum] == nil {
 				t.Errorf("%s.%s: unknown enum %q", ev.Type, f.Name, f.Enum)

@@ -142,6 +142,71 @@ func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (E
 	}
 }
 
+// ErrRefused reports that AppendWith's extra write refused its condition: nothing was
+// appended.
+var ErrRefused = errors.New("sessionlog: append refused by its companion write")
+
+// transactor is the part of the DynamoDB client AppendWith needs.
+type transactor interface {
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// AppendWith is Append made atomic with one more write (extra, on another table or
+// item): both happen or neither. When extra's condition fails it returns ErrRefused
+// and appends nothing. It is how an event is appended only if a record elsewhere says
+// it may be (the last set_policy sent wins). Cost: a transaction of two items (2 write
+// units each) per attempt. The Log's API must also implement TransactWriteItems.
+func (l *Log) AppendWith(ctx context.Context, sessionID, typ string, payload any, extra types.TransactWriteItem) (Event, error) {
+	tx, ok := l.api.(transactor)
+	if !ok {
+		return Event{}, fmt.Errorf("%w: the log's client has no TransactWriteItems", ErrInvalid)
+	}
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return Event{}, err
+	}
+	tip, ok := l.cached(sessionID)
+	if !ok {
+		if tip, err = l.Tip(ctx, sessionID); err != nil {
+			return Event{}, err
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		ev, err := l.newEvent(sessionID, tip+1, typ, raw)
+		if err != nil {
+			return Event{}, err
+		}
+		_, err = tx.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{TableName: aws.String(l.table), Item: ev.Item(), ConditionExpression: aws.String("attribute_not_exists(seq)")}},
+			extra,
+		}})
+		if err == nil {
+			l.observe(sessionID, ev.Seq)
+			return ev, nil
+		}
+		var tce *types.TransactionCanceledException
+		if !errors.As(err, &tce) {
+			return Event{}, fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
+		}
+		reasons := tce.CancellationReasons
+		if len(reasons) == 2 && aws.ToString(reasons[1].Code) == "ConditionalCheckFailed" {
+			return Event{}, fmt.Errorf("%w: %s %s", ErrRefused, sessionID, typ)
+		}
+		if len(reasons) == 0 || aws.ToString(reasons[0].Code) != "ConditionalCheckFailed" {
+			// A transaction conflict (another transaction on the same items): retry.
+			if attempt >= 50 {
+				return Event{}, fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
+			}
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return Event{}, err
+		}
+		if tip, err = l.Tip(ctx, sessionID); err != nil {
+			return Event{}, err
+		}
+	}
+}
+
 // AppendAt puts an event at exactly seq. It returns ErrConflict if seq is taken. The
 // caller must know seq-1 exists (it read or wrote it), or the log would get a gap; so
 // seq must be ≥ 1 — seq 0 is written only by Create.
@@ -246,7 +311,21 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	type envelope Event // no MarshalJSON, same field order
 	env := envelope(e)
 	env.Payload = payload
-	return json.Marshal(env)
+	return marshal(env)
+}
+
+// marshal is json.Marshal without HTML escaping: "<", ">" and "&" take one byte in an
+// event, as in the frame a client sent, so the size bounds count what goes on the wire
+// and no frame within the protocol's bounds grows past them (a client frame of 256 "<"
+// stays 256 bytes, not 1,536).
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Item is the DynamoDB item of the event. The payload is kept as its JSON text so the
@@ -326,7 +405,7 @@ func (l *Log) newEvent(sessionID string, seq int64, typ string, payload json.Raw
 		payload = json.RawMessage("{}")
 	}
 	ev := Event{ID: newID(), SessionID: sessionID, Seq: seq, At: l.now().UTC().Format(TimeFormat), Type: typ, Payload: payload}
-	b, err := json.Marshal(ev)
+	b, err := ev.MarshalJSON()
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -348,7 +427,7 @@ func encodePayload(payload any) (json.RawMessage, error) {
 		}
 		raw = buf.Bytes()
 	default:
-		b, err := json.Marshal(p)
+		b, err := marshal(p)
 		if err != nil {
 			return nil, fmt.Errorf("%w: payload: %v", ErrInvalid, err)
 		}

@@ -5,12 +5,12 @@ package socket
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -99,15 +99,22 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	agentID := req.QueryStringParameters["agent_id"]
 	lg := s.logFor(ctx, connID).With("agent_id", agentID)
 	token := auth.BearerToken(header(req, "Authorization"))
+	offered := header(req, "Sec-WebSocket-Protocol")
 	accepted := ok
 	if token == "" {
 		// Browsers cannot set Authorization on a WebSocket: they offer the token as a
 		// subprotocol, and are answered with the fixed protocol name, never the token.
-		if tok, found := auth.SubprotocolToken(header(req, "Sec-WebSocket-Protocol")); found {
+		if tok, found := auth.SubprotocolToken(offered); found {
 			token = tok
 			accepted = events.APIGatewayProxyResponse{StatusCode: http.StatusOK,
 				Headers: map[string]string{"Sec-WebSocket-Protocol": auth.Subprotocol}}
 		}
+	}
+	if accepted.Headers == nil && auth.OffersSubprotocol(offered) {
+		// A client that offers terret.v1 aborts a handshake that does not echo it,
+		// however it authenticates (RFC 6455 §4.1).
+		accepted = events.APIGatewayProxyResponse{StatusCode: http.StatusOK,
+			Headers: map[string]string{"Sec-WebSocket-Protocol": auth.Subprotocol}}
 	}
 	hash, err := s.tokens.Check(ctx, agentID, token)
 	if err == nil {
@@ -199,7 +206,22 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 		s.reply(ctx, lg, c, protocol.NewError(protocol.CodeBadFrame, "frames must be JSON text frames"))
 		return ok, nil
 	}
-	frame, err := protocol.Parse(body)
+	frame, order, err := protocol.ParseOrdered(body)
+	stamp := protocol.Stamp{At: req.RequestContext.RequestTimeEpoch, Order: order}
+	if stamp.At <= 0 {
+		stamp.At = time.Now().UnixMilli()
+	}
+	taken := func() {}
+	if order > 0 {
+		stamp.InOrder = s.awaitTurn(ctx, lg, c, stamp)
+		taken = sync.OnceFunc(func() {
+			if err := s.conns.MarkOrder(context.WithoutCancel(ctx), connID, order); err != nil {
+				lg.Warn("mark frame order", "order", order, "error", err)
+			}
+		})
+		defer taken()
+	}
+	ctx = protocol.WithStamp(ctx, stamp)
 	if err != nil {
 		var bf *protocol.BadFrameError
 		if errors.As(err, &bf) {
@@ -211,7 +233,7 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 		return ok, nil
 	}
 	lg = lg.With("frame", frame.FrameType())
-	if err := s.serve(ctx, c, frame); err != nil {
+	if err := s.serve(ctx, c, frame, taken); err != nil {
 		code, msg := codeFor(err)
 		switch code {
 		case protocol.CodeInternal:
@@ -227,11 +249,54 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	return ok, nil
 }
 
-func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.ClientFrame) error {
+// OrderWait bounds how long a numbered frame waits for its predecessor (its order
+// minus one) to take effect, counted from the frame's receipt. A predecessor that never
+// came (a gap) or whose handler failed holds its successors up this long at most; they
+// then take effect without the guarantee.
+const OrderWait = 5 * time.Second
+
+// awaitTurn is the per-connection turnstile: it returns once the frame before st (by
+// order) has taken effect on c — true — or, false, once OrderWait has passed since
+// st's receipt. A frame whose order is not above the last mark (a duplicate, or one
+// that came after its successor gave up waiting) does not wait. The first look reuses
+// the connection record Message read; each further look is one strongly consistent
+// read (1 read unit), paced 2, 4, … up to 32 ms apart.
+func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) bool {
+	deadline := time.UnixMilli(st.At).Add(OrderWait)
+	pause := 2 * time.Millisecond
+	for {
+		if c.Order >= st.Order-1 {
+			return c.Order == st.Order-1
+		}
+		if !time.Now().Before(deadline) {
+			lg.Info("frame order gap: served without its predecessor", "order", st.Order, "done", c.Order)
+			return false
+		}
+		t := time.NewTimer(min(pause, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		pause = min(2*pause, 32*time.Millisecond)
+		cur, err := s.conns.Conn(ctx, c.ID)
+		if err != nil {
+			return false
+		}
+		c = cur
+	}
+}
+
+// serve applies one frame. taken marks the frame's order as taken effect (the
+// turnstile's next frame may go); it is also called when serve returns, but a
+// subscribe calls it as soon as the subscription is recorded, before its replay.
+func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.ClientFrame, taken func()) error {
 	if f, ok := frame.(protocol.Subscribe); ok {
 		if err := s.deliver.SubscribeBatch(ctx, c.AgentID, c.ID, f.FromSeq, f.Batch); err != nil {
 			return err
 		}
+		taken()
 		// A replay that outlasts subscribeBudget is handed to an asynchronous deliver
 		// invocation: the message function answers at once, and the replay runs where
 		// Lambda retries it should it die.
@@ -264,10 +329,9 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 // (agent.MaxTextBytes of JSON-encoded text), so that nothing a client sent is cut: the
 // client learns it with bad_frame and nothing is logged.
 func checkText(text string) error {
-	b, _ := json.Marshal(text)
-	if len(b) > agent.MaxTextBytes {
+	if n := agent.TextBytes(text); n > agent.MaxTextBytes {
 		return &protocol.BadFrameError{FrameType: protocol.TypeInject, Field: "text",
-			Message: fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", len(b), agent.MaxTextBytes)}
+			Message: fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", n, agent.MaxTextBytes)}
 	}
 	return nil
 }
