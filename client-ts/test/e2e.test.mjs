@@ -217,14 +217,17 @@ describe('against terret dev --approvals', opts, () => {
     await second.client.close();
   });
 
-  test('batched frames: events packed one per line arrive gapless, each once', {
-    skip: 'the server side of batched frames (subscribe with "batch": true) has not landed yet; un-skip this test when it does',
-  }, async () => {
+  test('batched frames: a replay packs events one per line; they arrive gapless, each once', async () => {
     const agent = id('batch');
+    const plain = await open(dev, agent);
+    await plain.client.inject(JSON.stringify({ script: [{ say: 'packed into fewer messages', chunks: 20 }] }));
+    await plain.waitEnds(1);
+    const tip = plain.seqs().at(-1);
+    await plain.client.close();
+    // A batching client replays the same log: consecutive events share a message.
     const messages = [];
     const rec = await open(dev, agent, { options: { batch: true, onFrame: (dir, text) => dir === 'in' && messages.push(text) } });
-    await rec.client.inject(JSON.stringify({ script: [{ say: 'packed into fewer messages', chunks: 20 }] }));
-    await rec.waitEnds(1);
+    await until(`the replay up to seq ${tip}`, () => rec.seqs().includes(tip));
     gapless(rec.seqs());
     assert.ok(messages.some((m) => m.split('\n').length > 1), 'no message held more than one event');
     assert.ok(!messages.some((m) => m.includes('\n') && m.includes('"type":"hello"')), 'a protocol frame was packed');

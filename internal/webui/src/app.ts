@@ -343,6 +343,7 @@ async function connect(): Promise<void> {
     token: ui.token.value.trim(),
     cursor: new StorageCursor(seqKey(url), safeStorage()),
     fromSeq: Number.isSafeInteger(from) && from >= 0 ? from : 0,
+    batch: true, // consecutive events packed into one message (docs/protocol.md)
     minBackoffMs: 250,
     maxBackoffMs: 10000,
     onEvent: (ev, raw) => onEvent(c, ev, raw),

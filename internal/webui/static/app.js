@@ -1189,6 +1189,8 @@
       token: ui.token.value.trim(),
       cursor: new StorageCursor(seqKey(url), safeStorage()),
       fromSeq: Number.isSafeInteger(from) && from >= 0 ? from : 0,
+      batch: true,
+      // consecutive events packed into one message (docs/protocol.md)
       minBackoffMs: 250,
       maxBackoffMs: 1e4,
       onEvent: (ev, raw) => onEvent(c, ev, raw),
