@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// batch handles a message of the batching extension (docs/batching.md): consecutive
+// batch handles a message of the batching extension (docs/protocol.md, "Extension: batched event frames"): consecutive
 // events, each envelope exactly as in a one-event message, separated by "\n". Each
 // event goes through the same checks as one sent alone, so a batch that overlaps what
 // the caller already has (a resend after a reconnect or a server crash) yields only the

@@ -127,7 +127,7 @@ type Options struct {
 	// Gateway closes idle connections after 10 minutes, which the client reconnects
 	// through anyway.
 	PingInterval time.Duration
-	// NoBatch subscribes without the batching extension (docs/batching.md): the server
+	// NoBatch subscribes without the batching extension (docs/protocol.md, "Extension: batched event frames"): the server
 	// then sends one event per message, as to any v1 client. By default the client
 	// asks for batches and splits them; OnEvent sees the same events either way.
 	NoBatch bool

@@ -57,7 +57,7 @@ func dialAgent(ctx context.Context, baseURL, agent, token string, onFrame func(f
 				return
 			}
 			cl.msgs.Add(1)
-			// A batch (docs/batching.md) is events separated by "\n": each is a frame.
+			// A batch (docs/protocol.md, "Extension: batched event frames") is events separated by "\n": each is a frame.
 			for part := range bytes.SplitSeq(b, []byte{'\n'}) {
 				var f frame
 				if err := json.Unmarshal(part, &f); err != nil {

@@ -84,7 +84,7 @@ type Owner struct {
 	LeaseUntil time.Time
 	// Pending asks the lease holder to look at the log again before it lets go.
 	Pending bool
-	// Batch: the subscription asked for batched event frames (docs/batching.md).
+	// Batch: the subscription asked for batched event frames (docs/protocol.md, "Extension: batched event frames").
 	Batch bool
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
-// Batched event frames (docs/batching.md): a client that subscribes with "batch": true
+// Batched event frames (docs/protocol.md, "Extension: batched event frames"): a client that subscribes with "batch": true
 // may get several consecutive events in one WebSocket message, each event's envelope
 // exactly as in a v1 frame, separated by one "\n" (an envelope is compact JSON, so it
 // never holds a raw newline). One post then carries many events: on AWS a post is a

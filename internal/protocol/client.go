@@ -52,7 +52,7 @@ type ClientFrame interface {
 
 // Subscribe asks for replay from FromSeq (inclusive), then the live tail.
 // Wire: {"type":"subscribe","from_seq":N}, N an integer ≥ 0, and the optional
-// boolean "batch" of the batching extension (docs/batching.md): with it the
+// boolean "batch" of the batching extension (docs/protocol.md, "Extension: batched event frames"): with it the
 // server may pack consecutive events into one message, newline-separated.
 // Batch false encodes without the field, exactly as a v1 subscribe.
 type Subscribe struct {
