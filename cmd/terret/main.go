@@ -1,5 +1,6 @@
 // Command terret is terret-ws's command line: `terret dev` runs the whole service
-// locally; `terret token` issues, rotates and revokes agents' bearer tokens.
+// locally; `terret token` issues, rotates and revokes agents' bearer tokens; `terret
+// agent` stores agents' own profiles.
 package main
 
 import (
@@ -22,6 +23,11 @@ commands:
   token list --agent ID        list the agent's tokens: id, created, expires, last used
   token rotate --agent ID      replace the agent's tokens with one new token
   token revoke --agent ID      drop every token of the agent
+  agent put --agent ID --profile FILE
+                               store FILE as the agent's own profile (checked first)
+  agent get --agent ID         print the agent's stored profile
+  agent list                   list the agents with a stored profile
+  agent delete --agent ID      drop the agent's stored profile
   usage --agent ID             print the agent's metered usage
   chat --agent ID              talk with the agent in the terminal
   tail --agent ID [--from N]   print the agent's events as JSON lines, following live
