@@ -71,7 +71,7 @@ func TestBatchReassembled(t *testing.T) {
 			t.Errorf("event %d: Raw %s, want %s", i, ev.Raw, envelope(int64(i)))
 		}
 	}
-	for i, want := range []string{`{"type":"subscribe","from_seq":0,"batch":true}`, `{"type":"subscribe","from_seq":2,"batch":true}`} {
+	for i, want := range []string{`{"type":"subscribe","from_seq":0,"batch":true,"order":1}`, `{"type":"subscribe","from_seq":2,"batch":true,"order":1}`} {
 		if got := <-subs; got != want {
 			t.Errorf("subscribe %d: got %s, want %s", i, got, want)
 		}
@@ -118,7 +118,7 @@ func TestBatchWithProtocolFrameIsViolation(t *testing.T) {
 	if !errors.Is(cause, client.ErrProtocol) {
 		t.Errorf("reconnect cause %v, want a protocol violation", cause)
 	}
-	for i, want := range []string{`{"type":"subscribe","from_seq":0}`, `{"type":"subscribe","from_seq":1}`} {
+	for i, want := range []string{`{"type":"subscribe","from_seq":0,"order":1}`, `{"type":"subscribe","from_seq":1,"order":1}`} {
 		if got := <-subs; got != want {
 			t.Errorf("subscribe %d with NoBatch: got %s, want %s", i, got, want)
 		}
