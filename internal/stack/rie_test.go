@@ -201,7 +201,15 @@ func TestRouteFunctionsUnderRIE(t *testing.T) {
 	invokeRoute(ctx, t, "connect", connectPort, connectEvent)
 	// The handler reports the accepted connection as an embedded-metric line on stdout
 	// (CloudWatch Logs extracts it; no API call).
-	if got := emfMetrics(outputs["ConnectFunction"].String()); !contains(got, "terret/Connections Count function=connect") {
+	// The emulator relays the function's stdout on its own: the line may land just after
+	// the invocation's response.
+	var got []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if got = emfMetrics(outputs["ConnectFunction"].String()); contains(got, "terret/Connections Count function=connect") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !contains(got, "terret/Connections Count function=connect") {
 		t.Errorf("connect's EMF metrics = %v, want terret/Connections Count function=connect", got)
 	}
 
