@@ -252,8 +252,10 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 // OrderWait bounds how long a numbered frame waits for its predecessor (its order
 // minus one) to take effect, counted from the frame's receipt. A predecessor that never
 // came (a gap) or whose handler failed holds its successors up this long at most; they
-// then take effect without the guarantee.
-const OrderWait = 5 * time.Second
+// then take effect without the guarantee. Ten seconds leaves a predecessor slowed by a
+// cold start or DynamoDB retries (the SDK retries 8 times) room to finish, well inside
+// API Gateway's 29 s integration timeout.
+const OrderWait = 10 * time.Second
 
 // awaitTurn is the per-connection turnstile: it returns once the frame before st (by
 // order) has taken effect on c — true — or, false, once OrderWait has passed since
