@@ -56,7 +56,7 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 // turn then stays open (no turn/end), to be resumed by the function's retry or the
 // next stimulus. Model and tool failures are not errors: they end the turn failed.
 func (r *Runner) Run(ctx context.Context, agentID string) error {
-	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8), seenPending: -1, last: -1, logged: map[string]bool{}}
+	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8), seenPending: -1, quotaRefused: -2, last: -1, logged: map[string]bool{}}
 	return inv.run(ctx)
 }
 
@@ -96,10 +96,11 @@ type invocation struct {
 	agent string
 	me    string // lease owner id of this invocation
 
-	st          state // the newest state item read (boundary attributes)
-	fresh       bool  // st was read just now: the next boundary need not read it again
-	profileJSON string
-	seenPending int64 // the stimulus count whose inbox and log tail have been read
+	st           state // the newest state item read (boundary attributes)
+	fresh        bool  // st was read just now: the next boundary need not read it again
+	profileJSON  string
+	seenPending  int64 // the stimulus count whose inbox and log tail have been read
+	quotaRefused int64 // the stimulus count a quota refusal was logged for
 
 	loaded bool
 	evs    []sessionlog.Event // the whole log, kept current

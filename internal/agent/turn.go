@@ -40,6 +40,15 @@ func (inv *invocation) work(ctx context.Context) (outcome, error) {
 		if it == nil {
 			return outIdle, nil
 		}
+		if inv.st.TurnID == "" { // a turn claimed by a dead invocation was counted already
+			reason, err := inv.quotaReason(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if reason != "" {
+				return outIdle, inv.refuseForQuota(ctx, reason)
+			}
+		}
 		if err := inv.startTurn(ctx, *it); err != nil {
 			return 0, err
 		}
@@ -53,6 +62,9 @@ func (inv *invocation) work(ctx context.Context) (outcome, error) {
 func (inv *invocation) reconcile(ctx context.Context) error {
 	if start := openTurn(inv.evs); start >= 0 {
 		id := decode[turnStart](inv.evs[start]).TurnID
+		if isQuotaTurn(id) {
+			return inv.endRefused(ctx, id)
+		}
 		if inv.st.TurnID != id {
 			if err := inv.c.store.setTurn(ctx, inv.agent, inv.me, id, inv.evs[start].Seq); err != nil {
 				return err
@@ -569,6 +581,8 @@ func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsag
 		return err
 	}
 	inv.st.TurnID, inv.st.CancelTurn = "", ""
+	inv.st.QuotaTurns++ // as finishTurn's write did, when it was the one that metered
+	inv.st.QuotaTokens += u.InputTokens + u.OutputTokens
 	inv.title(ctx)
 	return nil
 }
@@ -633,5 +647,7 @@ func (inv *invocation) title(ctx context.Context) {
 	}
 	if err := inv.c.store.addUsage(ctx, inv.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens); err != nil {
 		log.Warn("meter titler call", "error", err.Error())
+		return
 	}
+	inv.st.QuotaTokens += resp.Usage.InputTokens + resp.Usage.OutputTokens
 }
