@@ -76,6 +76,7 @@ func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error 
 		return err
 	}
 	inv.quotaRefused = inv.seenPending
+	meterTurn(StatusRejected)
 	return nil
 }
 

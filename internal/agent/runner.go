@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -155,6 +156,7 @@ func (inv *invocation) run(ctx context.Context) error {
 				return err
 			}
 			log.Info("handing over before the deadline")
+			metrics.Add("RunnerHandovers", metrics.Count, 1)
 			return inv.c.invoke(ctx, inv.agent)
 		}
 		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending)

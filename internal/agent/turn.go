@@ -285,7 +285,11 @@ func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, erro
 		flushBytes: inv.c.cfg.ChunkBytes,
 		flushAge:   inv.c.cfg.ChunkInterval,
 	}
+	began := inv.c.now()
 	resp, err := m.Stream(ctx, req, ch.delta)
+	if ctx.Err() == nil {
+		meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+	}
 	if ch.err != nil {
 		return 0, ch.err
 	}
@@ -416,6 +420,7 @@ func (inv *invocation) runBatch(ctx context.Context, p progress) (outcome, error
 		if ctx.Err() != nil {
 			return 0, ctx.Err() // abandoned mid-run: the calls stay owed and run again on resume
 		}
+		meterTools(plans)
 		if err := inv.crash(CrashToolRun); err != nil {
 			return 0, err
 		}
@@ -568,6 +573,7 @@ func (inv *invocation) endTurn(ctx context.Context, p progress, status, reason s
 	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: p.turnID, Status: status, Reason: reason, Usage: &u}); err != nil {
 		return 0, err
 	}
+	meterTurn(status)
 	if err := inv.crash(CrashTurnEnded); err != nil {
 		return 0, err
 	}
@@ -631,8 +637,10 @@ func (inv *invocation) title(ctx context.Context) {
 		log.Warn("titler model", "spec", spec, "error", err.Error())
 		return
 	}
+	began := inv.c.now()
 	resp, err := m.Stream(ctx, model.Request{System: titlerSystem, Messages: []model.Message{{Role: model.RoleUser, Text: first}}},
 		func(model.Delta) error { return nil })
+	meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
 	if err != nil {
 		log.Warn("titler call failed", "spec", spec, "error", err.Error())
 		return
