@@ -72,6 +72,9 @@ func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error 
 	if _, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id}); err != nil {
 		return err
 	}
+	if err := inv.crash(CrashQuotaStarted); err != nil {
+		return err
+	}
 	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: id, Status: StatusRejected, Reason: reason, Usage: &TurnUsage{}}); err != nil {
 		return err
 	}
