@@ -51,7 +51,7 @@ func TestQuotaRefusalSurvivesCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Turns != 1 {
-		t.Errorf("%d turns metered; want 1 (a refused turn is not metered)", c.Turns)
+	if c.Turns != 1 || c.QuotaTurns != 1 || c.QuotaDay != now.Format(time.DateOnly) || c.QuotaTokens != c.InputTokens+c.OutputTokens || c.QuotaTokens == 0 {
+		t.Errorf("counters %+v; want 1 turn metered, today's quota count 1 and the month's tokens its tokens (a refused turn is not metered)", c)
 	}
 }

@@ -58,13 +58,6 @@ type state struct {
 	CancelAtReason string `dynamodbav:"cancel_at_reason"`
 	Profile        string `dynamodbav:"profile"` // per-agent profile override, JSON
 	Counters
-	// The quota counters of the current UTC day and month (see quota.go): turns and
-	// tokens are added by the write that meters a turn, and reset by the first turn
-	// start of a new period.
-	QuotaDay    string `dynamodbav:"quota_day"`   // 2006-01-02
-	QuotaTurns  int64  `dynamodbav:"quota_turns"` // turns ended since QuotaDay began
-	QuotaMonth  string `dynamodbav:"quota_month"` // 2006-01
-	QuotaTokens int64  `dynamodbav:"quota_tokens"`
 }
 
 // Counters are an agent's usage totals, kept on its state item with atomic ADDs.
@@ -75,6 +68,13 @@ type Counters struct {
 	ModelCalls   int64 `dynamodbav:"usage_model_calls" json:"model_calls"`
 	ToolCalls    int64 `dynamodbav:"usage_tool_calls" json:"tool_calls"`
 	WallMS       int64 `dynamodbav:"usage_wall_ms" json:"wall_ms"`
+	// The quota counters of a UTC day and month (see quota.go): turns and tokens are
+	// added by the write that meters a turn, and reset by the first turn start of a new
+	// period.
+	QuotaDay    string `dynamodbav:"quota_day" json:"quota_day"`     // 2006-01-02
+	QuotaTurns  int64  `dynamodbav:"quota_turns" json:"quota_turns"` // turns ended on QuotaDay
+	QuotaMonth  string `dynamodbav:"quota_month" json:"quota_month"` // 2006-01
+	QuotaTokens int64  `dynamodbav:"quota_tokens" json:"quota_tokens"`
 }
 
 // inboxItem is one queued inject.
