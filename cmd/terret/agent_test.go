@@ -629,6 +629,8 @@ func testAgentCommands(t *testing.T, p *ownDev, model *fakeOpenAI) {
 		{`{"models": {"main": "openai/gpt-4o-mini"}}`, `models.main: no provider "openai" is configured (configured: acme, bedrock, local, scripted)`},
 		{`{"models": {"boss": "scripted"}}`, `models.boss: unknown model role`},
 		{`{"tools": [{"name": "echo", "concurrency": "sometimes"}]}`, `tools[0].concurrency: "sometimes" is not parallel or serial`},
+		{`{"quotas": {"turns_per_day": -1}}`, `quotas.turns_per_day: must be 0 (no cap) or more, got -1`},
+		{`{"quotas": {"turns_per_hour": 5}}`, `quotas.turns_per_hour: unknown quota (turns_per_day, tokens_per_month)`},
 		{`not json`, `bad.json: not a JSON object`},
 	} {
 		writeFile(t, bad, c.profile)

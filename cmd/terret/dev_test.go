@@ -191,8 +191,9 @@ func TestDevCommand(t *testing.T) {
 		t.Fatalf("turn did not complete: %s", reply.String())
 	}
 	out, errOut, code = p.run(t, "usage", "--agent", "a1")
-	if code != 0 || !regexp.MustCompile(`(?m)^turns\s+1$`).MatchString(out) {
-		t.Fatalf("usage = %q (stderr %q, exit %d), want turns 1", out, errOut, code)
+	if code != 0 || !regexp.MustCompile(`(?m)^turns\s+1$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^turns today\s+1 \(\d{4}-\d\d-\d\d UTC, against turns_per_day\)$`).MatchString(out) {
+		t.Fatalf("usage = %q (stderr %q, exit %d), want turns 1 and turns today 1", out, errOut, code)
 	}
 	out, _, code = p.run(t, "token", "rotate", "--agent", "a1")
 	if code != 0 || !strings.HasPrefix(out, "tt_") {

@@ -13,7 +13,8 @@ import (
 )
 
 // runUsage prints an agent's metered usage: turns, model calls, tokens in and out, tool
-// calls and wall time, as kept by the runtime's per-agent counters.
+// calls and wall time, as kept by the runtime's per-agent counters, and what counts
+// against its quotas today and this month.
 func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret usage", flag.ContinueOnError)
@@ -52,5 +53,9 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "agent         %s\nturns         %d\nmodel calls   %d\ninput tokens  %d\noutput tokens %d\ntool calls    %d\nwall time     %.3fs\n",
 		*agentID, c.Turns, c.ModelCalls, c.InputTokens, c.OutputTokens, c.ToolCalls, float64(c.WallMS)/1000)
+	if c.QuotaDay != "" {
+		fmt.Fprintf(stdout, "turns today   %d (%s UTC, against turns_per_day)\ntokens month  %d (%s UTC, against tokens_per_month)\n",
+			c.QuotaTurns, c.QuotaDay, c.QuotaTokens, c.QuotaMonth)
+	}
 	return nil
 }

@@ -120,6 +120,7 @@ const (
 	CrashParked       = "parked"        // approval/requested logged, lease not yet released
 	CrashTurnEnded    = "turn_ended"    // turn/end logged, the state item not yet updated
 	CrashAfterAcquire = "after_acquire" // the lease is taken, nothing read yet
+	CrashQuotaStarted = "quota_started" // a quota-refused turn's turn/start is logged, its turn/end not yet
 )
 
 // Profiles supplies the runtime's profiles; profile.Source is one.

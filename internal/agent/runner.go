@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -56,7 +57,7 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 // turn then stays open (no turn/end), to be resumed by the function's retry or the
 // next stimulus. Model and tool failures are not errors: they end the turn failed.
 func (r *Runner) Run(ctx context.Context, agentID string) error {
-	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8), seenPending: -1, last: -1, logged: map[string]bool{}}
+	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8), seenPending: -1, quotaRefused: -2, last: -1, logged: map[string]bool{}}
 	return inv.run(ctx)
 }
 
@@ -96,10 +97,11 @@ type invocation struct {
 	agent string
 	me    string // lease owner id of this invocation
 
-	st          state // the newest state item read (boundary attributes)
-	fresh       bool  // st was read just now: the next boundary need not read it again
-	profileJSON string
-	seenPending int64 // the stimulus count whose inbox and log tail have been read
+	st           state // the newest state item read (boundary attributes)
+	fresh        bool  // st was read just now: the next boundary need not read it again
+	profileJSON  string
+	seenPending  int64 // the stimulus count whose inbox and log tail have been read
+	quotaRefused int64 // the stimulus count a quota refusal was logged for
 
 	loaded bool
 	evs    []sessionlog.Event // the whole log, kept current
@@ -154,6 +156,7 @@ func (inv *invocation) run(ctx context.Context) error {
 				return err
 			}
 			log.Info("handing over before the deadline")
+			metrics.Add("RunnerHandovers", metrics.Count, 1)
 			return inv.c.invoke(ctx, inv.agent)
 		}
 		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending)

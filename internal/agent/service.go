@@ -232,7 +232,8 @@ func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []stri
 	return nil
 }
 
-// Usage returns the agent's usage counters (zero for an agent that never ran).
+// Usage returns the agent's usage counters (zero for an agent that never ran), with the
+// quota counters of the current UTC day and month.
 func (s *Service) Usage(ctx context.Context, agentID string) (Counters, error) {
 	return s.c.store.usage(ctx, agentID)
 }
@@ -245,9 +246,19 @@ func Usage(ctx context.Context, db DB, agentsTable, agentID string) (Counters, e
 
 func (s *store) usage(ctx context.Context, agentID string) (Counters, error) {
 	st, err := s.getState(ctx, agentID, "usage_turns", "usage_input_tokens", "usage_output_tokens",
-		"usage_model_calls", "usage_tool_calls", "usage_wall_ms")
+		"usage_model_calls", "usage_tool_calls", "usage_wall_ms", "quota_day", "quota_turns", "quota_month", "quota_tokens")
 	if err != nil {
 		return Counters{}, err
+	}
+	// Counters of a past period are not reset until the agent's next turn start: they
+	// count nothing against today's or this month's quota. (An agent that never started
+	// a turn has no period: all zero.)
+	now := time.Now().UTC()
+	if day := now.Format(time.DateOnly); st.QuotaDay != "" && st.QuotaDay != day {
+		st.QuotaDay, st.QuotaTurns = day, 0
+	}
+	if month := now.Format("2006-01"); st.QuotaMonth != "" && st.QuotaMonth != month {
+		st.QuotaMonth, st.QuotaTokens = month, 0
 	}
 	return st.Counters, nil
 }

@@ -68,6 +68,13 @@ type Counters struct {
 	ModelCalls   int64 `dynamodbav:"usage_model_calls" json:"model_calls"`
 	ToolCalls    int64 `dynamodbav:"usage_tool_calls" json:"tool_calls"`
 	WallMS       int64 `dynamodbav:"usage_wall_ms" json:"wall_ms"`
+	// The quota counters of a UTC day and month (see quota.go): turns and tokens are
+	// added by the write that meters a turn, and reset by the first turn start of a new
+	// period.
+	QuotaDay    string `dynamodbav:"quota_day" json:"quota_day"`     // 2006-01-02
+	QuotaTurns  int64  `dynamodbav:"quota_turns" json:"quota_turns"` // turns ended on QuotaDay
+	QuotaMonth  string `dynamodbav:"quota_month" json:"quota_month"` // 2006-01
+	QuotaTokens int64  `dynamodbav:"quota_tokens" json:"quota_tokens"`
 }
 
 // inboxItem is one queued inject.
@@ -125,7 +132,8 @@ func names(attrs ...string) map[string]string {
 
 // boundaryAttrs are what a runner reads at a step boundary (not the profile or the
 // counters, which only grow the read).
-var boundaryAttrs = []string{"owner", "lease_until", "pending", "turn_id", "turn_seq", "cancel_turn", "cancel_reason", "model_main", "model_titler"}
+var boundaryAttrs = []string{"owner", "lease_until", "pending", "turn_id", "turn_seq", "cancel_turn", "cancel_reason", "model_main", "model_titler",
+	"quota_day", "quota_turns", "quota_month", "quota_tokens"}
 
 // getState reads the state item strongly consistent; attrs limits the attributes
 // read (none: all). A missing item is the zero state.
@@ -294,13 +302,16 @@ func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason 
 func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #cancel_turn, #cancel_reason " +
-			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall"),
+			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall, " +
+			"#quota_turns :one, #quota_tokens :tok"),
 		ConditionExpression: aws.String("#owner = :me AND #turn_id = :t"),
 		ExpressionAttributeNames: names("owner", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
-			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms"),
+			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
+			"quota_turns", "quota_tokens"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":me": s(me), ":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
-			":mc": n(u.ModelCalls), ":tc": n(u.ToolCalls), ":wall": n(u.WallMS),
+			":tok": n(u.InputTokens + u.OutputTokens),
+			":mc":  n(u.ModelCalls), ":tc": n(u.ToolCalls), ":wall": n(u.WallMS),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -340,9 +351,9 @@ func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) erro
 // addUsage adds usage outside a turn (the titler's model call) to the counters.
 func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("ADD #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :one"),
-		ExpressionAttributeNames:  names("usage_input_tokens", "usage_output_tokens", "usage_model_calls"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":in": n(in), ":out": n(out), ":one": n(1)},
+		UpdateExpression:          aws.String("ADD #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :one, #quota_tokens :tok"),
+		ExpressionAttributeNames:  names("usage_input_tokens", "usage_output_tokens", "usage_model_calls", "quota_tokens"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":in": n(in), ":out": n(out), ":one": n(1), ":tok": n(in + out)},
 	})
 	if err != nil {
 		return fmt.Errorf("agent: add usage of %s: %w", agentID, err)

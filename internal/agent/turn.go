@@ -40,6 +40,15 @@ func (inv *invocation) work(ctx context.Context) (outcome, error) {
 		if it == nil {
 			return outIdle, nil
 		}
+		if inv.st.TurnID == "" { // a turn claimed by a dead invocation was counted already
+			reason, err := inv.quotaReason(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if reason != "" {
+				return outIdle, inv.refuseForQuota(ctx, reason)
+			}
+		}
 		if err := inv.startTurn(ctx, *it); err != nil {
 			return 0, err
 		}
@@ -53,6 +62,9 @@ func (inv *invocation) work(ctx context.Context) (outcome, error) {
 func (inv *invocation) reconcile(ctx context.Context) error {
 	if start := openTurn(inv.evs); start >= 0 {
 		id := decode[turnStart](inv.evs[start]).TurnID
+		if isQuotaTurn(id) {
+			return inv.endRefused(ctx, id)
+		}
 		if inv.st.TurnID != id {
 			if err := inv.c.store.setTurn(ctx, inv.agent, inv.me, id, inv.evs[start].Seq); err != nil {
 				return err
@@ -273,7 +285,11 @@ func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, erro
 		flushBytes: inv.c.cfg.ChunkBytes,
 		flushAge:   inv.c.cfg.ChunkInterval,
 	}
+	began := inv.c.now()
 	resp, err := m.Stream(ctx, req, ch.delta)
+	if ctx.Err() == nil {
+		meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+	}
 	if ch.err != nil {
 		return 0, ch.err
 	}
@@ -404,6 +420,7 @@ func (inv *invocation) runBatch(ctx context.Context, p progress) (outcome, error
 		if ctx.Err() != nil {
 			return 0, ctx.Err() // abandoned mid-run: the calls stay owed and run again on resume
 		}
+		meterTools(plans)
 		if err := inv.crash(CrashToolRun); err != nil {
 			return 0, err
 		}
@@ -556,6 +573,7 @@ func (inv *invocation) endTurn(ctx context.Context, p progress, status, reason s
 	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: p.turnID, Status: status, Reason: reason, Usage: &u}); err != nil {
 		return 0, err
 	}
+	meterTurn(status)
 	if err := inv.crash(CrashTurnEnded); err != nil {
 		return 0, err
 	}
@@ -569,6 +587,8 @@ func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsag
 		return err
 	}
 	inv.st.TurnID, inv.st.CancelTurn = "", ""
+	inv.st.QuotaTurns++ // as finishTurn's write did, when it was the one that metered
+	inv.st.QuotaTokens += u.InputTokens + u.OutputTokens
 	inv.title(ctx)
 	return nil
 }
@@ -617,8 +637,10 @@ func (inv *invocation) title(ctx context.Context) {
 		log.Warn("titler model", "spec", spec, "error", err.Error())
 		return
 	}
+	began := inv.c.now()
 	resp, err := m.Stream(ctx, model.Request{System: titlerSystem, Messages: []model.Message{{Role: model.RoleUser, Text: first}}},
 		func(model.Delta) error { return nil })
+	meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
 	if err != nil {
 		log.Warn("titler call failed", "spec", spec, "error", err.Error())
 		return
@@ -633,5 +655,7 @@ func (inv *invocation) title(ctx context.Context) {
 	}
 	if err := inv.c.store.addUsage(ctx, inv.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens); err != nil {
 		log.Warn("meter titler call", "error", err.Error())
+		return
 	}
+	inv.st.QuotaTokens += resp.Usage.InputTokens + resp.Usage.OutputTokens
 }

@@ -41,6 +41,14 @@ type Profile struct {
 	Models    Models                     `json:"models,omitzero"`
 	Providers map[string]json.RawMessage `json:"providers,omitempty"`
 	Tools     []ToolConfig               `json:"tools"` // nil in an override: keep the default's
+	Quotas    Quotas                     `json:"quotas,omitzero"`
+}
+
+// Quotas cap what one agent may use; 0 is no cap. A turn that would start over a cap
+// ends rejected (see docs/agents.md, "Quotas"). Days and months are UTC.
+type Quotas struct {
+	TurnsPerDay    int64 `json:"turns_per_day,omitempty"`
+	TokensPerMonth int64 `json:"tokens_per_month,omitempty"` // input plus output tokens
 }
 
 // Models names the model spec of each role ("scripted" or "provider/model"); an empty
@@ -203,8 +211,28 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					p.Tools = append(p.Tools, t)
 				}
 			}
+		case "quotas":
+			var m map[string]json.RawMessage
+			if !decodeInto(pe, k, v, &m) {
+				continue
+			}
+			for _, name := range sortedKeys(m) {
+				var dst *int64
+				switch name {
+				case "turns_per_day":
+					dst = &p.Quotas.TurnsPerDay
+				case "tokens_per_month":
+					dst = &p.Quotas.TokensPerMonth
+				default:
+					pe.Add("quotas."+name, "unknown quota (turns_per_day, tokens_per_month)")
+					continue
+				}
+				if decodeInto(pe, "quotas."+name, m[name], dst) && *dst < 0 {
+					pe.Add("quotas."+name, "must be 0 (no cap) or more, got %d", *dst)
+				}
+			}
 		default:
-			pe.Add(k, "unknown key (system, models, providers, tools)")
+			pe.Add(k, "unknown key (system, models, providers, tools, quotas)")
 		}
 	}
 	if err := pe.Err(); err != nil {
@@ -310,7 +338,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // Merge returns p with over laid on top: over's System if not empty, over's model
 // roles that are set, over's Tools if not nil (the whole list is replaced, so
-// `"tools": []` removes every tool), and over's Providers entries replacing p's of
+// `"tools": []` removes every tool), over's quotas that are set, and over's Providers entries replacing p's of
 // the same name.
 func (p Profile) Merge(over Profile) Profile {
 	out := p
@@ -325,6 +353,12 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.Tools != nil {
 		out.Tools = over.Tools
+	}
+	if over.Quotas.TurnsPerDay != 0 {
+		out.Quotas.TurnsPerDay = over.Quotas.TurnsPerDay
+	}
+	if over.Quotas.TokensPerMonth != 0 {
+		out.Quotas.TokensPerMonth = over.Quotas.TokensPerMonth
 	}
 	if len(over.Providers) > 0 {
 		out.Providers = map[string]json.RawMessage{}

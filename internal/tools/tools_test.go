@@ -206,3 +206,37 @@ func TestParseProfileAndMerge(t *testing.T) {
 		t.Errorf("an override without tools must keep the default's: %+v", m)
 	}
 }
+
+func TestProfileQuotas(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, json string
+		want       tools.Quotas
+		problem    string // "" when valid
+	}{
+		{"both", `{"quotas":{"turns_per_day":20,"tokens_per_month":100000}}`, tools.Quotas{TurnsPerDay: 20, TokensPerMonth: 100000}, ""},
+		{"none", `{}`, tools.Quotas{}, ""},
+		{"unknown quota", `{"quotas":{"turns_per_hour":3}}`, tools.Quotas{}, "quotas.turns_per_hour: unknown quota"},
+		{"negative", `{"quotas":{"turns_per_day":-1}}`, tools.Quotas{}, "quotas.turns_per_day: must be 0"},
+		{"not a number", `{"quotas":{"tokens_per_month":"lots"}}`, tools.Quotas{}, "quotas.tokens_per_month: want int64"},
+		{"not an object", `{"quotas":5}`, tools.Quotas{}, "quotas: want an object"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tools.DecodeProfile([]byte(tc.json))
+			if tc.problem == "" {
+				if err != nil || p.Quotas != tc.want {
+					t.Fatalf("DecodeProfile(%s) = %+v, %v; want quotas %+v", tc.json, p.Quotas, err, tc.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.problem) {
+				t.Fatalf("DecodeProfile(%s) error %v; want one containing %q", tc.json, err, tc.problem)
+			}
+		})
+	}
+	def := tools.Profile{Quotas: tools.Quotas{TurnsPerDay: 5, TokensPerMonth: 1000}}
+	if got := def.Merge(tools.Profile{Quotas: tools.Quotas{TurnsPerDay: 50}}).Quotas; got != (tools.Quotas{TurnsPerDay: 50, TokensPerMonth: 1000}) {
+		t.Errorf("merged quotas %+v; want the override's turns_per_day and the default's tokens_per_month", got)
+	}
+}

@@ -1,0 +1,131 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Per-agent quotas (the profile's "quotas"): turns per UTC day and model tokens per UTC
+// month. Counting costs no extra write: the write that meters an ended turn
+// (finishTurn) ADDs to quota_turns and quota_tokens on the state item, and the
+// titler's metering write ADDs its tokens. The first turn start of a new day or month
+// resets the period's counter (one more write, once per period). The check reads
+// nothing extra either: the counters come with the state reads the runner makes anyway.
+
+// quotaTurnPrefix marks the id of a turn that a quota refused: it is logged as
+// turn/start and turn/end only, so a runner that died between the two ends it on resume.
+const quotaTurnPrefix = "turn_quota_"
+
+// quotaReason returns why a turn may not start now ("" when it may), rolling the
+// quota counters over to the current day and month first.
+func (inv *invocation) quotaReason(ctx context.Context) (string, error) {
+	now := inv.c.now().UTC()
+	day, month := now.Format(time.DateOnly), now.Format("2006-01")
+	if inv.st.QuotaDay != day || inv.st.QuotaMonth != month {
+		if err := inv.c.store.rollQuota(ctx, inv.agent, inv.me, inv.st, day, month); err != nil {
+			return "", err
+		}
+		if inv.st.QuotaDay != day {
+			inv.st.QuotaDay, inv.st.QuotaTurns = day, 0
+		}
+		if inv.st.QuotaMonth != month {
+			inv.st.QuotaMonth, inv.st.QuotaTokens = month, 0
+		}
+	}
+	prof, err := inv.c.agentProfile(inv.profileJSON)
+	if err != nil {
+		return "", nil // the turn fails on its profile, with that reason
+	}
+	return quotaText(prof.Quotas.TurnsPerDay, prof.Quotas.TokensPerMonth, inv.st.QuotaTurns, inv.st.QuotaTokens, now), nil
+}
+
+// quotaText names the first cap reached, and when it resets.
+func quotaText(turnsPerDay, tokensPerMonth, turns, tokens int64, now time.Time) string {
+	y, m, d := now.Date()
+	switch {
+	case turnsPerDay > 0 && turns >= turnsPerDay:
+		return fmt.Sprintf("quota: turns_per_day %d reached; resets at %s", turnsPerDay,
+			time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339))
+	case tokensPerMonth > 0 && tokens >= tokensPerMonth:
+		return fmt.Sprintf("quota: tokens_per_month %d reached; resets at %s", tokensPerMonth,
+			time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339))
+	}
+	return ""
+}
+
+// refuseForQuota logs a turn that a quota refused: turn/start, then turn/end rejected
+// with the reason. Nothing else is written: the waking inject stays queued (it starts
+// a turn once the quota allows), and the turn is not metered. One refusal is logged
+// per stimulus that finds the agent over quota, so a client sending into a capped
+// agent sees why nothing runs, and a runner going round does not repeat it.
+func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error {
+	if inv.quotaRefused == inv.seenPending {
+		return nil
+	}
+	id := quotaTurnPrefix + randomHex(8)
+	if _, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id}); err != nil {
+		return err
+	}
+	if err := inv.crash(CrashQuotaStarted); err != nil {
+		return err
+	}
+	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: id, Status: StatusRejected, Reason: reason, Usage: &TurnUsage{}}); err != nil {
+		return err
+	}
+	inv.quotaRefused = inv.seenPending
+	meterTurn(StatusRejected)
+	return nil
+}
+
+// endRefused ends a quota-refused turn left open by a runner that died after its
+// turn/start.
+func (inv *invocation) endRefused(ctx context.Context, turnID string) error {
+	reason, err := inv.quotaReason(ctx)
+	if err != nil {
+		return err
+	}
+	if reason == "" {
+		reason = "quota"
+	}
+	_, err = inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: turnID, Status: StatusRejected, Reason: reason, Usage: &TurnUsage{}})
+	return err
+}
+
+func isQuotaTurn(turnID string) bool { return strings.HasPrefix(turnID, quotaTurnPrefix) }
+
+// rollQuota starts the counters of a new day and/or month: the one whose period
+// changed is set to 0. Cost: 1 write unit (state items are small), once per period.
+func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, day, month string) error {
+	set := []string{}
+	vals := map[string]types.AttributeValue{":me": s(me), ":zero": n(0)}
+	attrs := []string{"owner"}
+	if cur.QuotaDay != day {
+		set = append(set, "#quota_day = :d", "#quota_turns = :zero")
+		vals[":d"] = s(day)
+		attrs = append(attrs, "quota_day", "quota_turns")
+	}
+	if cur.QuotaMonth != month {
+		set = append(set, "#quota_month = :m", "#quota_tokens = :zero")
+		vals[":m"] = s(month)
+		attrs = append(attrs, "quota_month", "quota_tokens")
+	}
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),
+		ConditionExpression:       aws.String("#owner = :me"),
+		ExpressionAttributeNames:  names(attrs...),
+		ExpressionAttributeValues: vals,
+	})
+	if _, ok := isCCF(err); ok {
+		return errLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("agent: roll quota counters of %s: %w", agentID, err)
+	}
+	return nil
+}
