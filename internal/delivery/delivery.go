@@ -215,7 +215,8 @@ const lingerFor = 250 * time.Millisecond
 const lingerLook = time.Second
 
 // Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
-// limit (pulling from forward and owing replay_truncated) and moves the cursor. It
+// limit (pulling from forward and owing replay_truncated), pulls a fromSeq past the
+// log's tip back to tip+1 (owing replay_truncated as well) and moves the cursor. It
 // returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
 // Pump.
 //
@@ -239,6 +240,13 @@ func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromS
 	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key()}
 	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
 		sub.From, sub.Truncated = floor, true
+	}
+	if fromSeq > tip+1 {
+		// Past the tip: seqs tip+1 … from_seq-1 do not exist yet, so the client cannot
+		// hold them. The stream starts at tip+1 instead, announced the way a moved
+		// replay start always is (replay_truncated, requested_from_seq > from_seq),
+		// never silently (docs/protocol.md, "subscribe").
+		sub.From, sub.Truncated = tip+1, true
 	}
 	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
 		if errors.Is(err, connections.ErrSuperseded) {
