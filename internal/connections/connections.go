@@ -133,13 +133,15 @@ func (st *Store) Reject(ctx context.Context, connID, agentID string) error {
 
 // Claim makes connID the owner of agentID, superseding any previous owner, and records
 // the socket — in one transaction with tokenCheck (see auth.Store.Condition), so it
-// fails with ErrTokenGone if the token was revoked meanwhile. It returns the superseded
-// connection id ("" when there was none).
-func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck types.TransactWriteItem) (superseded string, err error) {
+// fails with ErrTokenGone if the token was revoked meanwhile. It returns the ownership
+// record it replaced (ConnID "" when there was none, or when connID already owned the
+// agent), exactly as it stood when replaced: whether hello went out to the superseded
+// connection and who held its sender lease (see delivery.Deliverer.Supersede).
+func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck types.TransactWriteItem) (superseded Owner, err error) {
 	for attempt := 0; attempt < 30; attempt++ {
 		prev, err := st.Owner(ctx, agentID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			return "", err
+			return Owner{}, err
 		}
 		owner := map[string]types.AttributeValue{
 			"pk":    s("agent#" + agentID),
@@ -155,6 +157,16 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 		} else {
 			put.ConditionExpression = aws.String("conn = :prev")
 			put.ExpressionAttributeValues = map[string]types.AttributeValue{":prev": s(prev.ConnID)}
+			if !prev.HelloSent {
+				// The caller acts on whether hello went out and who may be sending it:
+				// replace the record only as read (a sender's hello or lease moves retry).
+				put.ConditionExpression = aws.String("conn = :prev AND hello = :no AND (attribute_not_exists(lease_until) OR lease_until = :lu)")
+				put.ExpressionAttributeValues[":no"] = &types.AttributeValueMemberBOOL{Value: false}
+				put.ExpressionAttributeValues[":lu"] = n(prev.LeaseUntil.UnixMilli())
+				if prev.LeaseUntil.IsZero() {
+					put.ExpressionAttributeValues[":lu"] = n(0)
+				}
+			}
 		}
 		items := []types.TransactWriteItem{
 			tokenCheck,
@@ -175,23 +187,23 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 		_, err = st.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
 			if prev.ConnID == connID {
-				return "", nil
+				return Owner{}, nil
 			}
-			return prev.ConnID, nil
+			return prev, nil
 		}
 		var tce *types.TransactionCanceledException
 		if !errors.As(err, &tce) {
-			return "", fmt.Errorf("connections: claim %s for %s: %w", agentID, connID, err)
+			return Owner{}, fmt.Errorf("connections: claim %s for %s: %w", agentID, connID, err)
 		}
 		reasons := tce.CancellationReasons
 		if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
-			return "", fmt.Errorf("%w: %s", ErrTokenGone, agentID)
+			return Owner{}, fmt.Errorf("%w: %s", ErrTokenGone, agentID)
 		}
 		// Another connect changed the owner between our read and write (or a
 		// transaction conflict): read again and retry, with jitter so racers spread.
 		time.Sleep(time.Duration(rand.N(min(attempt+1, 10)*20)) * time.Millisecond)
 	}
-	return "", fmt.Errorf("connections: claim %s for %s: too much contention", agentID, connID)
+	return Owner{}, fmt.Errorf("connections: claim %s for %s: too much contention", agentID, connID)
 }
 
 // Conn returns the record of connID, read strongly consistent, or ErrNotFound.

@@ -30,7 +30,8 @@ func newFixture(t *testing.T) fixture {
 func (f fixture) claim(t *testing.T, agent, conn, tok string) (string, error) {
 	t.Helper()
 	h := auth.Hash(tok)
-	return f.conns.Claim(context.Background(), agent, conn, h, f.tokens.Condition(agent, h))
+	prev, err := f.conns.Claim(context.Background(), agent, conn, h, f.tokens.Condition(agent, h))
+	return prev.ConnID, err
 }
 
 func TestClaimSupersedes(t *testing.T) {

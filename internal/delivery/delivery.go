@@ -94,6 +94,25 @@ type Observer interface {
 	ReplayRead(start bool)
 }
 
+// Gate is an Observer a test may add to hold a sender at a point of its work, to hit a
+// race window deterministically. Points: GateKickPump (an asynchronous pump kick,
+// before it takes the lease) and GateHello (under the lease, before hello is posted).
+type Gate interface {
+	Wait(point, agentID string)
+}
+
+// Gate points.
+const (
+	GateKickPump = "kick_pump"
+	GateHello    = "hello"
+)
+
+func (d *Deliverer) gate(point, agentID string) {
+	if g, ok := d.cfg.Observer.(Gate); ok {
+		g.Wait(point, agentID)
+	}
+}
+
 // Deliverer sends logs to sockets. It is safe for concurrent use.
 type Deliverer struct {
 	cfg    Config
@@ -196,7 +215,8 @@ const lingerFor = 250 * time.Millisecond
 const lingerLook = time.Second
 
 // Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
-// limit (pulling from forward and owing replay_truncated) and moves the cursor. It
+// limit (pulling from forward and owing replay_truncated), pulls a fromSeq past the
+// log's tip back to tip+1 (owing replay_truncated as well) and moves the cursor. It
 // returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
 // Pump.
 //
@@ -220,6 +240,13 @@ func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromS
 	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key()}
 	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
 		sub.From, sub.Truncated = floor, true
+	}
+	if fromSeq > tip+1 {
+		// Past the tip: seqs tip+1 … from_seq-1 do not exist yet, so the client cannot
+		// hold them. The stream starts at tip+1 instead, announced the way a moved
+		// replay start always is (replay_truncated, requested_from_seq > from_seq),
+		// never silently (docs/protocol.md, "subscribe").
+		sub.From, sub.Truncated = tip+1, true
 	}
 	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
 		if errors.Is(err, connections.ErrSuperseded) {
@@ -388,8 +415,9 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				return err
 			}
 			if err := renew(); err != nil {
-				return err
+				return d.unwelcomed(ctx, o, err, false)
 			}
+			d.gate(GateHello, o.AgentID)
 			if err := d.postHello(ctx, o.ConnID, protocol.Marshal(protocol.NewHello(o.AgentID, tip))); err != nil {
 				return d.postFailed(ctx, o, err)
 			}
@@ -397,8 +425,13 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 			if err := join(); err != nil {
 				return err
 			}
+			// A lease lost here may mean the connection was superseded while hello was
+			// posted: Supersede then left the closing to this sender.
 			if o, err = d.checkpoint(ctx, o, holder, &p); err != nil {
-				return err
+				if errors.Is(err, connections.ErrLeaseLost) {
+					released = true
+				}
+				return d.unwelcomed(ctx, o, err, true)
 			}
 		}
 		var batch []sessionlog.Event
@@ -665,6 +698,68 @@ func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protoco
 	return d.Drop(ctx, o.ConnID, code, msg)
 }
 
+// Supersede drops prev, the ownership record a connect has just replaced (see
+// connections.Store.Claim), with superseded — hello first if the connection was never
+// sent it, since hello comes before anything else (docs/protocol.md):
+//
+//   - hello went out (the common case): Drop — one post and one DeleteConnection, as
+//     for any drop;
+//   - no hello yet, and a sender holds a live lease on the record: that sender is
+//     posting hello or about to. It finds its lease lost when it records hello, and
+//     then sends superseded and closes (unwelcomed). Nothing is posted here, so the two
+//     never race on the socket;
+//   - no hello yet and no live lease: nobody else can post to the connection any more
+//     (a sender acquires only the record, which now names the new owner). An
+//     asynchronous deliver invocation sends hello, superseded and closes, allowing the
+//     hello grace of a connection still finishing $connect (KickDrop with Hello).
+func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error {
+	switch {
+	case prev.ConnID == "":
+		return nil
+	case prev.HelloSent:
+		return d.Drop(ctx, prev.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
+	case prev.Lease != "" && prev.LeaseUntil.After(time.Now()):
+		d.logger.Info("superseded before hello: its sender closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
+		return nil
+	default:
+		return d.Kick(ctx, Kick{Kind: KickDrop, AgentID: prev.AgentID, ConnectionID: prev.ConnID, Code: protocol.CodeSuperseded, Hello: true})
+	}
+}
+
+// unwelcomed finishes a sender that lost its lease (cause) while hello was owed to
+// o.ConnID: if the connection was superseded meanwhile, Supersede left it to this
+// sender, which sends hello (unless helloPosted), superseded, and closes it. Any other
+// loss (the connection gone, the lease expired and taken) returns cause. It costs one
+// read, on this path only.
+func (d *Deliverer) unwelcomed(ctx context.Context, o connections.Owner, cause error, helloPosted bool) error {
+	if !errors.Is(cause, connections.ErrLeaseLost) {
+		return cause
+	}
+	c, err := d.store.Conn(ctx, o.ConnID)
+	if errors.Is(err, connections.ErrNotFound) {
+		return cause
+	}
+	if err != nil {
+		return err
+	}
+	if c.State != connections.StateSuperseded {
+		return cause
+	}
+	if !helloPosted {
+		tip, err := d.log.Tip(ctx, o.AgentID)
+		if err != nil {
+			return err
+		}
+		if err := d.postHello(ctx, o.ConnID, protocol.Marshal(protocol.NewHello(o.AgentID, tip))); err != nil {
+			if errors.Is(err, ErrGone) {
+				return nil
+			}
+			return err
+		}
+	}
+	return d.Drop(ctx, o.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
+}
+
 // Drop posts an error frame with code to connID and closes it. A connection already
 // gone is not an error.
 func (d *Deliverer) Drop(ctx context.Context, connID string, code protocol.Code, msg string) error {
@@ -738,6 +833,9 @@ type Kick struct {
 	ConnectionID string        `json:"connection_id,omitempty"`
 	Code         protocol.Code `json:"code,omitempty"`
 	Watcher      string        `json:"watcher,omitempty"` // KickWatch: the claim to act under
+	// Hello (KickDrop): the connection was never sent hello; send it (with AgentID's
+	// tip) before the error frame.
+	Hello bool `json:"hello,omitempty"`
 }
 
 // Kick invokes the deliver function asynchronously with k.
@@ -761,17 +859,26 @@ func (d *Deliverer) Kick(ctx context.Context, k Kick) error {
 func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 	switch k.Kind {
 	case KickPump:
+		d.gate(GateKickPump, k.AgentID)
 		_, err := d.pump(ctx, k.AgentID, nil, wake{backstop: true, retried: true})
 		return err
 	case KickWatch:
 		return d.runWatch(ctx, k)
 	case KickDrop:
-		// The connection may still be finishing $connect: allow the hello grace.
+		frames := [][]byte{protocol.Marshal(protocol.NewError(k.Code, message(k.Code)))}
+		if k.Hello {
+			tip, err := d.log.Tip(ctx, k.AgentID)
+			if err != nil {
+				return err
+			}
+			frames = append([][]byte{protocol.Marshal(protocol.NewHello(k.AgentID, tip))}, frames...)
+		}
+		// The connection may still be finishing $connect: allow the hello grace on the
+		// first post.
 		deadline := time.Now().Add(d.cfg.HelloGrace)
-		frame := protocol.Marshal(protocol.NewError(k.Code, message(k.Code)))
-		for {
-			err := d.post(ctx, k.ConnectionID, frame)
-			if errors.Is(err, ErrGone) && time.Now().Before(deadline) {
+		for i := 0; i < len(frames); {
+			err := d.post(ctx, k.ConnectionID, frames[i])
+			if errors.Is(err, ErrGone) && i == 0 && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
@@ -781,8 +888,9 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 			if err != nil {
 				return err
 			}
-			return d.deleteConn(ctx, k.ConnectionID)
+			i++
 		}
+		return d.deleteConn(ctx, k.ConnectionID)
 	default:
 		return fmt.Errorf("delivery: unknown kick kind %q", k.Kind)
 	}

@@ -174,6 +174,10 @@ func batchedClient(e env, agent, tok string, first *client, h *history.History, 
 		if err != nil {
 			return fmt.Errorf("expecting seq %d: %w", sub.Next(), err)
 		}
+		if f := m.events[0]; f.Type == "replay_truncated" && f.From < f.Req {
+			sub.Truncated(f.From) // subscribed past a tip that had not grown yet
+			continue
+		}
 		if m.events[0].Seq == nil {
 			return fmt.Errorf("protocol frame %s", m.raw)
 		}

@@ -88,15 +88,15 @@ func (h *History) Subscribe(client string, fromSeq int64) *Sub {
 }
 
 // Truncated records a replay_truncated frame: the replay starts at fromSeq instead of
-// the from_seq asked for. It must come before the subscription's first event.
+// the from_seq asked for — above it (the replay limit) or below it (a subscribe past
+// the log's tip starts at the tip + 1). It must come before the subscription's first
+// event.
 func (s *Sub) Truncated(fromSeq int64) {
 	s.h.mu.Lock()
 	defer s.h.mu.Unlock()
 	switch {
 	case s.synced:
 		s.failf("replay_truncated{from_seq: %d} after the first event (seq %d)", fromSeq, s.from)
-	case fromSeq < s.asked:
-		s.failf("replay_truncated{from_seq: %d} below the requested from_seq %d", fromSeq, s.asked)
 	default:
 		s.from, s.next = fromSeq, fromSeq
 	}

@@ -59,7 +59,8 @@ func TestFaultsDetected(t *testing.T) {
 		{"resubscribe: new one must", []step{sub("a", 0), recv("a", span(0, 4)...), sub("a", 2), recv("a", 2, 3)}, 4, []string{"subscription 1 (from_seq 2): live to the end but missed seq 4..4"}},
 		{"reconnect as a new client", []step{sub("c1", 0), recv("c1", 0, 1), drop("c1"), sub("c2", 2), recv("c2", 2, 3)}, 3, nil},
 		{"truncated replay", []step{sub("a", 0), trunc("a", 5), recv("a", 5, 6)}, 6, nil},
-		{"truncated below the request", []step{sub("a", 3), trunc("a", 1), recv("a", 3)}, 3, []string{"below the requested from_seq 3"}},
+		{"past the tip: pulled back", []step{sub("a", 3), trunc("a", 1), recv("a", 1, 2, 3)}, 3, nil},
+		{"past the tip: pulled back, events skipped", []step{sub("a", 3), trunc("a", 1), recv("a", 3)}, 3, []string{"first event seq 3, want from_seq 1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

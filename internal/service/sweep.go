@@ -57,5 +57,12 @@ func (m replayMetrics) ReplayRead(start bool) {
 	}
 }
 
+// Wait passes a test's gate on (delivery.Gate).
+func (m replayMetrics) Wait(point, agentID string) {
+	if g, ok := m.next.(delivery.Gate); ok {
+		g.Wait(point, agentID)
+	}
+}
+
 // observer chains the metrics observer before o (a test's or the bench's).
 func observer(o delivery.Observer) delivery.Observer { return replayMetrics{next: o} }

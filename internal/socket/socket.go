@@ -120,14 +120,15 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	if err == nil {
 		_, err = s.log.Create(ctx, agentID)
 		if err == nil {
-			var superseded string
+			var superseded connections.Owner
 			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash))
 			if err == nil {
 				used := make(chan error, 1) // the token's last use, written alongside the kick
 				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
-				if superseded != "" {
-					lg.Info("superseding connection", "superseded_connection_id", superseded)
-					if derr := s.deliver.Drop(ctx, superseded, protocol.CodeSuperseded, "a newer connection took over this agent"); derr != nil {
+				if superseded.ConnID != "" {
+					lg.Info("superseding connection", "superseded_connection_id", superseded.ConnID)
+					// hello first, even for a connection superseded before it went out.
+					if derr := s.deliver.Supersede(ctx, superseded); derr != nil {
 						lg.Warn("drop superseded connection", "error", derr)
 					}
 				}

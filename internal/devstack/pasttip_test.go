@@ -1,0 +1,49 @@
+package devstack_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/dynamolocal"
+)
+
+// TestSubscribePastTip: a subscribe past the log's tip (tip 0, from_seq 5) is never
+// silent: the stream starts at the tip + 1, announced by
+// replay_truncated{requested_from_seq 5, from_seq 1} before seq 1.
+func TestSubscribePastTip(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	if h := c.hello("a1"); h.Last != 0 {
+		t.Fatalf("hello last_seq %d, want 0", h.Last)
+	}
+	c.send(`{"type":"subscribe","from_seq":5}`)
+	// Append only once the subscribe took effect, so that it saw the tip at 0.
+	conns := connections.New(dynamolocal.Client(e.stack.DynamoDBEndpoint), e.stack.Tables["ConnectionsTable"])
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		o, err := conns.Owner(context.Background(), "a1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Sub > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("subscribe not recorded within 10s")
+		}
+	}
+	appendN(t, e.log, "a1", 3)
+	f := c.must(10 * time.Second)
+	if f.Type != "replay_truncated" || f.Req != 5 || f.From != 1 || f.Seq != nil {
+		t.Fatalf("first frame after subscribe %s, want replay_truncated{requested_from_seq 5, from_seq 1}", f)
+	}
+	c.events(1, 3)
+	// A plain tail (from_seq = tip + 1) is not announced.
+	c.send(`{"type":"subscribe","from_seq":4}`)
+	appendN(t, e.log, "a1", 1)
+	c.events(4, 4)
+}
