@@ -108,6 +108,14 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 // if the session has no session/created yet, ErrTooLarge if the envelope would exceed
 // MaxEnvelopeBytes, and ErrInvalid for an empty type or a payload that is not an object.
 func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (Event, error) {
+	return l.appendNext(ctx, sessionID, typ, payload, func(ev Event, _ int) error { return l.put(ctx, ev) })
+}
+
+// appendNext writes an event at the tip's next seq with write until it succeeds. write
+// returns ErrConflict when the seq was taken (or the write lost a race worth retrying):
+// appendNext backs off with jitter, so that writers in a burst stop colliding on each
+// seq, reads the tip again and retries; any other error ends the append.
+func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any, write func(ev Event, attempt int) error) (Event, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return Event{}, err
@@ -123,7 +131,7 @@ func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (E
 		if err != nil {
 			return Event{}, err
 		}
-		err = l.put(ctx, ev)
+		err = write(ev, attempt)
 		if err == nil {
 			l.observe(sessionID, ev.Seq)
 			return ev, nil
@@ -131,8 +139,6 @@ func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (E
 		if !errors.Is(err, ErrConflict) {
 			return Event{}, err
 		}
-		// Someone else took tip+1: it exists, so the tip is at least that. Back off
-		// with jitter first, so that writers in a burst stop colliding on each seq.
 		if err := backoff(ctx, attempt); err != nil {
 			return Event{}, err
 		}
@@ -161,50 +167,28 @@ func (l *Log) AppendWith(ctx context.Context, sessionID, typ string, payload any
 	if !ok {
 		return Event{}, fmt.Errorf("%w: the log's client has no TransactWriteItems", ErrInvalid)
 	}
-	raw, err := encodePayload(payload)
-	if err != nil {
-		return Event{}, err
-	}
-	tip, ok := l.cached(sessionID)
-	if !ok {
-		if tip, err = l.Tip(ctx, sessionID); err != nil {
-			return Event{}, err
-		}
-	}
-	for attempt := 0; ; attempt++ {
-		ev, err := l.newEvent(sessionID, tip+1, typ, raw)
-		if err != nil {
-			return Event{}, err
-		}
-		_, err = tx.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+	return l.appendNext(ctx, sessionID, typ, payload, func(ev Event, attempt int) error {
+		_, err := tx.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 			{Put: &types.Put{TableName: aws.String(l.table), Item: ev.Item(), ConditionExpression: aws.String("attribute_not_exists(seq)")}},
 			extra,
 		}})
 		if err == nil {
-			l.observe(sessionID, ev.Seq)
-			return ev, nil
+			return nil
 		}
 		var tce *types.TransactionCanceledException
 		if !errors.As(err, &tce) {
-			return Event{}, fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
+			return fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
 		}
 		reasons := tce.CancellationReasons
 		if len(reasons) == 2 && aws.ToString(reasons[1].Code) == "ConditionalCheckFailed" {
-			return Event{}, fmt.Errorf("%w: %s %s", ErrRefused, sessionID, typ)
+			return fmt.Errorf("%w: %s %s", ErrRefused, sessionID, typ)
 		}
-		if len(reasons) == 0 || aws.ToString(reasons[0].Code) != "ConditionalCheckFailed" {
-			// A transaction conflict (another transaction on the same items): retry.
-			if attempt >= 50 {
-				return Event{}, fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
-			}
+		if (len(reasons) == 0 || aws.ToString(reasons[0].Code) != "ConditionalCheckFailed") && attempt >= 50 {
+			// A transaction conflict (another transaction on the same items), too often.
+			return fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
 		}
-		if err := backoff(ctx, attempt); err != nil {
-			return Event{}, err
-		}
-		if tip, err = l.Tip(ctx, sessionID); err != nil {
-			return Event{}, err
-		}
-	}
+		return fmt.Errorf("%w: %s seq %d", ErrConflict, sessionID, ev.Seq)
+	})
 }
 
 // AppendAt puts an event at exactly seq. It returns ErrConflict if seq is taken. The
