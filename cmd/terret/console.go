@@ -10,22 +10,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/terret/terret-ws/internal/service"
 )
 
 // consoleLogger is terret dev's logger: human-readable lines (text) or the deployed
 // functions' JSON (json), at level.
 func consoleLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	switch strings.ToLower(level) {
-	case "debug":
-		l = slog.LevelDebug
-	case "info":
-		l = slog.LevelInfo
-	case "warn":
-		l = slog.LevelWarn
-	case "error":
-		l = slog.LevelError
-	default:
+	l, ok := service.Level(level)
+	if !ok {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	switch format {

@@ -23,19 +23,26 @@ import (
 )
 
 // Logger returns the JSON logger every function writes to stdout (CloudWatch reads it).
+// An unknown level logs at info.
 func Logger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	switch strings.ToLower(level) {
-	case "debug":
-		l = slog.LevelDebug
-	case "warn":
-		l = slog.LevelWarn
-	case "error":
-		l = slog.LevelError
-	default:
-		l = slog.LevelInfo
-	}
+	l, _ := Level(level)
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// Level parses a log level name (debug, info, warn, error; any case). It reports false,
+// with info, for any other name.
+func Level(name string) (slog.Level, bool) {
+	switch strings.ToLower(name) {
+	case "debug":
+		return slog.LevelDebug, true
+	case "info":
+		return slog.LevelInfo, true
+	case "warn":
+		return slog.LevelWarn, true
+	case "error":
+		return slog.LevelError, true
+	}
+	return slog.LevelInfo, false
 }
 
 // Tuning holds knobs that are not deployment settings: observers for metrics and
