@@ -26,6 +26,9 @@ subcommands:
   get --agent ID                  print agent ID's own profile as JSON
   list                            list the agents that have their own profile
   delete --agent ID               remove agent ID's own profile (the default applies)
+  quota --agent ID [--turns-per-day N] [--tokens-per-month N]
+                                  set agent ID's own quotas (0 removes one); without
+                                  limits, show them beside today's and this month's use
 
 An agent's own profile is merged over the default profile; its next turn uses it.
 The store is found as 'terret token' finds it. See docs/agents.md.
@@ -36,16 +39,18 @@ var errBadProfile = errors.New("invalid profile")
 
 func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: agent needs a subcommand: put, get, list or delete", errUsage)
+		return fmt.Errorf("%w: agent needs a subcommand: put, get, list, delete or quota", errUsage)
 	}
 	sub := args[0]
 	switch sub {
+	case "quota":
+		return runAgentQuota(ctx, args[1:], stdout, stderr)
 	case "put", "get", "list", "delete":
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, agentUsage)
 		return nil
 	default:
-		return fmt.Errorf("%w: unknown agent subcommand %q (put, get, list, delete)", errUsage, sub)
+		return fmt.Errorf("%w: unknown agent subcommand %q (put, get, list, delete, quota)", errUsage, sub)
 	}
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret agent "+sub, flag.ContinueOnError)

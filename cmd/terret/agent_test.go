@@ -540,8 +540,9 @@ func TestOwnAgent(t *testing.T) {
 	}
 	p.stderr.waitFor(t, "model identifier is invalid")
 
-	// 7. terret agent put/get/list/delete.
+	// 7. terret agent put/get/list/delete, and quota.
 	testAgentCommands(t, p, model)
+	testQuotaCommand(t, p)
 
 	// 8. No key anywhere but the model server.
 	all := p.stdout.String() + p.stderr.String() + strings.Join(a.frames, "\n")

@@ -28,6 +28,8 @@ commands:
   agent get --agent ID         print the agent's stored profile
   agent list                   list the agents with a stored profile
   agent delete --agent ID      drop the agent's stored profile
+  agent quota --agent ID [--turns-per-day N] [--tokens-per-month N]
+                               set or show the agent's own quotas
   usage --agent ID             print the agent's metered usage
   chat --agent ID              talk with the agent in the terminal
   tail --agent ID [--from N]   print the agent's events as JSON lines, following live
