@@ -10,5 +10,6 @@ import (
 func main() {
 	env := service.Boot("connect")
 	h := service.Socket(env.Config, env.AWS, nil, env.Logger, service.Tuning{})
+	h.RequireOrigin(env.Config.OriginSecret)
 	lambda.Start(h.Connect)
 }

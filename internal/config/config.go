@@ -38,6 +38,10 @@ type Config struct {
 	DynamoDBEndpoint     string // DYNAMODB_ENDPOINT, local only
 	LambdaEndpoint       string // LAMBDA_ENDPOINT, local only
 	LogLevel             string // LOG_LEVEL, default "info"
+	// OriginSecret (ORIGIN_SECRET, connect only, optional) is the value CloudFront adds
+	// as the origin header; when set, $connect refuses a handshake without it. A secret:
+	// never log it or print the Config.
+	OriginSecret string
 }
 
 // Defaults are the spec's defaults.
@@ -50,7 +54,7 @@ const (
 // vars lists the environment each function reads; internal/stack checks that the
 // template sets every one of them.
 var vars = map[string][]string{
-	"connect":    {"LOG_TABLE", "CONNECTIONS_TABLE", "DELIVER_FUNCTION", "WS_MANAGEMENT_ENDPOINT"},
+	"connect":    {"LOG_TABLE", "CONNECTIONS_TABLE", "DELIVER_FUNCTION", "WS_MANAGEMENT_ENDPOINT", "ORIGIN_SECRET"},
 	"message":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE"},
 	"disconnect": {"CONNECTIONS_TABLE"},
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
@@ -90,6 +94,7 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		DynamoDBEndpoint:   getenv("DYNAMODB_ENDPOINT"),
 		LambdaEndpoint:     getenv("LAMBDA_ENDPOINT"),
 		LogLevel:           orDefault(getenv("LOG_LEVEL"), "info"),
+		OriginSecret:       getenv("ORIGIN_SECRET"),
 	}
 	var err error
 	if c.ReplayLimit, err = positive(getenv, "REPLAY_LIMIT", DefaultReplayLimit); err != nil {

@@ -5,6 +5,7 @@ package socket
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +55,21 @@ type Server struct {
 	deliver *delivery.Deliverer
 	agent   Controller // nil: the runtime is not mounted, agent frames answer unsupported
 	logger  *slog.Logger
+	origin  []byte // RequireOrigin's secret; nil: no check
+}
+
+// OriginHeader is the header CloudFront adds to every request it forwards when the
+// stack has an OriginSecret (template.yaml, docs/security.md).
+const OriginHeader = "X-Terret-Origin"
+
+// RequireOrigin makes Connect refuse with 403 a handshake whose OriginHeader is not
+// secret ("": no check), before it reads or writes anything: one invocation is all a
+// client that bypasses CloudFront costs.
+func (s *Server) RequireOrigin(secret string) {
+	s.origin = nil
+	if secret != "" {
+		s.origin = []byte(secret)
+	}
 }
 
 // New returns a Server. agent may be nil.
@@ -98,6 +114,11 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	connID := req.RequestContext.ConnectionID
 	agentID := req.QueryStringParameters["agent_id"]
 	lg := s.logFor(ctx, connID).With("agent_id", agentID)
+	if s.origin != nil && subtle.ConstantTimeCompare([]byte(header(req, OriginHeader)), s.origin) != 1 {
+		lg.Warn("connection without the origin header") // never the header's value
+		metrics.Add("OriginRefused", metrics.Count, 1)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusForbidden}, nil
+	}
 	token := auth.BearerToken(header(req, "Authorization"))
 	offered := header(req, "Sec-WebSocket-Protocol")
 	accepted := ok

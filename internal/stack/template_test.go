@@ -131,6 +131,7 @@ func TestEnvironment(t *testing.T) {
 		"TITLER_MODEL":           "${TitlerModel}",
 		"AGENT_PROFILE":          "${AgentProfile}",
 		"LOG_LEVEL":              "${LogLevel}",
+		"ORIGIN_SECRET":          "${OriginSecret}",
 	}
 	fs := functions(t, s)
 	for _, f := range fs {
