@@ -14,11 +14,12 @@ import (
 
 // frame is the part of a server frame the bench looks at; events have a seq.
 type frame struct {
-	Type string `json:"type"`
-	Seq  *int64 `json:"seq"`
-	Code string `json:"code"`
-	At   time.Time
-	Size int
+	Type   string `json:"type"`
+	Seq    *int64 `json:"seq"`
+	Code   string `json:"code"`
+	At     time.Time
+	Logged time.Time `json:"at"` // an event's append time (the envelope's at)
+	Size   int
 }
 
 // wsClient is one protocol client. Its reader goroutine stamps every frame on arrival

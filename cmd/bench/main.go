@@ -55,6 +55,8 @@ type options struct {
 	turns                 int
 	coldRuns              int
 	refused               int
+	agents                string // fleet sizes of the agents phase
+	agentTurns            int
 	poll                  time.Duration
 	maxReplays            int
 	quiet                 bool
@@ -89,6 +91,7 @@ type results struct {
 	cold                 []coldResult
 	coldFloor            coldResult
 	refused              refusedResult
+	agents               []fleetResult
 	ranPhases            map[string]bool
 }
 
@@ -98,7 +101,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,storm,cold", "phases to run, comma-separated (also: refused)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,storm,cold", "phases to run, comma-separated (also: refused, agents)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -112,6 +115,8 @@ func main() {
 	flag.IntVar(&o.turns, "turns", 2, "turns of each kind driven through the runtime")
 	flag.IntVar(&o.coldRuns, "cold-runs", 3, "cold starts per function (the median is reported)")
 	flag.IntVar(&o.refused, "refused", 50, "connections with a wrong token in the refused phase")
+	flag.StringVar(&o.agents, "agents", "10,50,200", "fleet sizes of the agents phase: agents running turns at once, one client each")
+	flag.IntVar(&o.agentTurns, "agent-turns", 2, "counted turns of each agent in the agents phase (after one uncounted)")
 	flag.DurationVar(&o.poll, "poll-interval", 50*time.Millisecond, "stream poll interval (terret dev's default)")
 	flag.IntVar(&o.maxReplays, "max-concurrent-replays", 4, "max_concurrent_replays")
 	flag.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -237,6 +242,7 @@ func (b *bench) run() error {
 		{"storm", b.runStorm},
 		{"cold", b.runColdStart},
 		{"refused", b.runRefused},
+		{"agents", b.runAgents},
 	}
 	for _, s := range steps {
 		if !phases[s.name] {

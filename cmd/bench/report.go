@@ -293,6 +293,9 @@ func (b *bench) report(lc *levelCounter) *report {
 		r.addBreakdown(b, "refused", rf.Cost, 0)
 		r.CostFigures["refused_connection"] = costRowOf("connection", rf.Cost, int64(rf.Connections), "", 0)
 	}
+	if ran["agents"] {
+		b.reportAgents(r, add)
+	}
 	if ran["cold"] {
 		sec := "cold start under the Runtime Interface Emulator (median)"
 		h := b.res.coldFloor
