@@ -128,3 +128,14 @@ func TestDeliveryAlarmsAndDashboard(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxConcurrentReplaysCap: connections.Slots reads every slot with one BatchGetItem,
+// which takes at most 100 keys, so the parameter may not go above 100
+// (docs/scale.md, "The replay slots").
+func TestMaxConcurrentReplaysCap(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	if got := jsonScalar(s.Get("Parameters", "MaxConcurrentReplays", "MaxValue")); got != "100" {
+		t.Errorf("MaxConcurrentReplays MaxValue = %q, want 100", got)
+	}
+}
