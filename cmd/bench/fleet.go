@@ -200,6 +200,7 @@ func (b *bench) reportAgents(r *report, add func(section, name, unit string, val
 	if len(rs) == 0 {
 		return
 	}
+	r.Settings["agents"], r.Settings["agent_turns"] = b.o.agents, b.o.agentTurns
 	sec := fmt.Sprintf("agents: N concurrent agents, one subscribed client each, %d plain turns each (floor: the %d-agent fleet)", rs[0].TurnsEach, rs[0].Agents)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	type metric struct {
