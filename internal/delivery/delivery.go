@@ -15,13 +15,10 @@ package delivery
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
@@ -121,6 +118,26 @@ type Deliverer struct {
 
 // New returns a Deliverer. invoke may be nil where no handover is possible (tests).
 func New(cfg Config, log LogReader, store *connections.Store, posts PostAPI, invoke InvokeAPI) *Deliverer {
+	cfg = cfg.withDefaults()
+	return newDeliverer(cfg, log, store, store.NewSlots(cfg.MaxConcurrentReplays, cfg.Lease), posts, invoke)
+}
+
+// newDeliverer returns a Deliverer over any implementation of its dependencies: the
+// delivery algorithm needs no more than these interfaces (delivery_test.go runs it in
+// memory).
+func newDeliverer(cfg Config, log LogReader, store *connections.Store, slots *connections.Slots, posts PostAPI, invoke InvokeAPI) *Deliverer {
+	cfg = cfg.withDefaults()
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Deliverer{
+		cfg: cfg, log: log, store: store, slots: slots, posts: posts, invoke: invoke, logger: logger,
+	}
+}
+
+// withDefaults fills in the defaults of the fields left zero.
+func (cfg Config) withDefaults() Config {
 	if cfg.Lease <= 0 {
 		cfg.Lease = connections.DefaultLease
 	}
@@ -145,33 +162,8 @@ func New(cfg Config, log LogReader, store *connections.Store, posts PostAPI, inv
 	if cfg.CheckpointEvery <= 0 {
 		cfg.CheckpointEvery = 64
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	return &Deliverer{
-		cfg: cfg, log: log, store: store, posts: posts, invoke: invoke, logger: logger,
-		slots: store.NewSlots(cfg.MaxConcurrentReplays, cfg.Lease),
-	}
+	return cfg
 }
-
-// Lease holder ids start with "r" when the holder runs in an asynchronous deliver
-// invocation, which Lambda retries if it dies — its retry takes the expired lease and
-// sends from the cursor, so a Pending mark left with it needs no watcher — and "x"
-// otherwise (the stream consumer, the message function, the appender's fast path).
-const retriedPrefix = "r"
-
-func newHolder(retried bool) string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	if retried {
-		return retriedPrefix + hex.EncodeToString(b)
-	}
-	return "x" + hex.EncodeToString(b)
-}
-
-// selfHealing reports whether holder's invocation is retried by Lambda should it die.
-func selfHealing(holder string) bool { return strings.HasPrefix(holder, retriedPrefix) }
 
 // wake describes a wake-up of a sender.
 type wake struct {
@@ -183,7 +175,7 @@ type wake struct {
 	// again should the lease holder die (watch). The appender's fast path is not a
 	// backstop: the stream consumer follows it.
 	backstop bool
-	// retried: the caller is an asynchronous deliver invocation (see retriedPrefix).
+	// retried: the caller is an asynchronous deliver invocation (connections.HolderRetried).
 	retried bool
 	// preRead: read the record before trying the lease, and stop if nothing is owed —
 	// 1 read unit where a failed conditional write would cost 1 write unit. The stream
@@ -281,14 +273,23 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 			return o.Sub == 0, nil
 		}
 	}
-	holder := newHolder(w.retried)
+	holder := connections.NewHolder(connections.HolderOnce)
+	if w.retried {
+		holder = connections.NewHolder(connections.HolderRetried)
+	}
 	for {
 		// 1. Acquire the sender lease, if there is something to send.
-		o, ok, err := d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo)
-		switch {
-		case errors.Is(err, connections.ErrNotFound):
+		r, err := d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo)
+		if err != nil {
+			return false, err
+		}
+		o := r.Owner
+		switch r.Outcome {
+		case connections.NoOwner:
 			return true, nil // nobody owns the agent: the log keeps the events for the next subscribe
-		case errors.Is(err, connections.ErrLeaseHeld):
+		case connections.NothingOwed:
+			return o.HelloSent && o.Sub == 0, nil
+		case connections.LeaseHeld:
 			// 2. Held: mark pending for the holder; a backstop makes sure it is served.
 			if upTo >= 0 && o.HelloSent && o.Next > upTo {
 				return false, nil // already past every hinted event
@@ -304,13 +305,9 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				return false, d.watch(ctx, o, upTo)
 			}
 			return false, nil
-		case err != nil:
-			return false, err
-		case !ok:
-			return o.HelloSent && o.Sub == 0, nil
 		}
 		// 3 and 4. Send under the lease, then release it (sender.run).
-		err = d.newSender(ctx, o, holder, hints, w).run()
+		err = d.newSender(ctx, o, holder.ID, hints, w).run()
 		if errors.Is(err, connections.ErrLeaseLost) {
 			return false, nil // another sender holds the connection now and continues from the cursor
 		}

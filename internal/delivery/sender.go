@@ -370,7 +370,7 @@ func (s *sender) read(next int64) ([]sessionlog.Event, error) {
 		return d.log.Read(ctx, o.AgentID, next, d.cfg.OutboundQueue+1)
 	}
 	limit := int(min(int64(d.cfg.ReplayPage), o.ReplayEnd-next))
-	holder := newHolder(false)
+	holder := connections.NewHolder(connections.HolderOnce).ID
 	slot, err := s.acquireSlot(holder)
 	if err != nil {
 		return nil, err

@@ -29,7 +29,7 @@ func covered(o connections.Owner, now time.Time) bool {
 	case !o.Pending && o.Lease == "":
 		return true
 	default:
-		return live && selfHealing(o.Lease)
+		return live && o.LeaseKind == connections.HolderRetried
 	}
 }
 
@@ -61,7 +61,7 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) 
 	if covered(o, time.Now()) {
 		return nil
 	}
-	id := newHolder(true)
+	id := connections.NewHolder(connections.HolderRetried).ID
 	until := o.LeaseUntil
 	if now := time.Now(); until.Before(now) {
 		until = now
