@@ -105,12 +105,41 @@ func (d *Deliverer) gate(point, agentID string) {
 	}
 }
 
+// Records is the part of the ownership-record store (connections.Store) the delivery
+// core uses: the lease, the cursor and the Pending mark, each write conditional on the
+// record as the caller holds it. See connections.Store for each method's contract.
+type Records interface {
+	Owner(ctx context.Context, agentID string) (connections.Owner, error)
+	Conn(ctx context.Context, connID string) (connections.Conn, error)
+	Subscribe(ctx context.Context, agentID, connID string, sub connections.Subscription) (connections.Owner, error)
+	Acquire(ctx context.Context, agentID string, h connections.Holder, ttl time.Duration, upTo int64) (connections.AcquireResult, error)
+	MarkPending(ctx context.Context, agentID string, upTo int64) (bool, error)
+	Checkpoint(ctx context.Context, o connections.Owner, holder string, p connections.Progress, ttl time.Duration) (connections.Owner, error)
+	Release(ctx context.Context, o connections.Owner, holder string, p connections.Progress) (connections.Owner, bool, error)
+	Abandon(ctx context.Context, o connections.Owner, holder string, p connections.Progress) error
+	ClaimWatch(ctx context.Context, agentID, watcher string, until time.Time) (bool, error)
+	EndWatch(ctx context.Context, agentID, watcher string, force bool) (bool, error)
+	SetState(ctx context.Context, connID string, state connections.State) error
+	Disown(ctx context.Context, agentID, connID string) error
+	Forget(ctx context.Context, connID, agentID string) error
+}
+
+var _ Records = (*connections.Store)(nil)
+
+// ReplaySlots is the cluster-wide bound on replay reads (connections.Slots).
+type ReplaySlots interface {
+	TryAcquire(ctx context.Context, holder string, start int) (int, error)
+	Release(ctx context.Context, holder string, i int) error
+}
+
+var _ ReplaySlots = (*connections.Slots)(nil)
+
 // Deliverer sends logs to sockets. It is safe for concurrent use.
 type Deliverer struct {
 	cfg    Config
 	log    LogReader
-	store  *connections.Store
-	slots  *connections.Slots
+	store  Records
+	slots  ReplaySlots
 	posts  PostAPI
 	invoke InvokeAPI
 	logger *slog.Logger
@@ -123,9 +152,9 @@ func New(cfg Config, log LogReader, store *connections.Store, posts PostAPI, inv
 }
 
 // newDeliverer returns a Deliverer over any implementation of its dependencies: the
-// delivery algorithm needs no more than these interfaces (delivery_test.go runs it in
+// delivery algorithm needs no more than these interfaces (memory_test.go runs it in
 // memory).
-func newDeliverer(cfg Config, log LogReader, store *connections.Store, slots *connections.Slots, posts PostAPI, invoke InvokeAPI) *Deliverer {
+func newDeliverer(cfg Config, log LogReader, store Records, slots ReplaySlots, posts PostAPI, invoke InvokeAPI) *Deliverer {
 	cfg = cfg.withDefaults()
 	logger := cfg.Logger
 	if logger == nil {
