@@ -101,11 +101,12 @@ func (s *sender) run() (err error) {
 				continue // there may be more in the log
 			}
 		}
-		if more, err := s.linger(); err != nil || more {
-			if err != nil {
-				return err
-			}
-			continue
+		more, err := s.linger()
+		if err != nil {
+			return err
+		}
+		if more {
+			continue // the appender's next events, under the same lease
 		}
 		if done, err := s.release(); err != nil || done {
 			return err
