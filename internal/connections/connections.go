@@ -30,7 +30,6 @@ var (
 	ErrNotFound  = errors.New("connections: not found")
 	ErrNotOwner  = errors.New("connections: connection does not own the agent")
 	ErrTokenGone = errors.New("connections: token no longer current")
-	ErrLeaseHeld = errors.New("connections: lease held by another sender")
 	ErrLeaseLost = errors.New("connections: lease lost")
 )
 
@@ -79,8 +78,10 @@ type Owner struct {
 	// replay (flow-controlled, read under a replay slot), the rest are live tail.
 	ReplayEnd int64
 	HelloSent bool
-	// Lease names the sender that may post to the connection until LeaseUntil.
+	// Lease names the sender that may post to the connection until LeaseUntil;
+	// LeaseKind says whether Lambda retries it should it die.
 	Lease      string
+	LeaseKind  HolderKind
 	LeaseUntil time.Time
 	// Pending asks the lease holder to look at the log again before it lets go.
 	Pending bool
@@ -111,11 +112,11 @@ type Store struct {
 func New(api API, table string) *Store { return &Store{api: api, table: table, now: time.Now} }
 
 func connKey(id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"pk": s("conn#" + id)}
+	return map[string]types.AttributeValue{attrPK: s("conn#" + id)}
 }
 
 func ownerKey(agentID string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"pk": s("agent#" + agentID)}
+	return map[string]types.AttributeValue{attrPK: s("agent#" + agentID)}
 }
 
 // Reject records a socket that failed authentication, so its frames are refused until
@@ -131,36 +132,49 @@ func (st *Store) Reject(ctx context.Context, connID, agentID string) error {
 	return nil
 }
 
+// Items of Claim's transaction, by name (see txItem).
+const (
+	claimToken    = "token"      // the caller's check that the token is current
+	claimOwner    = "owner"      // the new ownership record
+	claimConn     = "conn"       // the new connection's record
+	claimReplaced = "superseded" // the replaced owner connection's record, marked superseded
+)
+
 // Claim makes connID the owner of agentID, superseding any previous owner, and records
 // the socket — in one transaction with tokenCheck (see auth.Store.Condition), so it
-// fails with ErrTokenGone if the token was revoked meanwhile. It returns the ownership
-// record it replaced (ConnID "" when there was none, or when connID already owned the
-// agent), exactly as it stood when replaced: whether hello went out to the superseded
+// fails with ErrTokenGone if the token was revoked meanwhile. tokenCheck is a condition
+// on another table; Claim adds it to the transaction as the item it names claimToken,
+// and only that item's failure means ErrTokenGone. It returns the ownership record it
+// replaced (ConnID "" when there was none, or when connID already owned the agent),
+// exactly as it stood when replaced: whether hello went out to the superseded
 // connection and who held its sender lease (see delivery.Deliverer.Supersede).
-func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck types.TransactWriteItem) (superseded Owner, err error) {
+func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck *types.ConditionCheck) (superseded Owner, err error) {
+	if tokenCheck == nil {
+		return Owner{}, fmt.Errorf("connections: claim %s for %s: no token check", agentID, connID)
+	}
 	for attempt := 0; attempt < 30; attempt++ {
 		prev, err := st.Owner(ctx, agentID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return Owner{}, err
 		}
 		owner := map[string]types.AttributeValue{
-			"pk":    s("agent#" + agentID),
-			"conn":  s(connID),
-			"tok":   s(tokenHash),
-			"sub":   n(0),
-			"next":  n(0),
-			"hello": &types.AttributeValueMemberBOOL{Value: false},
+			attrPK:        s("agent#" + agentID),
+			attrConn:      s(connID),
+			attrTokenHash: s(tokenHash),
+			attrSub:       n(0),
+			attrNext:      n(0),
+			attrHello:     &types.AttributeValueMemberBOOL{Value: false},
 		}
 		put := &types.Put{TableName: aws.String(st.table), Item: owner}
 		if prev.ConnID == "" {
-			put.ConditionExpression = aws.String("attribute_not_exists(pk)")
+			put.ConditionExpression = aws.String("attribute_not_exists(#pk)")
 		} else {
-			put.ConditionExpression = aws.String("conn = :prev")
+			put.ConditionExpression = aws.String("#conn = :prev")
 			put.ExpressionAttributeValues = map[string]types.AttributeValue{":prev": s(prev.ConnID)}
 			if !prev.HelloSent {
 				// The caller acts on whether hello went out and who may be sending it:
 				// replace the record only as read (a sender's hello or lease moves retry).
-				put.ConditionExpression = aws.String("conn = :prev AND hello = :no AND (attribute_not_exists(lease_until) OR lease_until = :lu)")
+				put.ConditionExpression = aws.String("#conn = :prev AND #hello = :no AND (attribute_not_exists(#lease_until) OR #lease_until = :lu)")
 				put.ExpressionAttributeValues[":no"] = &types.AttributeValueMemberBOOL{Value: false}
 				put.ExpressionAttributeValues[":lu"] = n(prev.LeaseUntil.UnixMilli())
 				if prev.LeaseUntil.IsZero() {
@@ -168,23 +182,22 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 				}
 			}
 		}
-		items := []types.TransactWriteItem{
-			tokenCheck,
-			{Put: put},
-			{Put: &types.Put{TableName: aws.String(st.table), Item: st.connItem(Conn{ID: connID, AgentID: agentID, TokenHash: tokenHash, State: StateAuthorized})}},
+		items := []txItem{
+			{claimToken, types.TransactWriteItem{ConditionCheck: tokenCheck}},
+			{claimOwner, types.TransactWriteItem{Put: put}},
+			{claimConn, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.table), Item: st.connItem(Conn{ID: connID, AgentID: agentID, TokenHash: tokenHash, State: StateAuthorized})}}},
 		}
 		if prev.ConnID != "" && prev.ConnID != connID {
-			items = append(items, types.TransactWriteItem{Update: &types.Update{
-				TableName:                aws.String(st.table),
-				Key:                      connKey(prev.ConnID),
-				UpdateExpression:         aws.String("SET #st = :sup, expires_at = if_not_exists(expires_at, :exp)"),
-				ExpressionAttributeNames: map[string]string{"#st": "state"},
+			items = append(items, txItem{claimReplaced, types.TransactWriteItem{Update: &types.Update{
+				TableName:        aws.String(st.table),
+				Key:              connKey(prev.ConnID),
+				UpdateExpression: aws.String("SET #state = :sup, #expires_at = if_not_exists(#expires_at, :exp)"),
 				ExpressionAttributeValues: map[string]types.AttributeValue{
 					":sup": s(string(StateSuperseded)), ":exp": n(st.now().Add(connTTL).Unix()),
 				},
-			}})
+			}}})
 		}
-		_, err = st.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		err = st.transact(ctx, items)
 		if err == nil {
 			if prev.ConnID == connID {
 				return Owner{}, nil
@@ -195,8 +208,7 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 		if !errors.As(err, &tce) {
 			return Owner{}, fmt.Errorf("connections: claim %s for %s: %w", agentID, connID, err)
 		}
-		reasons := tce.CancellationReasons
-		if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
+		if txCondFailed(err, items, claimToken) {
 			return Owner{}, fmt.Errorf("%w: %s", ErrTokenGone, agentID)
 		}
 		// Another connect changed the owner between our read and write (or a
@@ -225,14 +237,14 @@ func (st *Store) Conn(ctx context.Context, connID string) (Conn, error) {
 // docs/architecture.md, "Frame order"). The mark only grows; a lower or equal mark is
 // a no-op, as is a missing record. Cost: 1 write unit.
 func (st *Store) MarkOrder(ctx context.Context, connID string, order int64) error {
-	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       connKey(connID),
-		UpdateExpression:          aws.String("SET ord = :o"),
-		ConditionExpression:       aws.String("attribute_exists(pk) AND (attribute_not_exists(ord) OR ord < :o)"),
+		UpdateExpression:          aws.String("SET #ord = :o"),
+		ConditionExpression:       aws.String("attribute_exists(#pk) AND (attribute_not_exists(#ord) OR #ord < :o)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":o": n(order)},
 	})
-	if err != nil && !isConditionFailed(err) {
+	if err != nil && !isCondCheckFailed(err) {
 		return fmt.Errorf("connections: mark order %d of %s: %w", order, connID, err)
 	}
 	return nil
@@ -240,15 +252,14 @@ func (st *Store) MarkOrder(ctx context.Context, connID string, order int64) erro
 
 // SetState changes the state of connID's record if it exists.
 func (st *Store) SetState(ctx context.Context, connID string, state State) error {
-	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       connKey(connID),
-		UpdateExpression:          aws.String("SET #st = :st"),
-		ConditionExpression:       aws.String("attribute_exists(pk)"),
-		ExpressionAttributeNames:  map[string]string{"#st": "state"},
+		UpdateExpression:          aws.String("SET #state = :st"),
+		ConditionExpression:       aws.String("attribute_exists(#pk)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":st": s(string(state))},
 	})
-	if err != nil && !isConditionFailed(err) {
+	if err != nil && !isCondCheckFailed(err) {
 		return fmt.Errorf("connections: set state of %s: %w", connID, err)
 	}
 	return nil
@@ -257,7 +268,7 @@ func (st *Store) SetState(ctx context.Context, connID string, state State) error
 // Forget removes connID's record and, if connID still owns agentID, the ownership
 // record. A turn is never touched: the agent's life is independent of the socket.
 func (st *Store) Forget(ctx context.Context, connID, agentID string) error {
-	if _, err := st.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: connKey(connID)}); err != nil {
+	if _, err := st.del(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: connKey(connID)}); err != nil {
 		return fmt.Errorf("connections: delete %s: %w", connID, err)
 	}
 	if agentID == "" {
@@ -268,13 +279,13 @@ func (st *Store) Forget(ctx context.Context, connID, agentID string) error {
 
 // Disown removes agentID's ownership record if connID still owns it.
 func (st *Store) Disown(ctx context.Context, agentID, connID string) error {
-	_, err := st.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	_, err := st.del(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       ownerKey(agentID),
-		ConditionExpression:       aws.String("conn = :c"),
+		ConditionExpression:       aws.String("#conn = :c"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(connID)},
 	})
-	if err != nil && !isConditionFailed(err) {
+	if err != nil && !isCondCheckFailed(err) {
 		return fmt.Errorf("connections: release %s from %s: %w", agentID, connID, err)
 	}
 	return nil
@@ -315,13 +326,12 @@ var ErrSuperseded = errors.New("connections: a later subscribe is in force")
 // connID does not own the agent, and ErrSuperseded, changing nothing, if the
 // subscription in force has a later stamp.
 func (st *Store) Subscribe(ctx context.Context, agentID, connID string, sub Subscription) (Owner, error) {
-	out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(st.table),
 		Key:       ownerKey(agentID),
-		UpdateExpression: aws.String("SET #sub = #sub + :one, #next = :from, #from = :from, req = :req, " +
-			"trunc = :trunc, rend = :rend, pending = :true, #batch = :batch, sub_at = :at"),
-		ConditionExpression:      aws.String("conn = :c AND (attribute_not_exists(sub_at) OR sub_at <= :at)"),
-		ExpressionAttributeNames: map[string]string{"#sub": "sub", "#next": "next", "#from": "from", "#batch": "batch"},
+		UpdateExpression: aws.String("SET #sub = #sub + :one, #next = :from, #from = :from, #req = :req, " +
+			"#trunc = :trunc, #rend = :rend, #pending = :true, #batch = :batch, #sub_at = :at"),
+		ConditionExpression: aws.String("#conn = :c AND (attribute_not_exists(#sub_at) OR #sub_at <= :at)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":c": s(connID), ":one": n(1), ":from": n(sub.From), ":req": n(sub.Requested),
 			":trunc": &types.AttributeValueMemberBOOL{Value: sub.Truncated}, ":rend": n(sub.ReplayEnd),
@@ -331,11 +341,10 @@ func (st *Store) Subscribe(ctx context.Context, agentID, connID string, sub Subs
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) && str(ccf.Item, "conn") == connID {
-		return decodeOwner(ccf.Item), fmt.Errorf("%w: %s by %s", ErrSuperseded, agentID, connID)
-	}
-	if isConditionFailed(err) {
+	if old, failed := condFailed(err); failed {
+		if str(old, attrConn) == connID {
+			return decodeOwner(old), fmt.Errorf("%w: %s by %s", ErrSuperseded, agentID, connID)
+		}
 		return Owner{}, fmt.Errorf("%w: %s by %s", ErrNotOwner, agentID, connID)
 	}
 	if err != nil {
@@ -344,51 +353,84 @@ func (st *Store) Subscribe(ctx context.Context, agentID, connID string, sub Subs
 	return decodeOwner(out.Attributes), nil
 }
 
-// Acquire takes the sender lease of agentID's owner connection for ttl, if it is free
-// or expired, and returns the record as it now is. A sender is needed while the owner
-// has not had hello or is subscribed. If the lease is held, Acquire returns the current
-// record with ErrLeaseHeld; ErrNotFound if there is no owner; ok=false (nil error) when
-// there is nothing to send (not subscribed, hello sent, or cursor already past upTo;
-// upTo < 0 means no bound).
-func (st *Store) Acquire(ctx context.Context, agentID, holder string, ttl time.Duration, upTo int64) (Owner, bool, error) {
+// AcquireOutcome is what an Acquire found.
+type AcquireOutcome int
+
+// Outcomes of Acquire.
+const (
+	// Acquired: the lease is the caller's; AcquireResult.Owner is the record as written.
+	Acquired AcquireOutcome = iota + 1
+	// LeaseHeld: another holder's lease is live; Owner is the record as it stands.
+	LeaseHeld
+	// NothingOwed: the lease is free, but the owner is not subscribed and has had hello,
+	// or the cursor is already past upTo; Owner is the record as it stands.
+	NothingOwed
+	// NoOwner: no connection owns the agent; Owner is zero.
+	NoOwner
+)
+
+func (k AcquireOutcome) String() string {
+	switch k {
+	case Acquired:
+		return "acquired"
+	case LeaseHeld:
+		return "lease held"
+	case NothingOwed:
+		return "nothing owed"
+	case NoOwner:
+		return "no owner"
+	}
+	return fmt.Sprintf("AcquireOutcome(%d)", int(k))
+}
+
+// AcquireResult is the outcome of Acquire and the ownership record it saw or wrote.
+type AcquireResult struct {
+	Owner   Owner
+	Outcome AcquireOutcome
+}
+
+// Acquire takes the sender lease of agentID's owner connection for ttl for h, if it is
+// free or expired and there is something to send: hello not yet sent, or a
+// subscription — and, with upTo >= 0, the cursor not past upTo (or a Pending mark). The
+// result tells which it found (see AcquireOutcome); an error means only that DynamoDB
+// could not be asked. Cost: 1 write unit; a refusal returns the record at no extra
+// request (ReturnValuesOnConditionCheckFailure ALL_OLD).
+func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time.Duration, upTo int64) (AcquireResult, error) {
 	now := st.now()
-	cond := "attribute_exists(conn) AND (attribute_not_exists(lease) OR lease_until < :now) AND (hello = :false OR #sub > :zero)"
-	names := map[string]string{"#sub": "sub"}
+	cond := "attribute_exists(#conn) AND (attribute_not_exists(#lease) OR #lease_until < :now) AND (#hello = :false OR #sub > :zero)"
 	vals := map[string]types.AttributeValue{
-		":me": s(holder), ":now": n(now.UnixMilli()), ":until": n(now.Add(ttl).UnixMilli()),
+		":me": s(h.ID), ":kind": s(string(h.Kind)), ":now": n(now.UnixMilli()), ":until": n(now.Add(ttl).UnixMilli()),
 		":false": &types.AttributeValueMemberBOOL{Value: false}, ":zero": n(0),
 	}
 	if upTo >= 0 {
-		cond += " AND (hello = :false OR #next <= :upto OR pending = :true)"
+		cond += " AND (#hello = :false OR #next <= :upto OR #pending = :true)"
 		vals[":upto"] = n(upTo)
 		vals[":true"] = &types.AttributeValueMemberBOOL{Value: true}
-		names["#next"] = "next"
 	}
-	out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(st.table),
 		Key:                                 ownerKey(agentID),
-		UpdateExpression:                    aws.String("SET lease = :me, lease_until = :until REMOVE pending"),
+		UpdateExpression:                    aws.String("SET #lease = :me, #lease_kind = :kind, #lease_until = :until REMOVE #pending"),
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
-		return decodeOwner(out.Attributes), true, nil
+		return AcquireResult{decodeOwner(out.Attributes), Acquired}, nil
 	}
-	var ccf *types.ConditionalCheckFailedException
-	if !errors.As(err, &ccf) {
-		return Owner{}, false, fmt.Errorf("connections: acquire lease on %s: %w", agentID, err)
+	old, failed := condFailed(err)
+	switch {
+	case !failed:
+		return AcquireResult{}, fmt.Errorf("connections: acquire lease on %s: %w", agentID, err)
+	case old == nil:
+		return AcquireResult{Outcome: NoOwner}, nil
 	}
-	if ccf.Item == nil {
-		return Owner{}, false, fmt.Errorf("%w: owner of %s", ErrNotFound, agentID)
-	}
-	o := decodeOwner(ccf.Item)
+	o := decodeOwner(old)
 	if o.Lease != "" && !o.LeaseUntil.Before(now) {
-		return o, false, ErrLeaseHeld
+		return AcquireResult{o, LeaseHeld}, nil
 	}
-	return o, false, nil
+	return AcquireResult{o, NothingOwed}, nil
 }
 
 // MarkPending asks the current lease holder of agentID to look at the log again before
@@ -397,28 +439,24 @@ func (st *Store) Acquire(ctx context.Context, agentID, holder string, ttl time.D
 // done=false if no live lease is held (the caller should try Acquire).
 func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (done bool, err error) {
 	now := st.now().UnixMilli()
-	cond := "attribute_exists(lease) AND lease_until >= :now"
+	cond := "attribute_exists(#lease) AND #lease_until >= :now"
 	vals := map[string]types.AttributeValue{":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(now)}
-	var names map[string]string
 	if upTo >= 0 {
 		// A wake-up for events already sent must not keep the holder busy.
 		cond += " AND #next <= :upto"
 		vals[":upto"] = n(upTo)
-		names = map[string]string{"#next": "next"}
 	}
-	_, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err = st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(st.table),
 		Key:                                 ownerKey(agentID),
-		UpdateExpression:                    aws.String("SET pending = :true"),
+		UpdateExpression:                    aws.String("SET #pending = :true"),
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		o := decodeOwner(ccf.Item)
-		if ccf.Item != nil && o.Lease != "" && o.LeaseUntil.UnixMilli() >= now {
+	if old, failed := condFailed(err); failed {
+		o := decodeOwner(old)
+		if old != nil && o.Lease != "" && o.LeaseUntil.UnixMilli() >= now {
 			return true, nil // leased, and already past upTo
 		}
 		return false, nil
@@ -459,27 +497,26 @@ func (st *Store) Release(ctx context.Context, o Owner, holder string, p Progress
 func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, ttl time.Duration, release bool) (Owner, error) {
 	now := st.now()
 	for {
-		set := "SET #next = :next, hello = :hello, trunc = :trunc"
+		set := "SET #next = :next, #hello = :hello, #trunc = :trunc"
 		vals := map[string]types.AttributeValue{
 			":me": s(holder), ":c": s(o.ConnID), ":sub": n(o.Sub), ":next": n(p.Next),
 			":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent},
 			":trunc": &types.AttributeValueMemberBOOL{Value: p.Truncated},
 		}
 		update := set
-		cond := "lease = :me AND conn = :c AND #sub = :sub"
+		cond := "#lease = :me AND #conn = :c AND #sub = :sub"
 		if release {
-			update += " REMOVE lease, lease_until"
-			cond += " AND attribute_not_exists(pending)"
+			update += " REMOVE #lease, #lease_kind, #lease_until"
+			cond += " AND attribute_not_exists(#pending)"
 		} else {
-			update += ", lease_until = :until"
+			update += ", #lease_until = :until"
 			vals[":until"] = n(now.Add(ttl).UnixMilli())
 		}
-		out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                           aws.String(st.table),
 			Key:                                 ownerKey(o.AgentID),
 			UpdateExpression:                    aws.String(update),
 			ConditionExpression:                 aws.String(cond),
-			ExpressionAttributeNames:            map[string]string{"#next": "next", "#sub": "sub"},
 			ExpressionAttributeValues:           vals,
 			ReturnValues:                        types.ReturnValueAllNew,
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -487,27 +524,26 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 		if err == nil {
 			return decodeOwner(out.Attributes), nil
 		}
-		var ccf *types.ConditionalCheckFailedException
-		if !errors.As(err, &ccf) {
+		old, failed := condFailed(err)
+		if !failed {
 			return Owner{}, fmt.Errorf("connections: write progress on %s: %w", o.AgentID, err)
 		}
-		cur := decodeOwner(ccf.Item)
-		if ccf.Item == nil || cur.Lease != holder || cur.ConnID != o.ConnID {
+		cur := decodeOwner(old)
+		if old == nil || cur.Lease != holder || cur.ConnID != o.ConnID {
 			return cur, fmt.Errorf("%w: %s", ErrLeaseLost, o.AgentID)
 		}
 		if cur.Sub != o.Sub {
 			// Resubscribed: the new subscription's cursor wins; keep the lease, clear
 			// pending (we are about to look), and hand the new record back.
-			out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 				TableName:                 aws.String(st.table),
 				Key:                       ownerKey(o.AgentID),
-				UpdateExpression:          aws.String("SET hello = :hello, lease_until = :until REMOVE pending"),
-				ConditionExpression:       aws.String("lease = :me AND conn = :c AND #sub = :sub"),
-				ExpressionAttributeNames:  map[string]string{"#sub": "sub"},
+				UpdateExpression:          aws.String("SET #hello = :hello, #lease_until = :until REMOVE #pending"),
+				ConditionExpression:       aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
 				ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID), ":sub": n(cur.Sub), ":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent || cur.HelloSent}, ":until": n(now.Add(leaseFloor(ttl)).UnixMilli())},
 				ReturnValues:              types.ReturnValueAllNew,
 			})
-			if isConditionFailed(err) {
+			if isCondCheckFailed(err) {
 				continue // moved again: look again
 			}
 			if err != nil {
@@ -516,16 +552,15 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 			return decodeOwner(out.Attributes), nil
 		}
 		// Pending was set (release only): clear it, keep the lease, write the progress.
-		out, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		out, err = st.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(st.table),
 			Key:                       ownerKey(o.AgentID),
-			UpdateExpression:          aws.String(set + ", lease_until = :until REMOVE pending"),
-			ConditionExpression:       aws.String("lease = :me AND conn = :c AND #sub = :sub"),
-			ExpressionAttributeNames:  map[string]string{"#next": "next", "#sub": "sub"},
+			UpdateExpression:          aws.String(set + ", #lease_until = :until REMOVE #pending"),
+			ConditionExpression:       aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
 			ExpressionAttributeValues: withUntil(vals, n(now.Add(leaseFloor(ttl)).UnixMilli())),
 			ReturnValues:              types.ReturnValueAllNew,
 		})
-		if isConditionFailed(err) {
+		if isCondCheckFailed(err) {
 			continue
 		}
 		if err != nil {
@@ -558,26 +593,26 @@ func withUntil(vals map[string]types.AttributeValue, until types.AttributeValue)
 func (st *Store) connItem(c Conn) map[string]types.AttributeValue {
 	now := st.now()
 	item := map[string]types.AttributeValue{
-		"pk":           s("conn#" + c.ID),
-		"agent":        s(c.AgentID),
-		"state":        s(string(c.State)),
-		"connected_at": n(now.UnixMilli()),
-		"expires_at":   n(now.Add(connTTL).Unix()),
+		attrPK:          s("conn#" + c.ID),
+		attrAgent:       s(c.AgentID),
+		attrState:       s(string(c.State)),
+		attrConnectedAt: n(now.UnixMilli()),
+		attrExpiresAt:   n(now.Add(connTTL).Unix()),
 	}
 	if c.TokenHash != "" {
-		item["tok"] = s(c.TokenHash)
+		item[attrTokenHash] = s(c.TokenHash)
 	}
 	return item
 }
 
 func decodeConn(item map[string]types.AttributeValue) Conn {
 	return Conn{
-		ID:          strings.TrimPrefix(str(item, "pk"), "conn#"),
-		AgentID:     str(item, "agent"),
-		TokenHash:   str(item, "tok"),
-		State:       State(str(item, "state")),
-		ConnectedAt: time.UnixMilli(num(item, "connected_at")),
-		Order:       num(item, "ord"),
+		ID:          strings.TrimPrefix(str(item, attrPK), "conn#"),
+		AgentID:     str(item, attrAgent),
+		TokenHash:   str(item, attrTokenHash),
+		State:       State(str(item, attrState)),
+		ConnectedAt: time.UnixMilli(num(item, attrConnectedAt)),
+		Order:       num(item, attrOrder),
 	}
 }
 
@@ -586,21 +621,22 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 		return Owner{}
 	}
 	o := Owner{
-		AgentID:   strings.TrimPrefix(str(item, "pk"), "agent#"),
-		ConnID:    str(item, "conn"),
-		TokenHash: str(item, "tok"),
-		Sub:       num(item, "sub"),
-		Next:      num(item, "next"),
-		From:      num(item, "from"),
-		Requested: num(item, "req"),
-		Truncated: boolean(item, "trunc"),
-		ReplayEnd: num(item, "rend"),
-		HelloSent: boolean(item, "hello"),
-		Lease:     str(item, "lease"),
-		Pending:   boolean(item, "pending"),
-		Batch:     boolean(item, "batch"),
+		AgentID:   strings.TrimPrefix(str(item, attrPK), "agent#"),
+		ConnID:    str(item, attrConn),
+		TokenHash: str(item, attrTokenHash),
+		Sub:       num(item, attrSub),
+		Next:      num(item, attrNext),
+		From:      num(item, attrFrom),
+		Requested: num(item, attrRequested),
+		Truncated: boolean(item, attrTruncated),
+		ReplayEnd: num(item, attrReplayEnd),
+		HelloSent: boolean(item, attrHello),
+		Lease:     str(item, attrLease),
+		LeaseKind: kindOf(str(item, attrLease), str(item, attrLeaseKind)),
+		Pending:   boolean(item, attrPending),
+		Batch:     boolean(item, attrBatch),
 	}
-	if ms := num(item, "lease_until"); ms > 0 {
+	if ms := num(item, attrLeaseUntil); ms > 0 {
 		o.LeaseUntil = time.UnixMilli(ms)
 	}
 	return o
@@ -631,9 +667,9 @@ func boolean(item map[string]types.AttributeValue, k string) bool {
 	return ok && v.Value
 }
 
-func isConditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
+func isCondCheckFailed(err error) bool {
+	_, failed := condFailed(err)
+	return failed
 }
 
 // Abandon records progress and lets the lease go even if Pending is set, for a holder
@@ -641,12 +677,11 @@ func isConditionFailed(err error) bool {
 // subscription changed under the holder, only the lease goes: the new subscription's
 // cursor is kept.
 func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress) error {
-	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(st.table),
-		Key:                      ownerKey(o.AgentID),
-		UpdateExpression:         aws.String("SET #next = :next, hello = :hello, trunc = :trunc REMOVE lease, lease_until"),
-		ConditionExpression:      aws.String("lease = :me AND conn = :c AND #sub = :sub"),
-		ExpressionAttributeNames: map[string]string{"#next": "next", "#sub": "sub"},
+	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:           aws.String(st.table),
+		Key:                 ownerKey(o.AgentID),
+		UpdateExpression:    aws.String("SET #next = :next, #hello = :hello, #trunc = :trunc REMOVE #lease, #lease_kind, #lease_until"),
+		ConditionExpression: aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":me": s(holder), ":c": s(o.ConnID), ":sub": n(o.Sub), ":next": n(p.Next),
 			":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent}, ":trunc": &types.AttributeValueMemberBOOL{Value: p.Truncated},
@@ -655,20 +690,20 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 	if err == nil {
 		return nil
 	}
-	if !isConditionFailed(err) {
+	if !isCondCheckFailed(err) {
 		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
 	}
 	// Resubscribed meanwhile: the progress belongs to the replaced subscription and is
 	// dropped, but the lease must still go, or the new subscription would wait for it to
 	// run out. Pending stays set for whoever comes next.
-	_, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err = st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       ownerKey(o.AgentID),
-		UpdateExpression:          aws.String("REMOVE lease, lease_until"),
-		ConditionExpression:       aws.String("lease = :me AND conn = :c"),
+		UpdateExpression:          aws.String("REMOVE #lease, #lease_kind, #lease_until"),
+		ConditionExpression:       aws.String("#lease = :me AND #conn = :c"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID)},
 	})
-	if err != nil && !isConditionFailed(err) {
+	if err != nil && !isCondCheckFailed(err) {
 		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
 	}
 	return nil
@@ -701,17 +736,17 @@ func (sl *Slots) TryAcquire(ctx context.Context, holder string, start int) (int,
 		if busy[i] {
 			continue
 		}
-		_, err := sl.store.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		_, err := sl.store.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(sl.store.table),
-			Key:                       map[string]types.AttributeValue{"pk": s("slot#" + strconv.Itoa(i))},
-			UpdateExpression:          aws.String("SET holder = :me, until_ms = :until"),
-			ConditionExpression:       aws.String("attribute_not_exists(holder) OR until_ms < :now"),
+			Key:                       map[string]types.AttributeValue{attrPK: s("slot#" + strconv.Itoa(i))},
+			UpdateExpression:          aws.String("SET #holder = :me, #until_ms = :until"),
+			ConditionExpression:       aws.String("attribute_not_exists(#holder) OR #until_ms < :now"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":until": n(now.Add(sl.ttl).UnixMilli()), ":now": n(now.UnixMilli())},
 		})
 		if err == nil {
 			return i, nil
 		}
-		if !isConditionFailed(err) {
+		if !isCondCheckFailed(err) {
 			return -1, fmt.Errorf("connections: acquire slot %d: %w", i, err)
 		}
 	}
@@ -723,7 +758,7 @@ func (sl *Slots) TryAcquire(ctx context.Context, holder string, start int) (int,
 func (sl *Slots) busy(ctx context.Context, now time.Time) (map[int]bool, error) {
 	keys := make([]map[string]types.AttributeValue, sl.n)
 	for i := range keys {
-		keys[i] = map[string]types.AttributeValue{"pk": s("slot#" + strconv.Itoa(i))}
+		keys[i] = map[string]types.AttributeValue{attrPK: s("slot#" + strconv.Itoa(i))}
 	}
 	busy := map[int]bool{}
 	req := map[string]types.KeysAndAttributes{sl.store.table: {Keys: keys}}
@@ -733,8 +768,8 @@ func (sl *Slots) busy(ctx context.Context, now time.Time) (map[int]bool, error) 
 			return nil, fmt.Errorf("connections: read slots: %w", err)
 		}
 		for _, item := range out.Responses[sl.store.table] {
-			i, _ := strconv.Atoi(strings.TrimPrefix(str(item, "pk"), "slot#"))
-			if str(item, "holder") != "" && num(item, "until_ms") >= now.UnixMilli() {
+			i, _ := strconv.Atoi(strings.TrimPrefix(str(item, attrPK), "slot#"))
+			if str(item, attrSlotHolder) != "" && num(item, attrSlotUntil) >= now.UnixMilli() {
 				busy[i] = true
 			}
 		}
@@ -745,14 +780,14 @@ func (sl *Slots) busy(ctx context.Context, now time.Time) (map[int]bool, error) 
 
 // Release frees slot i if holder still holds it.
 func (sl *Slots) Release(ctx context.Context, holder string, i int) error {
-	_, err := sl.store.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := sl.store.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(sl.store.table),
-		Key:                       map[string]types.AttributeValue{"pk": s("slot#" + strconv.Itoa(i))},
-		UpdateExpression:          aws.String("REMOVE holder, until_ms"),
-		ConditionExpression:       aws.String("holder = :me"),
+		Key:                       map[string]types.AttributeValue{attrPK: s("slot#" + strconv.Itoa(i))},
+		UpdateExpression:          aws.String("REMOVE #holder, #until_ms"),
+		ConditionExpression:       aws.String("#holder = :me"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder)},
 	})
-	if err != nil && !isConditionFailed(err) {
+	if err != nil && !isCondCheckFailed(err) {
 		return fmt.Errorf("connections: release slot %d: %w", i, err)
 	}
 	return nil
@@ -763,17 +798,17 @@ func (sl *Slots) Release(ctx context.Context, holder string, i int) error {
 // that holder dies. It returns false if another watcher's claim is still live or the
 // record is gone. A watcher calls it again with its own id to extend its claim.
 func (st *Store) ClaimWatch(ctx context.Context, agentID, watcher string, until time.Time) (bool, error) {
-	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:        aws.String(st.table),
 		Key:              ownerKey(agentID),
-		UpdateExpression: aws.String("SET watch = :me, watch_until = :until"),
-		ConditionExpression: aws.String("attribute_exists(conn) AND " +
-			"(attribute_not_exists(watch_until) OR watch_until < :now OR watch = :me)"),
+		UpdateExpression: aws.String("SET #watch = :me, #watch_until = :until"),
+		ConditionExpression: aws.String("attribute_exists(#conn) AND " +
+			"(attribute_not_exists(#watch_until) OR #watch_until < :now OR #watch = :me)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":me": s(watcher), ":until": n(until.UnixMilli()), ":now": n(st.now().UnixMilli()),
 		},
 	})
-	if isConditionFailed(err) {
+	if isCondCheckFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -787,21 +822,20 @@ func (st *Store) ClaimWatch(ctx context.Context, agentID, watcher string, until 
 // can rely on the watcher; it returns false (claim kept) if one is set, and true when the
 // claim is gone (or was not watcher's).
 func (st *Store) EndWatch(ctx context.Context, agentID, watcher string, force bool) (bool, error) {
-	cond := "watch = :me"
+	cond := "#watch = :me"
 	if !force {
-		cond += " AND attribute_not_exists(pending)"
+		cond += " AND attribute_not_exists(#pending)"
 	}
-	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(st.table),
 		Key:                                 ownerKey(agentID),
-		UpdateExpression:                    aws.String("REMOVE watch, watch_until"),
+		UpdateExpression:                    aws.String("REMOVE #watch, #watch_until"),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(watcher)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		return str(ccf.Item, "watch") != watcher, nil
+	if old, failed := condFailed(err); failed {
+		return str(old, attrWatch) != watcher, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("connections: end watch on %s: %w", agentID, err)

@@ -59,6 +59,52 @@ type rig struct {
 	tokens *auth.Store
 	d      *delivery.Deliverer
 	fast   *delivery.Notifier
+	kicks  *kickTracker
+}
+
+// kickTracker counts the asynchronous deliver invocations the Deliverer asked for and
+// the gateway has not finished yet: one is counted from the Invoke call on (before the
+// gateway even queues it) until its handler returns nil (an error is retried).
+type kickTracker struct {
+	delivery.InvokeAPI
+	mu       sync.Mutex
+	inflight int
+}
+
+func (k *kickTracker) Invoke(ctx context.Context, in *lambdasvc.InvokeInput, opts ...func(*lambdasvc.Options)) (*lambdasvc.InvokeOutput, error) {
+	k.mu.Lock()
+	k.inflight++
+	k.mu.Unlock()
+	out, err := k.InvokeAPI.Invoke(ctx, in, opts...)
+	if err != nil {
+		k.done()
+	}
+	return out, err
+}
+
+func (k *kickTracker) done() {
+	k.mu.Lock()
+	k.inflight--
+	k.mu.Unlock()
+}
+
+// settled waits until every deliver invocation asked for has finished: after it, no
+// handed-over sender is still at work.
+func (k *kickTracker) settled(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		k.mu.Lock()
+		n := k.inflight
+		k.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliver invocations still running", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 type rigConfig struct {
@@ -96,13 +142,14 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	if rc.posts != nil {
 		posts = rc.posts(posts)
 	}
-	invoke := lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })
+	invoke := &kickTracker{InvokeAPI: lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })}
 	rc.cfg.DeliverFunction, rc.cfg.Logger = "deliver", logger
 	r := &rig{
 		gw: gw, db: rc.db, names: rc.names,
 		log:    sessionlog.New(rc.db, rc.names["LogTable"]),
 		conns:  connections.New(rc.db, rc.names["ConnectionsTable"]),
 		tokens: auth.New(rc.db, rc.names["ConnectionsTable"]),
+		kicks:  invoke,
 	}
 	r.d = delivery.New(rc.cfg, r.log, r.conns, posts, invoke)
 	r.fast = delivery.NewNotifier(r.d, time.Second)
@@ -111,7 +158,13 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	connect.Bind(lambda.NewHandler(sock.Connect))
 	message.Bind(lambda.NewHandler(sock.Message))
 	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
-	deliver.Bind(lambda.NewHandler(r.d.Handle))
+	deliver.Bind(lambda.NewHandler(func(ctx context.Context, raw json.RawMessage) (any, error) {
+		out, err := r.d.Handle(ctx, raw)
+		if err == nil {
+			invoke.done()
+		}
+		return out, err
+	}))
 	return r
 }
 
@@ -418,7 +471,7 @@ func TestFaultPostGone(t *testing.T) {
 	}
 	r.appendN(t, r.log, agent, 2, "later")
 	r.fast.Flush()
-	time.Sleep(200 * time.Millisecond) // a handed-over sender, if any, finds no owner
+	r.kicks.settled(t) // a handed-over sender, if any, has found no owner
 	gp.mu.Lock()
 	attempts := gp.attempts[o.ConnID]
 	gp.mu.Unlock()

@@ -142,7 +142,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		_, err = s.log.Create(ctx, agentID)
 		if err == nil {
 			var superseded connections.Owner
-			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash))
+			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck)
 			if err == nil {
 				used := make(chan error, 1) // the token's last use, written alongside the kick
 				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()

@@ -1,0 +1,148 @@
+package connections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Attribute names of the connections table's items (docs/architecture.md lists the
+// ownership record's). Expressions name them as "#" + name; the store's write
+// helpers (update, del, transact) map every such placeholder to its attribute, so no
+// expression carries a bare attribute name and none can be misspelt unseen.
+const (
+	attrPK = "pk" // "conn#<id>", "agent#<id>" or "slot#<i>"
+
+	// conn#<id>
+	attrAgent       = "agent"
+	attrTokenHash   = "tok" // also on agent#<id>
+	attrState       = "state"
+	attrConnectedAt = "connected_at"
+	attrExpiresAt   = "expires_at"
+	attrOrder       = "ord"
+
+	// agent#<id>: the ownership record
+	attrConn       = "conn"
+	attrSub        = "sub"
+	attrNext       = "next"
+	attrFrom       = "from"
+	attrRequested  = "req"
+	attrTruncated  = "trunc"
+	attrReplayEnd  = "rend"
+	attrHello      = "hello"
+	attrLease      = "lease"
+	attrLeaseUntil = "lease_until"
+	attrLeaseKind  = "lease_kind"
+	attrPending    = "pending"
+	attrBatch      = "batch"
+	attrSubAt      = "sub_at"
+	attrWatch      = "watch"
+	attrWatchUntil = "watch_until"
+
+	// slot#<i>
+	attrSlotHolder = "holder"
+	attrSlotUntil  = "until_ms"
+)
+
+// attrNames maps every expression placeholder to its attribute.
+var attrNames = func() map[string]string {
+	m := map[string]string{}
+	for _, a := range []string{
+		attrPK, attrAgent, attrTokenHash, attrState, attrConnectedAt, attrExpiresAt, attrOrder,
+		attrConn, attrSub, attrNext, attrFrom, attrRequested, attrTruncated, attrReplayEnd,
+		attrHello, attrLease, attrLeaseUntil, attrLeaseKind, attrPending, attrBatch, attrSubAt,
+		attrWatch, attrWatchUntil, attrSlotHolder, attrSlotUntil,
+	} {
+		m["#"+a] = a
+	}
+	return m
+}()
+
+var placeholder = regexp.MustCompile(`#\w+`)
+
+// exprNames returns the ExpressionAttributeNames of exprs: each #name in them mapped to
+// its attribute (nil when there is none, as DynamoDB rejects an empty map). An unknown
+// placeholder is a programming error and panics, at the first test that runs it.
+func exprNames(exprs ...*string) map[string]string {
+	var names map[string]string
+	for _, e := range exprs {
+		for _, p := range placeholder.FindAllString(aws.ToString(e), -1) {
+			a, ok := attrNames[p]
+			if !ok {
+				panic(fmt.Sprintf("connections: unknown attribute placeholder %s in %q", p, aws.ToString(e)))
+			}
+			if names == nil {
+				names = map[string]string{}
+			}
+			names[p] = a
+		}
+	}
+	return names
+}
+
+func (st *Store) update(ctx context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+	in.ExpressionAttributeNames = exprNames(in.UpdateExpression, in.ConditionExpression)
+	return st.api.UpdateItem(ctx, in)
+}
+
+func (st *Store) del(ctx context.Context, in *dynamodb.DeleteItemInput) (*dynamodb.DeleteItemOutput, error) {
+	in.ExpressionAttributeNames = exprNames(in.ConditionExpression)
+	return st.api.DeleteItem(ctx, in)
+}
+
+// txItem is one named item of a transaction, so that a cancellation reason is matched
+// to the item it concerns by name, never by position.
+type txItem struct {
+	name string
+	item types.TransactWriteItem
+}
+
+// transact writes items in one transaction. Items of this store get their attribute
+// names filled in; a condition check brought by another store keeps its own.
+func (st *Store) transact(ctx context.Context, items []txItem) error {
+	in := &dynamodb.TransactWriteItemsInput{}
+	for _, it := range items {
+		w := it.item
+		switch {
+		case w.Put != nil && w.Put.TableName != nil && *w.Put.TableName == st.table:
+			w.Put.ExpressionAttributeNames = exprNames(w.Put.ConditionExpression)
+		case w.Update != nil && w.Update.TableName != nil && *w.Update.TableName == st.table:
+			w.Update.ExpressionAttributeNames = exprNames(w.Update.UpdateExpression, w.Update.ConditionExpression)
+		}
+		in.TransactItems = append(in.TransactItems, w)
+	}
+	_, err := st.api.TransactWriteItems(ctx, in)
+	return err
+}
+
+// condFailed reports whether err is DynamoDB refusing a write because its condition
+// did not hold (as guregu/dynamo's IsCondCheckFailed), with the item as it stood — when
+// the request asked for it (ReturnValuesOnConditionCheckFailure ALL_OLD), and nil if
+// there was no item. It is this package's one test of that error.
+func condFailed(err error) (old map[string]types.AttributeValue, failed bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return ccf.Item, true
+	}
+	return nil, false
+}
+
+// txCondFailed reports whether err is a transaction of items cancelled because the
+// condition of the item named name did not hold.
+func txCondFailed(err error, items []txItem, name string) bool {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return false
+	}
+	for i, r := range tce.CancellationReasons {
+		if i < len(items) && items[i].name == name {
+			return aws.ToString(r.Code) == "ConditionalCheckFailed"
+		}
+	}
+	return false
+}

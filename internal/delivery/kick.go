@@ -1,0 +1,93 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/terret/terret-ws/internal/protocol"
+)
+
+// Kick kinds: what a deliver invocation started asynchronously should do.
+const (
+	KickPump = "pump" // send what the owner is owed (hello after connect, handover)
+	KickDrop = "drop" // tell a connection Code and close it (unauthorized at connect)
+	// KickWatch outlives a lease holder that was left a Pending mark: see watch.
+	KickWatch = "watch"
+)
+
+// Kick is the payload of an asynchronous deliver invocation.
+type Kick struct {
+	Kind         string        `json:"kind"`
+	AgentID      string        `json:"agent_id,omitempty"`
+	ConnectionID string        `json:"connection_id,omitempty"`
+	Code         protocol.Code `json:"code,omitempty"`
+	Watcher      string        `json:"watcher,omitempty"` // KickWatch: the claim to act under
+	// Hello (KickDrop): the connection was never sent hello; send it (with AgentID's
+	// tip) before the error frame.
+	Hello bool `json:"hello,omitempty"`
+}
+
+// Kick invokes the deliver function asynchronously with k.
+func (d *Deliverer) Kick(ctx context.Context, k Kick) error {
+	if d.invoke == nil {
+		return errors.New("delivery: no invoker configured")
+	}
+	payload, _ := json.Marshal(k)
+	_, err := d.invoke.Invoke(ctx, &lambda.InvokeInput{
+		FunctionName:   aws.String(d.cfg.DeliverFunction),
+		InvocationType: lambdatypes.InvocationTypeEvent,
+		Payload:        payload,
+	})
+	if err != nil {
+		return fmt.Errorf("delivery: kick %s %s: %w", k.Kind, k.AgentID, err)
+	}
+	return nil
+}
+
+// HandleKick serves an asynchronous invocation.
+func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
+	switch k.Kind {
+	case KickPump:
+		d.gate(GateKickPump, k.AgentID)
+		_, err := d.pump(ctx, k.AgentID, nil, wake{backstop: true, retried: true})
+		return err
+	case KickWatch:
+		return d.runWatch(ctx, k)
+	case KickDrop:
+		frames := [][]byte{protocol.Marshal(protocol.NewError(k.Code, message(k.Code)))}
+		if k.Hello {
+			tip, err := d.log.Tip(ctx, k.AgentID)
+			if err != nil {
+				return err
+			}
+			frames = append([][]byte{protocol.Marshal(protocol.NewHello(k.AgentID, tip))}, frames...)
+		}
+		// The connection may still be finishing $connect: allow the hello grace on the
+		// first post.
+		deadline := time.Now().Add(d.cfg.HelloGrace)
+		for i := 0; i < len(frames); {
+			err := d.post(ctx, k.ConnectionID, frames[i])
+			if errors.Is(err, ErrGone) && i == 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			if errors.Is(err, ErrGone) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			i++
+		}
+		return d.deleteConn(ctx, k.ConnectionID)
+	default:
+		return fmt.Errorf("delivery: unknown kick kind %q", k.Kind)
+	}
+}

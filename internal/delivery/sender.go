@@ -1,0 +1,431 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// lingerFor is how long a fast-path sender keeps its lease for the appender's next
+// event: longer than the gap between a streamed answer's chunks (the runtime flushes
+// every 200 ms), and shorter than a backstop wake-up's own looks (watchLooks), so that
+// one meeting a lingering sender sees it let go instead of starting a watcher.
+const lingerFor = 250 * time.Millisecond
+
+// lingerLook is how often a lingering sender writes its cursor and looks at the record:
+// a resubscribe or another process's Pending mark waits no longer than this for it.
+const lingerLook = time.Second
+
+// sender is the lease holder of one ownership record, from the Acquire that made it
+// one to finish. It posts one frame at a time, each awaited, and every write it makes
+// to the record is conditional on still holding the lease (Store.Checkpoint, Release,
+// Abandon). Its state is the record as last written or read under the lease (o), the
+// progress made (p, of which up to CheckpointEvery events may be unrecorded) and
+// whether the lease is still its own (released). Not safe for concurrent use.
+type sender struct {
+	d      *Deliverer
+	ctx    context.Context
+	lg     *slog.Logger
+	holder string
+	w      wake
+
+	o connections.Owner    // the record; o.Sub is the subscription being served
+	p connections.Progress // progress made under the lease, ahead of o
+
+	hints  []sessionlog.Event // events that woke this sender, if next in line
+	stopAt time.Time          // when a sender still busy hands over (zero: never)
+	looked time.Time          // when a lingering sender last looked at the record
+
+	unrecorded int                 // events posted since the cursor was last written
+	half       int                 // CheckpointEvery/2: events per cursor write and per batch
+	inflight   chan checkpointDone // a cursor write under way (checkpoint.go), or nil
+	// resubscribed is set when the record turned out to serve a newer subscription
+	// (adopt); the events in hand belong to the old one.
+	resubscribed bool
+	// released: the lease is no longer this sender's to give back — let go, lost to
+	// another holder, or gone with the record.
+	released bool
+}
+
+func (d *Deliverer) newSender(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, w wake) *sender {
+	return &sender{
+		d: d, ctx: ctx, holder: holder, w: w, o: o, hints: hints,
+		lg:     d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID),
+		p:      connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated},
+		stopAt: w.stopAt, looked: time.Now(),
+		half: max(d.cfg.CheckpointEvery/2, 1),
+	}
+}
+
+// run is step 3 and 4 of the pump (docs/architecture.md, "Delivery"): hello if owed,
+// then events from the cursor, until the log has nothing more and the lease can be let
+// go (release). A Pending mark or a resubscribe found at release means looking again.
+func (s *sender) run() (err error) {
+	began, first := time.Now(), s.p.Next
+	defer s.finish(&err, began, first)
+	for {
+		if !s.p.HelloSent {
+			if err := s.hello(); err != nil {
+				return err
+			}
+		}
+		s.resubscribed = false
+		batch, fromHints, err := s.next()
+		if err != nil {
+			return err
+		}
+		if s.resubscribed {
+			continue // read for the replaced subscription: read from the new cursor
+		}
+		if len(batch) > 0 {
+			if s.p.Next >= s.o.ReplayEnd && s.d.lagging(s.p.Next, batch) {
+				return s.closeLagged()
+			}
+			if err := s.postEvents(batch); err != nil {
+				return err
+			}
+			if s.d.nearDeadline(s.ctx) {
+				return errDeadline
+			}
+			if err := s.join(); err != nil { // a resubscribe it found shows in s.resubscribed
+				return err
+			}
+			if !fromHints || s.resubscribed {
+				continue // there may be more in the log
+			}
+		}
+		more, err := s.linger()
+		if err != nil {
+			return err
+		}
+		if more {
+			continue // the appender's next events, under the same lease
+		}
+		if done, err := s.release(); err != nil || done {
+			return err
+		}
+	}
+}
+
+// finish is the one way out of run. A sender that ran out of time hands its work to
+// a fresh invocation, and one whose connection is gone forgets it; any sender still
+// holding the lease then leaves the progress made so that the next sender continues
+// from it.
+func (s *sender) finish(err *error, began time.Time, first int64) {
+	switch {
+	case errors.Is(*err, errDeadline):
+		*err = s.handover()
+	case errors.Is(*err, ErrGone):
+		s.lg.Info("connection gone")
+		*err = s.d.store.Forget(s.ctx, s.o.ConnID, s.o.AgentID)
+	}
+	if !s.released {
+		_ = s.join()
+	}
+	if !s.released {
+		if aerr := s.d.store.Abandon(context.WithoutCancel(s.ctx), s.o, s.holder, s.p); aerr != nil {
+			s.lg.Error("abandon lease", "error", aerr)
+		}
+	}
+	s.lg.Debug("sender done", "from_seq", first, "next_seq", s.p.Next, "duration_ms", time.Since(began).Milliseconds(), "error", *err)
+}
+
+// adopt takes cur, the record as a write under the lease returned it. It is the one
+// place a resubscribe is noticed: the new subscription's cursor replaces the progress
+// made for the old one.
+func (s *sender) adopt(cur connections.Owner) {
+	if cur.Sub != s.o.Sub {
+		s.p = connections.Progress{Next: cur.Next, HelloSent: s.p.HelloSent || cur.HelloSent, Truncated: cur.Truncated}
+		s.unrecorded, s.resubscribed = 0, true
+	}
+	s.o = cur
+}
+
+// lost notes an error of a write under the lease: ErrLeaseLost means another holder
+// (or nobody, the record gone) has it now.
+func (s *sender) lost(err error) error {
+	if errors.Is(err, connections.ErrLeaseLost) {
+		s.released = true
+	}
+	return err
+}
+
+// join waits for the cursor write under way, if any, and adopts what it returned.
+func (s *sender) join() error {
+	if s.inflight == nil {
+		return nil
+	}
+	r := <-s.inflight
+	s.inflight = nil
+	if r.err != nil {
+		return s.lost(r.err)
+	}
+	s.adopt(r.cur)
+	return nil
+}
+
+// checkpoint writes the progress and extends the lease, waiting for the outcome.
+func (s *sender) checkpoint() error {
+	if err := s.join(); err != nil {
+		return err
+	}
+	cur, err := s.d.store.Checkpoint(s.ctx, s.o, s.holder, s.p, s.d.cfg.Lease)
+	if err != nil {
+		return s.lost(err)
+	}
+	s.adopt(cur)
+	s.unrecorded = 0
+	return nil
+}
+
+// renew keeps the lease well ahead of every post: a sender never posts on a lease with
+// less than half its term left, so a slow sender stops (ErrLeaseLost) rather than
+// overlapping the next one. It also stores the cursor every CheckpointEvery/2 events,
+// which bounds what a successor re-sends should this sender die (an unavoidable
+// window: a post and the write recording it cannot be one atomic step). That write
+// goes on while the next frame is posted (checkpoint.go), so at most CheckpointEvery
+// events are unrecorded.
+func (s *sender) renew() error {
+	if time.Until(s.o.LeaseUntil) > s.d.cfg.Lease/2 && s.unrecorded < s.half {
+		return nil
+	}
+	if err := s.join(); err != nil {
+		return err
+	}
+	if time.Until(s.o.LeaseUntil) > s.d.cfg.Lease/2 {
+		if s.unrecorded >= s.half {
+			s.inflight, s.unrecorded = s.checkpointAsync(), 0
+		}
+		return nil
+	}
+	return s.checkpoint()
+}
+
+// pastStop reports whether a sender with a budget has run out of it.
+func (s *sender) pastStop() bool { return !s.stopAt.IsZero() && time.Now().After(s.stopAt) }
+
+// hello posts hello and records it. A lease lost on the way may mean the connection was
+// superseded meanwhile: Supersede then left the closing to this sender (unwelcomed).
+func (s *sender) hello() error {
+	tip, err := s.d.log.Tip(s.ctx, s.o.AgentID)
+	if err != nil {
+		return err
+	}
+	if err := s.renew(); err != nil {
+		return s.d.unwelcomed(s.ctx, s.o, err, false)
+	}
+	s.d.gate(GateHello, s.o.AgentID)
+	if err := s.d.postHello(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewHello(s.o.AgentID, tip))); err != nil {
+		return err
+	}
+	s.p.HelloSent = true
+	if err := s.checkpoint(); err != nil {
+		return s.d.unwelcomed(s.ctx, s.o, err, true)
+	}
+	return nil
+}
+
+// next returns the events owed from the cursor on: the hints that woke the sender when
+// they start exactly there (fromHints, no read), otherwise a log read. Nothing is owed
+// to a connection not subscribed.
+func (s *sender) next() (batch []sessionlog.Event, fromHints bool, err error) {
+	if s.o.Sub == 0 {
+		return nil, false, nil
+	}
+	batch, fromHints = take(s.hints, s.p.Next)
+	s.hints = nil
+	if fromHints {
+		return batch, true, nil
+	}
+	if s.pastStop() {
+		return nil, false, errDeadline
+	}
+	batch, err = s.read(s.p.Next)
+	return batch, false, err
+}
+
+// postEvents posts batch in order — replay_truncated first if it is owed here — one
+// event per post, or several for a batching client (batch.go). It stops early if the
+// record turns out to serve a newer subscription: the rest of batch belongs to the old
+// one.
+func (s *sender) postEvents(batch []sessionlog.Event) error {
+	if s.p.Truncated && s.p.Next == s.o.From {
+		if err := s.renew(); err != nil {
+			return err
+		}
+		if err := s.d.post(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewReplayTruncated(s.o.Requested, s.o.From))); err != nil {
+			return err
+		}
+		s.p.Truncated = false
+	}
+	for i := 0; i < len(batch); {
+		if err := s.renew(); err != nil {
+			return err
+		}
+		if s.resubscribed {
+			return nil
+		}
+		b, k, err := frame(batch[i:], s.o.Batch, s.half-s.unrecorded)
+		if err != nil {
+			return err
+		}
+		if err := s.d.post(s.ctx, s.o.ConnID, b); err != nil {
+			return err
+		}
+		i += k
+		s.p.Next = batch[i-1].Seq + 1
+		s.unrecorded += k
+		if s.pastStop() {
+			return errDeadline
+		}
+	}
+	return nil
+}
+
+// closeLagged drops a connection whose live tail fell more than OutboundQueue events
+// behind. The record goes with the connection, and the lease with it.
+func (s *sender) closeLagged() error {
+	if err := s.join(); err != nil {
+		return err
+	}
+	s.released = true
+	return s.d.Close(s.ctx, s.o, protocol.CodeLagged, "outbound queue overflowed: resubscribe from your last durable seq")
+}
+
+// linger lets a fast-path sender that has sent everything wait up to lingerFor for the
+// appender's next events under the same lease (see wake.more). It reports whether
+// events came. Every lingerLook it writes its cursor and looks at the record: a
+// Pending mark means another process appended or asked, so the log is read.
+func (s *sender) linger() (bool, error) {
+	if s.w.more == nil || s.o.Sub == 0 || (!s.stopAt.IsZero() && time.Until(s.stopAt) <= lingerFor) {
+		return false, nil
+	}
+	next := s.w.more(lingerFor)
+	if len(next) == 0 {
+		return false, nil
+	}
+	s.hints = normalize(next)
+	if s.w.budget > 0 {
+		s.stopAt = time.Now().Add(s.w.budget)
+	}
+	if time.Since(s.looked) >= lingerLook {
+		if err := s.checkpoint(); err != nil {
+			return false, err
+		}
+		s.looked = time.Now()
+		if s.o.Pending {
+			s.hints = nil
+		}
+	}
+	return true, nil
+}
+
+// release is step 4: write the cursor and let the lease go. It reports done=false,
+// the lease kept, when a Pending mark or a resubscribe asks to look at the log again.
+func (s *sender) release() (done bool, err error) {
+	if err := s.join(); err != nil {
+		return false, err
+	}
+	cur, ok, err := s.d.store.Release(s.ctx, s.o, s.holder, s.p)
+	if errors.Is(err, connections.ErrLeaseLost) {
+		s.released = true
+		return true, nil // superseded or expired: the new owner's sender takes over
+	}
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		s.released = true
+		return true, nil
+	}
+	s.lg.Debug("looking again", "pending", s.o.Sub == cur.Sub, "next_seq", s.p.Next)
+	s.adopt(cur)
+	return false, nil
+}
+
+// handover leaves the progress and asks a fresh invocation to continue.
+func (s *sender) handover() error {
+	if err := s.join(); err != nil {
+		return err
+	}
+	if err := s.d.store.Abandon(s.ctx, s.o, s.holder, s.p); err != nil {
+		return err
+	}
+	s.released = true
+	return s.d.Kick(s.ctx, Kick{Kind: KickPump, AgentID: s.o.AgentID})
+}
+
+// read returns the next events from the log. Replay reads (below ReplayEnd) hold one of
+// the cluster-wide replay slots for the duration of the read only; tail reads are never
+// gated.
+func (s *sender) read(next int64) ([]sessionlog.Event, error) {
+	d, ctx, o := s.d, s.ctx, s.o
+	if next >= o.ReplayEnd {
+		return d.log.Read(ctx, o.AgentID, next, d.cfg.OutboundQueue+1)
+	}
+	limit := int(min(int64(d.cfg.ReplayPage), o.ReplayEnd-next))
+	holder := connections.NewHolder(connections.HolderOnce).ID
+	slot, err := s.acquireSlot(holder)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := d.slots.Release(context.WithoutCancel(ctx), holder, slot); err != nil {
+			d.logger.Error("release replay slot", "error", err, "slot", slot)
+		}
+	}()
+	if obs := d.cfg.Observer; obs != nil {
+		obs.ReplayRead(true)
+		defer obs.ReplayRead(false)
+	}
+	return d.log.Read(ctx, o.AgentID, next, limit)
+}
+
+// acquireSlot waits, with jittered polling, for a replay slot. The connection stays
+// open meanwhile; only this read waits, and the connection's lease is kept renewed. A
+// sender with a budget (stopAt) hands the wait over when it runs out.
+func (s *sender) acquireSlot(holder string) (int, error) {
+	d, ctx := s.d, s.ctx
+	began := time.Now()
+	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
+		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(d.cfg.MaxConcurrentReplays))
+		if err != nil || slot >= 0 {
+			if waited := time.Since(began); waited > time.Second {
+				d.logger.Debug("waited for a replay slot", "wait_ms", waited.Milliseconds())
+			}
+			return slot, err
+		}
+		if err := s.renew(); err != nil {
+			return -1, err
+		}
+		if d.nearDeadline(ctx) || s.pastStop() {
+			return -1, errDeadline
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("delivery: wait for replay slot: %w", ctx.Err())
+		case <-time.After(wait/2 + mrand.N(wait/2+1)):
+		}
+	}
+}
+
+// lagging reports whether the live tail is more than OutboundQueue events behind.
+func (d *Deliverer) lagging(next int64, batch []sessionlog.Event) bool {
+	tip := batch[len(batch)-1].Seq
+	if len(batch) > d.cfg.OutboundQueue {
+		return true
+	}
+	return tip-next+1 > int64(d.cfg.OutboundQueue)
+}
+
+func (d *Deliverer) nearDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < d.cfg.HandoverMargin
+}

@@ -1,0 +1,135 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/terret/terret-ws/internal/connections"
+)
+
+// watchSlack is how long past a lease's end a watcher looks: a live holder renews its
+// lease long before the end, so only a dead one's is still there.
+const watchSlack = 250 * time.Millisecond
+
+// watchLooks are the pauses of a backstop wake-up's own looks at the record before it
+// starts a watcher: a fast-path sender lets go within milliseconds.
+var watchLooks = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond}
+
+// covered reports whether the record needs no watcher: nothing owed (hello sent, not
+// subscribed), no mark and no lease, or a live lease held by a self-healing holder — which
+// serves any mark, or dies and is retried by Lambda, its retry sending from the cursor.
+// A live lease of any other holder is not covered even without a mark: a holder that
+// took a mark is serving it, and would strand it if it died.
+func covered(o connections.Owner, now time.Time) bool {
+	live := o.Lease != "" && !o.LeaseUntil.Before(now)
+	switch {
+	case o.HelloSent && o.Sub == 0:
+		return true
+	case !o.Pending && o.Lease == "":
+		return true
+	default:
+		return live && o.LeaseKind == connections.HolderRetried
+	}
+}
+
+// watch is called by a backstop wake-up (see wake) that left a Pending mark with the
+// lease holder of o. A live holder serves the mark before it lets go; a dead one never
+// will, and no later wake-up may come. Unless the record is covered (its own looks, a
+// few hundred milliseconds at most, usually see the holder let go), one watcher per
+// agent — an asynchronous deliver invocation, claimed on the ownership record — waits
+// for the lease to be let go or to run out, and takes over in the second case. A
+// wake-up that finds a watcher already claimed relies on it: the watcher gives up its
+// claim only while no mark is set (connections.EndWatch).
+func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) error {
+	for _, pause := range watchLooks {
+		if covered(o, time.Now()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		var err error
+		if o, err = d.store.Owner(ctx, o.AgentID); errors.Is(err, connections.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+	if covered(o, time.Now()) {
+		return nil
+	}
+	id := connections.NewHolder(connections.HolderRetried).ID
+	until := o.LeaseUntil
+	if now := time.Now(); until.Before(now) {
+		until = now
+	}
+	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, until.Add(watchSlack))
+	if err != nil || !claimed {
+		return err
+	}
+	if err := d.Kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id}); err != nil {
+		// Nobody is watching: give the claim back so that the retried wake-up can claim.
+		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o.AgentID, id, true); eerr != nil {
+			d.logger.Error("end watch", "agent_id", o.AgentID, "error", eerr)
+		}
+		return err
+	}
+	d.logger.Debug("watching a busy sender", "agent_id", o.AgentID, "up_to", upTo, "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli())
+	return nil
+}
+
+// runWatch serves a KickWatch: it looks at the record with a growing pause (one read
+// each) until it is covered, then gives its claim up; a lease that runs out uncovered
+// belonged to a dead holder, and the watcher sends in its place. Near its invocation's
+// deadline it hands the watch to a fresh one.
+func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
+	lg := d.logger.With("agent_id", k.AgentID, "watcher", k.Watcher)
+	pause := watchSlack
+	var claimedUntil time.Time
+	for {
+		o, err := d.store.Owner(ctx, k.AgentID)
+		if errors.Is(err, connections.ErrNotFound) {
+			return nil // the connection is gone, and the watch with its record
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		live := o.Lease != "" && !o.LeaseUntil.Before(now)
+		switch {
+		case covered(o, now):
+			// Forced only where the record is covered with a mark set; otherwise a mark
+			// that lands meanwhile makes EndWatch refuse, and we look again.
+			done, err := d.store.EndWatch(ctx, k.AgentID, k.Watcher, o.Pending)
+			if err != nil || done {
+				return err
+			}
+		case !live:
+			lg.Info("lease holder gone with work owed: taking over", "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli(), "pending", o.Pending)
+			if _, err := d.pump(ctx, k.AgentID, nil, wake{retried: true}); err != nil {
+				return err
+			}
+		default:
+			wake := o.LeaseUntil.Add(watchSlack)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Until(wake)+d.cfg.HandoverMargin {
+				return d.Kick(ctx, k) // carry on in a fresh invocation, under the same claim
+			}
+			if wake.After(claimedUntil) {
+				claimed, err := d.store.ClaimWatch(ctx, k.AgentID, k.Watcher, wake.Add(watchSlack))
+				if err != nil || !claimed {
+					return err // someone else watches now
+				}
+				claimedUntil = wake
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(pause, time.Until(wake))):
+			}
+			pause = min(2*pause, 8*time.Second)
+		}
+	}
+}
