@@ -149,13 +149,16 @@ func newEnv(t *testing.T, o opts) *env {
 	}
 	e.inv = &invoker{t: t, timeout: o.timeout, retries: o.retries, finished: make(chan struct{}, 1)}
 	var lg agent.Log = e.log
+	if o.onAppend != nil { // as the functions wire delivery's fast path
+		lg = sessionlog.Notify(e.log, o.onAppend)
+	}
 	if o.wrapLog != nil {
 		lg = o.wrapLog(lg)
 	}
 	e.cfg = agent.Config{
 		Log: lg, DB: db, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
 		Models: o.models, Tools: o.tools, Profile: o.profile, Approvals: o.approvals,
-		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash, OnAppend: o.onAppend,
+		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash,
 	}
 	var err error
 	if e.svc, err = agent.New(e.cfg); err != nil {

@@ -152,11 +152,11 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 	if st.TurnID == "" {
 		return ErrStaleCall
 	}
-	v := &tailView{log: s.c.log, agentID: agentID, last: st.TurnSeq - 1}
-	if err := v.refresh(ctx); err != nil {
+	w := newWindow(s.c.log, agentID, st.TurnSeq)
+	if err := w.refresh(ctx); err != nil {
 		return err
 	}
-	if err := s.c.resolveVerdict(ctx, agentID, v, callID, verdictText, reason); err != nil {
+	if err := s.c.resolveVerdict(ctx, agentID, w, callID, verdictText, reason); err != nil {
 		return err
 	}
 	if err := s.c.store.bump(ctx, agentID); err != nil {
@@ -221,14 +221,13 @@ func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []stri
 	if patterns == nil {
 		patterns = []string{}
 	}
-	ev, err := s.c.log.AppendWith(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, s.c.store.latestPolicy(agentID, s.c.stamp(ctx).Key()))
+	_, err := s.c.log.AppendWith(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, s.c.store.latestPolicy(agentID, s.c.stamp(ctx).Key()))
 	if errors.Is(err, sessionlog.ErrRefused) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("agent: update policy of %s: %w", agentID, err)
 	}
-	s.c.notify(ctx, ev)
 	return nil
 }
 
@@ -277,32 +276,3 @@ func (s *Service) SetProfile(ctx context.Context, agentID string, override tools
 	}
 	return s.c.store.setAttr(ctx, agentID, "profile", string(raw))
 }
-
-// tailView is the log from one seq on, read by a Service call.
-type tailView struct {
-	log     Log
-	agentID string
-	evs     []sessionlog.Event
-	last    int64 // seq of the newest event held (or the seq before the window)
-}
-
-func (v *tailView) events() []sessionlog.Event { return v.evs }
-func (v *tailView) tip() int64                 { return v.last }
-func (v *tailView) add(ev sessionlog.Event) {
-	v.evs = append(v.evs, ev)
-	v.last = ev.Seq
-}
-
-func (v *tailView) refresh(ctx context.Context) error {
-	evs, err := v.log.Read(ctx, v.agentID, v.last+1, maxRead)
-	if err != nil {
-		return fmt.Errorf("agent: read log of %s: %w", v.agentID, err)
-	}
-	for _, ev := range evs {
-		v.add(ev)
-	}
-	return nil
-}
-
-// maxRead is "the rest of the log" for Read.
-const maxRead = 1 << 30
