@@ -116,6 +116,7 @@ type opts struct {
 	tools     *tools.Registry
 	profile   *tools.Profile
 	wrapLog   func(agent.Log) agent.Log
+	wrapDB    func(agent.DB) agent.DB
 	retries   int
 	onAppend  func(context.Context, sessionlog.Event)
 }
@@ -155,8 +156,12 @@ func newEnv(t *testing.T, o opts) *env {
 	if o.wrapLog != nil {
 		lg = o.wrapLog(lg)
 	}
+	var adb agent.DB = db
+	if o.wrapDB != nil {
+		adb = o.wrapDB(adb)
+	}
 	e.cfg = agent.Config{
-		Log: lg, DB: db, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
+		Log: lg, DB: adb, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
 		Models: o.models, Tools: o.tools, Profile: o.profile, Approvals: o.approvals,
 		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash,
 	}

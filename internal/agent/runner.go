@@ -107,6 +107,10 @@ type invocation struct {
 	inbox       []inboxItem
 	seenPending int64 // the stimulus count the log and inbox were last read at (-1: never)
 
+	// ended is the ended turn that reconcile left for the lease release to finish, when
+	// nothing else was to happen before it: one state write instead of two.
+	ended *endedTurn
+
 	quotaRefused int64 // the stimulus count a quota refusal was logged at
 	progressed   bool  // a step ran: handing over now makes progress
 }
@@ -143,21 +147,21 @@ func (inv *invocation) run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			stopHeartbeat()
-			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil); rerr != nil {
+			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil, nil); rerr != nil {
 				log.Error("release lease after failure", "error", rerr.Error())
 			}
 			return err
 		}
 		if out == outHandover {
 			stopHeartbeat()
-			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil); err != nil {
+			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil, inv.ended); err != nil {
 				return err
 			}
 			log.Info("handing over before the deadline")
 			metrics.Add("RunnerHandovers", metrics.Count, 1)
 			return inv.c.invoke(ctx, inv.agent)
 		}
-		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending)
+		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending, inv.ended)
 		if err != nil {
 			return err
 		}

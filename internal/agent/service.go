@@ -37,7 +37,13 @@ func New(cfg Config) (*Service, error) {
 // the text as its user/message if the agent is idle, or drains it into the running
 // or open turn's next step as context/injected. The inbox is keyed by the frame's
 // protocol.Stamp (from ctx), so steers drain in the order the client sent them
-// whatever order their handlers ran in. Cost: 2 writes and, with wake, one
+// whatever order their handlers ran in.
+//
+// The stimulus is counted only when a runner holds the agent's lease: that runner must
+// not let go without reading the inbox again. A runner that takes the lease after the
+// inbox write reads the inbox anyway, so with no holder the count is skipped — a
+// consistent read instead of a write. Cost: the inbox write (1 write unit per KB of
+// text), 1 read unit, 1 more write unit while a runner works, and with wake one
 // asynchronous invoke.
 func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) error {
 	text, cut := boundText(text, MaxTextBytes)
@@ -47,8 +53,16 @@ func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) e
 	if err := s.c.store.putInbox(ctx, agentID, it); err != nil {
 		return err
 	}
-	if err := s.c.store.bump(ctx, agentID); err != nil {
+	// Read after the inbox write: a holder seen here may already have read the inbox
+	// (the count makes its release fail); one not seen took the lease after the write.
+	cur, err := s.c.store.getState(ctx, agentID, "owner")
+	if err != nil {
 		return err
+	}
+	if cur.Owner != "" {
+		if err := s.c.store.bump(ctx, agentID); err != nil {
+			return err
+		}
 	}
 	if !wake {
 		return nil

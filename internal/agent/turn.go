@@ -59,8 +59,10 @@ func (inv *invocation) work(ctx context.Context, st state) (outcome, error) {
 // reconcile makes the state item agree with the log, which is the truth: the open
 // turn is the recorded one; a recorded turn that the log shows ended is metered and
 // cleared; a recorded turn whose user/message is logged but not its turn/start gets
-// its turn/start.
+// its turn/start. An ended turn after which the agent is idle (no wake queued, no
+// title to ask for) is left to the lease release, which finishes it in its own write.
 func (inv *invocation) reconcile(ctx context.Context) error {
+	inv.ended = nil
 	if t := inv.log.turn; t != nil {
 		if isQuotaTurn(t.turnID) {
 			return inv.endRefused(ctx, t.turnID)
@@ -81,6 +83,10 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 		var u TurnUsage
 		if te.Usage != nil {
 			u = *te.Usage
+		}
+		if _, titled := inv.firstMessage(); titled && inv.oldestWake() == nil {
+			inv.ended = &endedTurn{id: id, usage: u}
+			return nil
 		}
 		return inv.finishTurn(ctx, id, u)
 	}
@@ -581,7 +587,7 @@ func (inv *invocation) endTurn(ctx context.Context, p *turnView, status, reason 
 	if err := inv.crash(CrashTurnEnded); err != nil {
 		return 0, err
 	}
-	return outEnded, inv.finishTurn(ctx, p.turnID, u)
+	return outEnded, nil // reconcile finishes the turn, from its turn/end
 }
 
 // finishTurn meters the ended turn and clears it from the state item, then names the
@@ -597,23 +603,30 @@ func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsag
 	return nil
 }
 
-const titlerSystem = "Reply with a short title, at most eight words, for a conversation that begins with the user's message. Reply with the title only."
-
-// title asks the titler model to name the session after its first turn and appends
-// session/titled. Naming is best effort: on failure it is tried after the next turn.
-func (inv *invocation) title(ctx context.Context) {
+// firstMessage returns the session's first user message, and reports whether the
+// session needs no title: it has one, or nothing to name it after.
+func (inv *invocation) firstMessage() (string, bool) {
 	first := ""
 	for _, ev := range inv.log.evs {
 		switch ev.Type {
 		case TypeSessionTitled:
-			return
+			return "", true
 		case TypeUserMessage:
 			if first == "" {
 				first = decode[userMessage](ev).Text
 			}
 		}
 	}
-	if strings.TrimSpace(first) == "" {
+	return first, strings.TrimSpace(first) == ""
+}
+
+const titlerSystem = "Reply with a short title, at most eight words, for a conversation that begins with the user's message. Reply with the title only."
+
+// title asks the titler model to name the session after its first turn and appends
+// session/titled. Naming is best effort: on failure it is tried after the next turn.
+func (inv *invocation) title(ctx context.Context) {
+	first, titled := inv.firstMessage()
+	if titled {
 		return
 	}
 	log := inv.c.logger.With("agent_id", inv.agent)
