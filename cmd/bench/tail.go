@@ -129,16 +129,16 @@ func (b *bench) runTail(ctx context.Context) error {
 	// service.Agent's fast path: a Notifier over a Deliverer built by service, with the
 	// runtime's one-second budget per send.
 	notifier := delivery.NewNotifier(service.Deliverer(b.st.cfg, b.st.awsCfg, b.st.logger, service.Tuning{}), time.Second)
+	fastLog := sessionlog.Notify(lg, notifier.OnAppend) // as service.AgentWith wires the runtime's log
 
 	fastTo := func(session string, cl *wsClient) func(int64) (time.Duration, time.Duration, error) {
 		return func(seq int64) (time.Duration, time.Duration, error) {
 			t0 := time.Now()
-			ev, err := lg.Append(ctx, session, "assistant/chunk", chunkPayload(seq))
+			ev, err := fastLog.Append(ctx, session, "assistant/chunk", chunkPayload(seq))
 			if err != nil {
 				return 0, 0, err
 			}
 			appended := time.Since(t0)
-			notifier.OnAppend(ctx, ev)
 			f, err := cl.expectSeq(15*time.Second, ev.Seq)
 			if err != nil {
 				return 0, 0, err

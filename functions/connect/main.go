@@ -9,7 +9,7 @@ import (
 
 func main() {
 	env := service.Boot("connect")
-	h := service.Socket(env.Config, env.AWS, nil, env.Logger, service.Tuning{})
+	h := service.Socket(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), nil, env.Logger)
 	h.RequireOrigin(env.Config.OriginSecret)
 	lambda.Start(h.Connect)
 }

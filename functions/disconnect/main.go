@@ -9,6 +9,6 @@ import (
 
 func main() {
 	env := service.Boot("disconnect")
-	h := service.Socket(env.Config, env.AWS, nil, env.Logger, service.Tuning{})
+	h := service.Socket(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), nil, env.Logger)
 	lambda.Start(h.Disconnect)
 }

@@ -10,10 +10,11 @@ import (
 
 func main() {
 	env := service.Boot("message")
-	rt, err := service.Agent(env.Config, env.AWS, env.Logger)
+	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
+	rt, err := service.Agent(env.Config, env.AWS, d, env.Logger)
 	if err != nil {
 		service.Exit(err)
 	}
-	h := service.Socket(env.Config, env.AWS, rt, env.Logger, service.Tuning{})
+	h := service.Socket(env.Config, env.AWS, d, rt, env.Logger)
 	lambda.Start(h.Message)
 }

@@ -11,7 +11,7 @@ import (
 
 func main() {
 	env := service.Boot("runner")
-	rt, err := service.Agent(env.Config, env.AWS, env.Logger)
+	rt, err := service.Agent(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), env.Logger)
 	if err != nil {
 		service.Exit(err)
 	}

@@ -32,7 +32,9 @@ import (
 	"github.com/terret/terret-ws/internal/tools"
 )
 
-// Log is the part of the session log the runtime uses.
+// Log is the part of the session log the runtime uses. Whatever should follow an
+// append (the delivery fast path) is the Log's business: wrap it, as
+// sessionlog.Notify does.
 type Log interface {
 	Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error)
 	AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (sessionlog.Event, error)
@@ -99,10 +101,7 @@ type Config struct {
 	ChunkBytes     int              // chunk flush size; 0: DefaultChunkBytes
 	ChunkInterval  time.Duration    // chunk flush age; 0: DefaultChunkInterval
 
-	// OnAppend, if set, is called after every event the runtime appends (a delivery
-	// fast path). It must not block for long.
-	OnAppend func(ctx context.Context, ev sessionlog.Event)
-	Logger   *slog.Logger
+	Logger *slog.Logger
 
 	// Crash, if set, is asked at named points of the runner (the Crash* constants);
 	// returning true stops the invocation right there, abandoning its lease and state
@@ -197,12 +196,6 @@ func (c *core) stamp(ctx context.Context) protocol.Stamp {
 	return protocol.Stamp{At: c.now().UnixMilli(), InOrder: true}
 }
 
-func (c *core) notify(ctx context.Context, ev sessionlog.Event) {
-	if c.cfg.OnAppend != nil {
-		c.cfg.OnAppend(ctx, ev)
-	}
-}
-
 // invoke starts the runner for agentID asynchronously (InvocationType Event).
 func (c *core) invoke(ctx context.Context, agentID string) error {
 	payload, err := json.Marshal(RunnerEvent{AgentID: agentID})
@@ -265,31 +258,22 @@ func (c *core) modelsOf(prof tools.Profile) (*model.Registry, error) {
 	return c.models, nil
 }
 
-// logView is a window of the log reaching back at least to the open turn's
-// turn/start, kept current by its owner.
-type logView interface {
-	events() []sessionlog.Event
-	tip() int64
-	refresh(ctx context.Context) error // read the events appended since tip
-	add(ev sessionlog.Event)           // record an event this process appended at tip+1
-}
-
 // resolveVerdict appends approval/resolved for callID if, and only if, callID has a
 // standing request in the open turn of the log, atomically with that check: the event
 // is put with AppendAt at exactly the seq after the events it was validated against,
 // so an event landing in between (another verdict above all) makes the put fail, and
 // the check is made again on the newer log. It returns ErrStaleCall, appending
-// nothing, when no request stands.
-func (c *core) resolveVerdict(ctx context.Context, agentID string, v logView, callID, verdictText, reason string) error {
+// nothing, when no request stands. w must reach back at least to the open turn's
+// turn/start.
+func (c *core) resolveVerdict(ctx context.Context, agentID string, w *logWindow, callID, verdictText, reason string) error {
 	reason, _ = boundText(reason, MaxReasonBytes)
 	for attempt := 0; ; attempt++ {
-		if !standingRequest(v.events(), callID) {
+		if w.turn == nil || !w.turn.stands(callID) {
 			return ErrStaleCall
 		}
-		ev, err := c.log.AppendAt(ctx, agentID, v.tip()+1, TypeApprovalResolved, approvalResolved{CallID: callID, Verdict: verdictText, Reason: reason})
+		ev, err := c.log.AppendAt(ctx, agentID, w.last+1, TypeApprovalResolved, approvalResolved{CallID: callID, Verdict: verdictText, Reason: reason})
 		if err == nil {
-			v.add(ev)
-			c.notify(ctx, ev)
+			w.add(ev)
 			return nil
 		}
 		if !errors.Is(err, sessionlog.ErrConflict) {
@@ -298,7 +282,7 @@ func (c *core) resolveVerdict(ctx context.Context, agentID string, v logView, ca
 		if attempt >= 50 {
 			return fmt.Errorf("agent: record verdict on %s for %s: log too busy", callID, agentID)
 		}
-		if err := v.refresh(ctx); err != nil {
+		if err := w.refresh(ctx); err != nil {
 			return err
 		}
 	}

@@ -116,6 +116,7 @@ type opts struct {
 	tools     *tools.Registry
 	profile   *tools.Profile
 	wrapLog   func(agent.Log) agent.Log
+	wrapDB    func(agent.DB) agent.DB
 	retries   int
 	onAppend  func(context.Context, sessionlog.Event)
 }
@@ -149,13 +150,20 @@ func newEnv(t *testing.T, o opts) *env {
 	}
 	e.inv = &invoker{t: t, timeout: o.timeout, retries: o.retries, finished: make(chan struct{}, 1)}
 	var lg agent.Log = e.log
+	if o.onAppend != nil { // as the functions wire delivery's fast path
+		lg = sessionlog.Notify(e.log, o.onAppend)
+	}
 	if o.wrapLog != nil {
 		lg = o.wrapLog(lg)
 	}
+	var adb agent.DB = db
+	if o.wrapDB != nil {
+		adb = o.wrapDB(adb)
+	}
 	e.cfg = agent.Config{
-		Log: lg, DB: db, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
+		Log: lg, DB: adb, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
 		Models: o.models, Tools: o.tools, Profile: o.profile, Approvals: o.approvals,
-		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash, OnAppend: o.onAppend,
+		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash,
 	}
 	var err error
 	if e.svc, err = agent.New(e.cfg); err != nil {

@@ -18,20 +18,6 @@ func decode[T any](ev sessionlog.Event) T {
 	return v
 }
 
-// openTurn returns the index of the turn/start of the open turn in events — the last
-// turn/start with no turn/end after it — or -1.
-func openTurn(events []sessionlog.Event) int {
-	for i := len(events) - 1; i >= 0; i-- {
-		switch events[i].Type {
-		case TypeTurnEnd:
-			return -1
-		case TypeTurnStart:
-			return i
-		}
-	}
-	return -1
-}
-
 // turnEndOf returns the turn/end of turnID, searching from the newest event.
 func turnEndOf(events []sessionlog.Event, turnID string) (turnEnd, bool) {
 	for i := len(events) - 1; i >= 0; i-- {
@@ -88,74 +74,99 @@ type verdict struct {
 	Reason  string
 }
 
-// progress is the open turn as the log has it.
+// progress is the open turn as the log has it, folded event by event (add), so a step
+// reads it without scanning the log again.
 type progress struct {
 	turnID    string
 	startAt   time.Time
 	calls     []callInfo
-	owed      []callInfo // calls without a result, in log order
+	results   map[string]bool // call ids with a tool/result
 	requested map[string]bool
 	verdicts  map[string]verdict
 	last      lastKind
 	usage     TurnUsage // tokens and model calls of completed model outputs
 }
 
-// standing returns the calls with an approval request and no verdict.
-func (p progress) standing() []string {
-	var out []string
-	for _, c := range p.calls {
-		if p.requested[c.ID] {
-			if _, ok := p.verdicts[c.ID]; !ok {
-				out = append(out, c.ID)
+// newProgress starts the progress of the turn whose turn/start is start.
+func newProgress(start sessionlog.Event) *progress {
+	p := &progress{results: map[string]bool{}, requested: map[string]bool{}, verdicts: map[string]verdict{}, last: lastInput}
+	p.turnID = decode[turnStart](start).TurnID
+	p.startAt, _ = time.Parse(sessionlog.TimeFormat, start.At)
+	return p
+}
+
+// add folds the next event of the turn in.
+func (p *progress) add(ev sessionlog.Event) {
+	switch ev.Type {
+	case TypeContextInjected, TypeUserMessage:
+		p.last = lastInput
+	case TypeAssistantChunk:
+		c := decode[assistantChunk](ev)
+		if c.Final {
+			p.last = lastFinal
+			p.addUsage(c.Usage)
+		} else {
+			p.last = lastPartial
+		}
+	case TypeToolCall:
+		c := decode[toolCall](ev)
+		p.calls = append(p.calls, callInfo{ID: c.ID, Name: c.Name, Args: c.Args, ArgsError: c.ArgsError})
+		p.usage.ToolCalls = int64(len(p.calls))
+		p.last = lastCalls
+		p.addUsage(c.Usage)
+	case TypeToolResult:
+		p.results[decode[toolResult](ev).CallID] = true
+		p.last = lastInput
+	case TypeApprovalRequested:
+		p.requested[decode[approvalRequested](ev).CallID] = true
+	case TypeApprovalResolved:
+		r := decode[approvalResolved](ev)
+		if p.requested[r.CallID] {
+			if _, dup := p.verdicts[r.CallID]; !dup {
+				p.verdicts[r.CallID] = verdict{Verdict: r.Verdict, Reason: r.Reason}
 			}
+		}
+	}
+}
+
+// owed returns the calls without a result, in log order.
+func (p *progress) owed() []callInfo {
+	var out []callInfo
+	for _, c := range p.calls {
+		if !p.results[c.ID] {
+			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// progressOf reads the open turn starting at events[start] (its turn/start).
-func progressOf(events []sessionlog.Event, start int) progress {
-	p := progress{requested: map[string]bool{}, verdicts: map[string]verdict{}, last: lastInput}
-	p.turnID = decode[turnStart](events[start]).TurnID
-	p.startAt, _ = time.Parse(sessionlog.TimeFormat, events[start].At)
-	results := map[string]bool{}
-	for _, ev := range events[start+1:] {
-		switch ev.Type {
-		case TypeContextInjected, TypeUserMessage:
-			p.last = lastInput
-		case TypeAssistantChunk:
-			c := decode[assistantChunk](ev)
-			if c.Final {
-				p.last = lastFinal
-				p.addUsage(c.Usage)
-			} else {
-				p.last = lastPartial
-			}
-		case TypeToolCall:
-			c := decode[toolCall](ev)
-			p.calls = append(p.calls, callInfo{ID: c.ID, Name: c.Name, Args: c.Args, ArgsError: c.ArgsError})
-			p.last = lastCalls
-			p.addUsage(c.Usage)
-		case TypeToolResult:
-			results[decode[toolResult](ev).CallID] = true
-			p.last = lastInput
-		case TypeApprovalRequested:
-			p.requested[decode[approvalRequested](ev).CallID] = true
-		case TypeApprovalResolved:
-			r := decode[approvalResolved](ev)
-			if p.requested[r.CallID] {
-				if _, dup := p.verdicts[r.CallID]; !dup {
-					p.verdicts[r.CallID] = verdict{Verdict: r.Verdict, Reason: r.Reason}
-				}
-			}
-		}
-	}
+// standing returns the calls with an approval request and no verdict.
+func (p *progress) standing() []string {
+	var out []string
 	for _, c := range p.calls {
-		if !results[c.ID] {
-			p.owed = append(p.owed, c)
+		if p.stands(c.ID) {
+			out = append(out, c.ID)
 		}
 	}
-	p.usage.ToolCalls = int64(len(p.calls))
+	return out
+}
+
+// stands reports whether callID has a standing approval request: requested, and not
+// resolved.
+func (p *progress) stands(callID string) bool {
+	if !p.requested[callID] {
+		return false
+	}
+	_, resolved := p.verdicts[callID]
+	return !resolved
+}
+
+// progressOf reads the open turn starting at events[start] (its turn/start).
+func progressOf(events []sessionlog.Event, start int) *progress {
+	p := newProgress(events[start])
+	for _, ev := range events[start+1:] {
+		p.add(ev)
+	}
 	return p
 }
 
@@ -166,22 +177,6 @@ func (p *progress) addUsage(u *modelUsage) {
 	p.usage.InputTokens += u.InputTokens
 	p.usage.OutputTokens += u.OutputTokens
 	p.usage.ModelCalls++
-}
-
-// standingRequest reports whether callID has a standing approval request — requested
-// and not resolved — in the open turn of events. events must reach back at least to
-// that turn's turn/start.
-func standingRequest(events []sessionlog.Event, callID string) bool {
-	start := openTurn(events)
-	if start < 0 {
-		return false
-	}
-	p := progressOf(events, start)
-	if !p.requested[callID] {
-		return false
-	}
-	_, resolved := p.verdicts[callID]
-	return !resolved
 }
 
 // history projects the log into the model's messages: user/message and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +56,8 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 // turn then stays open (no turn/end), to be resumed by the function's retry or the
 // next stimulus. Model and tool failures are not errors: they end the turn failed.
 func (r *Runner) Run(ctx context.Context, agentID string) error {
-	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8), seenPending: -1, quotaRefused: -2, last: -1, logged: map[string]bool{}}
+	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8),
+		log: newWindow(r.c.log, agentID, 0), seenPending: -1, quotaRefused: -2}
 	return inv.run(ctx)
 }
 
@@ -90,34 +90,36 @@ const (
 	outCancel                  // a cancel was observed
 )
 
-// invocation is one Run: everything it knows, rebuilt from the store at its start.
+// invocation is one Run. It holds the agent as it last read it: the state item, the
+// whole log and the inbox. The state is read at the start of each pass (the lease
+// write returns it) and at each step boundary; the log and the inbox are read again
+// only when the state's stimulus count moved since they were last read.
 type invocation struct {
-	r     *Runner
-	c     *core
-	agent string
-	me    string // lease owner id of this invocation
+	r      *Runner
+	c      *core
+	agent  string
+	me     string        // lease owner id of this invocation
+	budget time.Duration // time left when the invocation started
 
-	st           state // the newest state item read (boundary attributes)
-	fresh        bool  // st was read just now: the next boundary need not read it again
-	profileJSON  string
-	seenPending  int64 // the stimulus count whose inbox and log tail have been read
-	quotaRefused int64 // the stimulus count a quota refusal was logged for
+	st          state      // the state item as last read, with this invocation's own writes applied
+	profileJSON string     // the agent's profile override, read with the lease
+	log         *logWindow // the whole log, kept current
+	inbox       []inboxItem
+	seenPending int64 // the stimulus count the log and inbox were last read at (-1: never)
 
-	loaded bool
-	evs    []sessionlog.Event // the whole log, kept current
-	last   int64              // seq of the newest event in evs
-	logged map[string]bool    // inbox ids already logged
-	inbox  []inboxItem        // queued injects, as last read, minus those drained
+	// ended is the ended turn that reconcile left for the lease release to finish, when
+	// nothing else was to happen before it: one state write instead of two.
+	ended *endedTurn
 
-	progressed bool          // a step ran: handing over now makes progress
-	budget     time.Duration // time left when the invocation started
+	quotaRefused int64 // the stimulus count a quota refusal was logged at
+	progressed   bool  // a step ran: handing over now makes progress
 }
 
 func (inv *invocation) run(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		inv.budget = time.Until(dl)
 	}
-	ok, err := inv.acquire(ctx)
+	st, ok, err := inv.acquire(ctx)
 	if err != nil || !ok {
 		return err
 	}
@@ -136,7 +138,7 @@ func (inv *invocation) run(ctx context.Context) error {
 	defer stopHeartbeat()
 
 	for {
-		out, err := inv.work(runCtx)
+		out, err := inv.work(runCtx, st)
 		switch {
 		case errors.Is(err, ErrCrashed):
 			return err
@@ -145,56 +147,57 @@ func (inv *invocation) run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			stopHeartbeat()
-			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil); rerr != nil {
+			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil, nil); rerr != nil {
 				log.Error("release lease after failure", "error", rerr.Error())
 			}
 			return err
 		}
 		if out == outHandover {
 			stopHeartbeat()
-			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil); err != nil {
+			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil, inv.ended); err != nil {
 				return err
 			}
 			log.Info("handing over before the deadline")
 			metrics.Add("RunnerHandovers", metrics.Count, 1)
 			return inv.c.invoke(ctx, inv.agent)
 		}
-		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending)
+		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending, inv.ended)
 		if err != nil {
 			return err
 		}
 		if released {
 			return nil
 		}
-		inv.st, inv.fresh = cur, true // a stimulus arrived meanwhile: go round again
+		st = cur // a stimulus arrived meanwhile: go round again
 	}
 }
 
 // acquire takes the lease, waiting for a live holder to prove itself or a dead one's
-// lease to expire. It reports false when a live holder will see this stimulus.
-func (inv *invocation) acquire(ctx context.Context) (bool, error) {
+// lease to expire, and returns the state item as the lease write left it. It reports
+// false when a live holder will see this stimulus.
+func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 	lease := inv.c.cfg.LeaseDuration
 	var seen *state
 	for {
 		now := inv.c.now()
 		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(lease))
 		if err != nil {
-			return false, err
+			return state{}, false, err
 		}
 		if ok {
-			inv.st, inv.fresh, inv.profileJSON = st, true, st.Profile
-			return true, nil
+			inv.profileJSON = st.Profile
+			return st, true, nil
 		}
 		if seen != nil && (st.Owner != seen.Owner || st.LeaseUntil != seen.LeaseUntil) {
 			// The holder renewed (or handed on) after this stimulus was recorded: it
 			// will find the stimulus when it tries to release.
-			return false, nil
+			return state{}, false, nil
 		}
 		seen = &st
 		wait := time.UnixMilli(st.LeaseUntil).Sub(now) + 20*time.Millisecond
 		wait = max(min(wait, lease/3+100*time.Millisecond), 10*time.Millisecond)
 		if err := sleep(ctx, wait); err != nil {
-			return false, err
+			return state{}, false, err
 		}
 	}
 }
@@ -246,40 +249,30 @@ func (inv *invocation) deadlineNear(ctx context.Context) bool {
 }
 
 // apply takes in a state read: a stimulus counted since the last one makes the
-// invocation read the log tail and the inbox.
+// invocation read the log tail and the inbox. The first apply reads both (the count
+// starts at -1).
 func (inv *invocation) apply(ctx context.Context, st state) error {
 	if st.Owner != inv.me {
 		return errLeaseLost
 	}
 	inv.st = st
-	if !inv.loaded {
-		if err := inv.readTail(ctx); err != nil {
-			return err
-		}
-		inv.loaded = true
-	} else if st.Pending != inv.seenPending {
-		if err := inv.readTail(ctx); err != nil {
-			return err
-		}
+	if st.Pending == inv.seenPending {
+		return nil
 	}
-	if st.Pending != inv.seenPending {
-		inv.seenPending = st.Pending
-		items, err := inv.c.store.inbox(ctx, inv.agent)
-		if err != nil {
-			return err
-		}
-		inv.inbox = items
+	if err := inv.log.refresh(ctx); err != nil {
+		return err
 	}
+	items, err := inv.c.store.inbox(ctx, inv.agent)
+	if err != nil {
+		return err
+	}
+	inv.seenPending, inv.inbox = st.Pending, items
 	return nil
 }
 
 // boundary refreshes the state at a step boundary: one consistent read of the state
 // item, plus the log tail and inbox when a stimulus arrived.
 func (inv *invocation) boundary(ctx context.Context) error {
-	if inv.fresh {
-		inv.fresh = false
-		return nil
-	}
 	st, err := inv.c.store.getState(ctx, inv.agent, boundaryAttrs...)
 	if err != nil {
 		return err
@@ -287,67 +280,15 @@ func (inv *invocation) boundary(ctx context.Context) error {
 	return inv.apply(ctx, st)
 }
 
-// readTail reads the events appended since the newest one held.
-func (inv *invocation) readTail(ctx context.Context) error {
-	evs, err := inv.c.log.Read(ctx, inv.agent, inv.last+1, maxRead)
-	if err != nil {
-		return fmt.Errorf("agent: read log of %s: %w", inv.agent, err)
-	}
-	for _, ev := range evs {
-		inv.addEvent(ev)
-	}
-	return nil
-}
-
-func (inv *invocation) addEvent(ev sessionlog.Event) {
-	if ev.Seq <= inv.last {
-		return
-	}
-	inv.evs = append(inv.evs, ev)
-	inv.last = ev.Seq
-	switch ev.Type {
-	case TypeUserMessage:
-		if id := decode[userMessage](ev).InboxID; id != "" {
-			inv.logged[id] = true
-		}
-	case TypeContextInjected:
-		if id := decode[contextInjected](ev).InboxID; id != "" {
-			inv.logged[id] = true
-		}
-	}
-}
-
-// append appends one event and keeps the view current: events others appended before
-// it (a policy, a verdict) are read in first.
+// append appends one event to the agent's log.
 func (inv *invocation) append(ctx context.Context, typ string, payload any) (sessionlog.Event, error) {
-	ev, err := inv.c.log.Append(ctx, inv.agent, typ, payload)
-	if err != nil {
-		return sessionlog.Event{}, fmt.Errorf("agent: append %s to %s: %w", typ, inv.agent, err)
-	}
-	if ev.Seq > inv.last+1 {
-		gap, err := inv.c.log.Read(ctx, inv.agent, inv.last+1, int(ev.Seq-inv.last-1))
-		if err != nil {
-			return ev, fmt.Errorf("agent: read log of %s: %w", inv.agent, err)
-		}
-		for _, g := range gap {
-			inv.addEvent(g)
-		}
-	}
-	inv.addEvent(ev)
-	inv.c.notify(ctx, ev)
-	return ev, nil
+	return inv.log.append(ctx, typ, payload)
 }
-
-// logView, for resolveVerdict.
-func (inv *invocation) events() []sessionlog.Event        { return inv.evs }
-func (inv *invocation) tip() int64                        { return inv.last }
-func (inv *invocation) refresh(ctx context.Context) error { return inv.readTail(ctx) }
-func (inv *invocation) add(ev sessionlog.Event)           { inv.addEvent(ev) }
 
 // oldestWake is the first queued inject that asks for a turn and is not logged yet.
 func (inv *invocation) oldestWake() *inboxItem {
 	for i := range inv.inbox {
-		if it := &inv.inbox[i]; it.Wake && !inv.logged[it.ID] {
+		if it := &inv.inbox[i]; it.Wake && !inv.log.logged[it.ID] {
 			return it
 		}
 	}

@@ -37,7 +37,13 @@ func New(cfg Config) (*Service, error) {
 // the text as its user/message if the agent is idle, or drains it into the running
 // or open turn's next step as context/injected. The inbox is keyed by the frame's
 // protocol.Stamp (from ctx), so steers drain in the order the client sent them
-// whatever order their handlers ran in. Cost: 2 writes and, with wake, one
+// whatever order their handlers ran in.
+//
+// The stimulus is counted only when a runner holds the agent's lease: that runner must
+// not let go without reading the inbox again. A runner that takes the lease after the
+// inbox write reads the inbox anyway, so with no holder the count is skipped — a
+// consistent read instead of a write. Cost: the inbox write (1 write unit per KB of
+// text), 1 read unit, 1 more write unit while a runner works, and with wake one
 // asynchronous invoke.
 func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) error {
 	text, cut := boundText(text, MaxTextBytes)
@@ -47,8 +53,16 @@ func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) e
 	if err := s.c.store.putInbox(ctx, agentID, it); err != nil {
 		return err
 	}
-	if err := s.c.store.bump(ctx, agentID); err != nil {
+	// Read after the inbox write: a holder seen here may already have read the inbox
+	// (the count makes its release fail); one not seen took the lease after the write.
+	cur, err := s.c.store.getState(ctx, agentID, "owner")
+	if err != nil {
 		return err
+	}
+	if cur.Owner != "" {
+		if err := s.c.store.bump(ctx, agentID); err != nil {
+			return err
+		}
 	}
 	if !wake {
 		return nil
@@ -152,11 +166,11 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 	if st.TurnID == "" {
 		return ErrStaleCall
 	}
-	v := &tailView{log: s.c.log, agentID: agentID, last: st.TurnSeq - 1}
-	if err := v.refresh(ctx); err != nil {
+	w := newWindow(s.c.log, agentID, st.TurnSeq)
+	if err := w.refresh(ctx); err != nil {
 		return err
 	}
-	if err := s.c.resolveVerdict(ctx, agentID, v, callID, verdictText, reason); err != nil {
+	if err := s.c.resolveVerdict(ctx, agentID, w, callID, verdictText, reason); err != nil {
 		return err
 	}
 	if err := s.c.store.bump(ctx, agentID); err != nil {
@@ -221,14 +235,13 @@ func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []stri
 	if patterns == nil {
 		patterns = []string{}
 	}
-	ev, err := s.c.log.AppendWith(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, s.c.store.latestPolicy(agentID, s.c.stamp(ctx).Key()))
+	_, err := s.c.log.AppendWith(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, s.c.store.latestPolicy(agentID, s.c.stamp(ctx).Key()))
 	if errors.Is(err, sessionlog.ErrRefused) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("agent: update policy of %s: %w", agentID, err)
 	}
-	s.c.notify(ctx, ev)
 	return nil
 }
 
@@ -277,32 +290,3 @@ func (s *Service) SetProfile(ctx context.Context, agentID string, override tools
 	}
 	return s.c.store.setAttr(ctx, agentID, "profile", string(raw))
 }
-
-// tailView is the log from one seq on, read by a Service call.
-type tailView struct {
-	log     Log
-	agentID string
-	evs     []sessionlog.Event
-	last    int64 // seq of the newest event held (or the seq before the window)
-}
-
-func (v *tailView) events() []sessionlog.Event { return v.evs }
-func (v *tailView) tip() int64                 { return v.last }
-func (v *tailView) add(ev sessionlog.Event) {
-	v.evs = append(v.evs, ev)
-	v.last = ev.Seq
-}
-
-func (v *tailView) refresh(ctx context.Context) error {
-	evs, err := v.log.Read(ctx, v.agentID, v.last+1, maxRead)
-	if err != nil {
-		return fmt.Errorf("agent: read log of %s: %w", v.agentID, err)
-	}
-	for _, ev := range evs {
-		v.add(ev)
-	}
-	return nil
-}
-
-// maxRead is "the rest of the log" for Read.
-const maxRead = 1 << 30

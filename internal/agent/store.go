@@ -203,11 +203,20 @@ func (st *store) renew(ctx context.Context, agentID, me string, until time.Time)
 	return nil
 }
 
+// endedTurn is a turn whose turn/end is logged and whose state write — clearing it and
+// metering its usage — is still to be made.
+type endedTurn struct {
+	id    string
+	usage TurnUsage
+}
+
 // release gives my lease up. With pending set, only if no stimulus arrived since the
 // runner saw that pending count: otherwise it keeps the lease and returns the current
-// state and false, and the runner goes round again. A lease that is not mine any more
-// counts as released.
-func (st *store) release(ctx context.Context, agentID, me string, pending *int64) (state, bool, error) {
+// state and false, and the runner goes round again. With ended set, the same write
+// finishes that turn as finishTurn does, conditional on it still being recorded: a
+// release that does not happen finishes nothing. A lease that is not mine any more
+// counts as released. Cost: 1 write unit.
+func (st *store) release(ctx context.Context, agentID, me string, pending *int64, ended *endedTurn) (state, bool, error) {
 	cond := "#owner = :me"
 	vals := map[string]types.AttributeValue{":me": s(me)}
 	attrs := names("owner", "lease_until")
@@ -216,8 +225,20 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 		vals[":p"] = n(*pending)
 		attrs["#pending"] = "pending"
 	}
+	expr := "REMOVE #owner, #lease_until"
+	if ended != nil {
+		fin := finishing(ended.id, ended.usage)
+		cond += " AND " + *fin.ConditionExpression
+		expr = strings.Replace(*fin.UpdateExpression, "REMOVE ", expr+", ", 1)
+		for k, v := range fin.ExpressionAttributeNames {
+			attrs[k] = v
+		}
+		for k, v := range fin.ExpressionAttributeValues {
+			vals[k] = v
+		}
+	}
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String("REMOVE #owner, #lease_until"),
+		UpdateExpression:                    aws.String(expr),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            attrs,
 		ExpressionAttributeValues:           vals,
@@ -300,21 +321,12 @@ func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason 
 // turn is metered exactly once however often a runner dies around its end. A turn
 // already cleared is no error.
 func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #cancel_turn, #cancel_reason " +
-			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall, " +
-			"#quota_turns :one, #quota_tokens :tok"),
-		ConditionExpression: aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames: names("owner", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
-			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
-			"quota_turns", "quota_tokens"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":me": s(me), ":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
-			":tok": n(u.InputTokens + u.OutputTokens),
-			":mc":  n(u.ModelCalls), ":tc": n(u.ToolCalls), ":wall": n(u.WallMS),
-		},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in := finishing(turnID, u)
+	in.ConditionExpression = aws.String("#owner = :me AND " + *in.ConditionExpression)
+	in.ExpressionAttributeNames["#owner"] = "owner"
+	in.ExpressionAttributeValues[":me"] = s(me)
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	_, err := st.update(ctx, agentID, in)
 	if ccf, ok := isCCF(err); ok {
 		cur, derr := decodeState(ccf.Item)
 		if derr != nil {
@@ -329,6 +341,25 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 		return fmt.Errorf("agent: finish turn %s of %s: %w", turnID, agentID, err)
 	}
 	return nil
+}
+
+// finishing is the update that clears the ended turn turnID and meters u, conditional
+// on turnID being the recorded turn: finishTurn alone, or folded into release.
+func finishing(turnID string, u TurnUsage) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #cancel_turn, #cancel_reason " +
+			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall, " +
+			"#quota_turns :one, #quota_tokens :tok"),
+		ConditionExpression: aws.String("#turn_id = :t"),
+		ExpressionAttributeNames: names("turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
+			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
+			"quota_turns", "quota_tokens"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
+			":tok": n(u.InputTokens + u.OutputTokens),
+			":mc":  n(u.ModelCalls), ":tc": n(u.ToolCalls), ":wall": n(u.WallMS),
+		},
+	}
 }
 
 // clearTurn forgets a claimed turn that never started.

@@ -14,23 +14,24 @@ import (
 	"github.com/terret/terret-ws/internal/tools"
 )
 
-// work brings the agent to rest: it finishes what a dead invocation left half done,
-// runs or resumes the open turn, and starts a turn for each waking inject queued.
-func (inv *invocation) work(ctx context.Context) (outcome, error) {
-	if inv.fresh {
-		if err := inv.apply(ctx, inv.st); err != nil {
-			return 0, err
-		}
+// work brings the agent to rest, starting from st, the state just read by the lease
+// write that began this pass: it finishes what a dead invocation left half done, runs
+// or resumes the open turn, and starts a turn for each waking inject queued.
+func (inv *invocation) work(ctx context.Context, st state) (outcome, error) {
+	if err := inv.apply(ctx, st); err != nil {
+		return 0, err
 	}
+	read := true // inv.st is as read, and no step ran since: the first boundary uses it
 	for {
 		if err := inv.reconcile(ctx); err != nil {
 			return 0, err
 		}
-		if openTurn(inv.evs) >= 0 {
-			out, err := inv.runTurn(ctx)
+		if inv.log.turn != nil {
+			out, err := inv.runTurn(ctx, read)
 			if err != nil || out != outEnded {
 				return out, err
 			}
+			read = false
 			continue
 		}
 		if inv.deadlineNear(ctx) {
@@ -58,18 +59,19 @@ func (inv *invocation) work(ctx context.Context) (outcome, error) {
 // reconcile makes the state item agree with the log, which is the truth: the open
 // turn is the recorded one; a recorded turn that the log shows ended is metered and
 // cleared; a recorded turn whose user/message is logged but not its turn/start gets
-// its turn/start.
+// its turn/start. An ended turn after which the agent is idle (no wake queued, no
+// title to ask for) is left to the lease release, which finishes it in its own write.
 func (inv *invocation) reconcile(ctx context.Context) error {
-	if start := openTurn(inv.evs); start >= 0 {
-		id := decode[turnStart](inv.evs[start]).TurnID
-		if isQuotaTurn(id) {
-			return inv.endRefused(ctx, id)
+	inv.ended = nil
+	if t := inv.log.turn; t != nil {
+		if isQuotaTurn(t.turnID) {
+			return inv.endRefused(ctx, t.turnID)
 		}
-		if inv.st.TurnID != id {
-			if err := inv.c.store.setTurn(ctx, inv.agent, inv.me, id, inv.evs[start].Seq); err != nil {
+		if inv.st.TurnID != t.turnID {
+			if err := inv.c.store.setTurn(ctx, inv.agent, inv.me, t.turnID, t.seq); err != nil {
 				return err
 			}
-			inv.st.TurnID, inv.st.TurnSeq = id, inv.evs[start].Seq
+			inv.st.TurnID, inv.st.TurnSeq = t.turnID, t.seq
 		}
 		return nil
 	}
@@ -77,14 +79,18 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 	if id == "" {
 		return nil
 	}
-	if te, ok := turnEndOf(inv.evs, id); ok {
+	if te, ok := turnEndOf(inv.log.evs, id); ok {
 		var u TurnUsage
 		if te.Usage != nil {
 			u = *te.Usage
 		}
+		if _, titled := inv.firstMessage(); titled && inv.oldestWake() == nil {
+			inv.ended = &endedTurn{id: id, usage: u}
+			return nil
+		}
 		return inv.finishTurn(ctx, id, u)
 	}
-	if userMessageOf(inv.evs, id) {
+	if userMessageOf(inv.log.evs, id) {
 		_, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id})
 		return err
 	}
@@ -103,11 +109,12 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 	id := inv.st.TurnID // claimed by an invocation that died before logging anything
 	if id == "" {
 		id = "turn_" + randomHex(8)
-		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, inv.last+1, it.key())
+		seq := inv.log.last + 1
+		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, seq, it.key())
 		if err != nil {
 			return err
 		}
-		inv.st.TurnID, inv.st.TurnSeq, inv.st.CancelTurn = id, inv.last+1, ""
+		inv.st.TurnID, inv.st.TurnSeq, inv.st.CancelTurn = id, seq, ""
 		if st.CancelAt != "" && it.key() <= st.CancelAt {
 			// A cancel sent after this wake was served before it: the turn the wake
 			// starts is the one that cancel stops.
@@ -147,26 +154,29 @@ func (inv *invocation) cancelled(turnID string) bool {
 }
 
 // runTurn runs the open turn step by step. Each step boundary reads the state (cancel,
-// models, stimuli); then the step either runs the tool calls the log owes, or drains
-// the inbox and calls the model — or ends the turn after a final reply.
-func (inv *invocation) runTurn(ctx context.Context) (outcome, error) {
-	for {
-		if err := inv.boundary(ctx); err != nil {
-			return 0, err
+// models, stimuli) — but for the first when read says the state was just read; then
+// the step either runs the tool calls the log owes, or drains the inbox and calls the
+// model — or ends the turn after a final reply. A step reads the turn from the
+// window's turnView, which each appended event keeps current.
+func (inv *invocation) runTurn(ctx context.Context, read bool) (outcome, error) {
+	for ; ; read = false {
+		if !read {
+			if err := inv.boundary(ctx); err != nil {
+				return 0, err
+			}
 		}
-		start := openTurn(inv.evs)
-		if start < 0 {
+		t := inv.log.turn
+		if t == nil {
 			return outEnded, nil
 		}
-		p := progressOf(inv.evs, start)
-		if inv.cancelled(p.turnID) {
+		if inv.cancelled(t.turnID) {
 			return inv.cancelTurn(ctx, inv.st.CancelReason)
 		}
 		if inv.deadlineNear(ctx) {
 			return outHandover, nil
 		}
-		if len(p.owed) > 0 {
-			out, err := inv.runBatch(ctx, p)
+		if owed := t.owed(); len(owed) > 0 {
+			out, err := inv.runBatch(ctx, t, owed)
 			if err != nil {
 				return 0, err
 			}
@@ -182,11 +192,10 @@ func (inv *invocation) runTurn(ctx context.Context) (outcome, error) {
 		if err := inv.drain(ctx); err != nil {
 			return 0, err
 		}
-		p = progressOf(inv.evs, start)
-		if p.last == lastFinal {
-			return inv.endTurn(ctx, p, StatusCompleted, "", nil)
+		if t.last == lastFinal {
+			return inv.endTurn(ctx, t, StatusCompleted, "", nil)
 		}
-		out, err := inv.modelStep(ctx, p)
+		out, err := inv.modelStep(ctx, t)
 		if err != nil || out != outContinue {
 			return out, err
 		}
@@ -209,7 +218,7 @@ func (inv *invocation) drain(ctx context.Context) error {
 	}
 	ids := make([]string, 0, len(inv.inbox))
 	for _, it := range inv.inbox {
-		if !inv.logged[it.ID] {
+		if !inv.log.logged[it.ID] {
 			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, Truncated: it.Truncated}); err != nil {
 				return err
 			}
@@ -261,21 +270,21 @@ func (inv *invocation) settle(ctx context.Context) error {
 // modelStep makes one model call: its text streams into assistant/chunk events, its
 // tool calls become tool/call events (their results are owed to the next boundary),
 // and a refusal, an empty answer or a failure ends the turn.
-func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, error) {
+func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, error) {
 	prof, set, err := inv.toolset()
 	if err != nil {
-		return inv.endTurn(ctx, p, StatusFailed, err.Error(), nil)
+		return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
 	}
 	spec := inv.c.modelSpec(inv.st, prof, RoleMain)
 	models, err := inv.c.modelsOf(prof)
 	if err != nil {
-		return inv.endTurn(ctx, p, StatusFailed, "model "+spec+": "+err.Error(), nil)
+		return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": "+err.Error(), nil)
 	}
 	m, err := models.Resolve(spec)
 	if err != nil {
-		return inv.endTurn(ctx, p, StatusFailed, "model "+spec+": "+err.Error(), nil)
+		return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": "+err.Error(), nil)
 	}
-	req := model.Request{System: prof.System, Messages: history(inv.evs)}
+	req := model.Request{System: prof.System, Messages: history(inv.log.evs)}
 	for _, d := range set.Definitions() {
 		req.Tools = append(req.Tools, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
 	}
@@ -300,7 +309,7 @@ func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, erro
 		if aerr := ch.abort(); aerr != nil {
 			return 0, aerr
 		}
-		return inv.endTurn(ctx, p, StatusFailed, err.Error(), nil)
+		return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
 	}
 	if !ch.wrote() && resp.Text != "" {
 		if err := ch.delta(model.Delta{Text: resp.Text}); err != nil {
@@ -319,7 +328,7 @@ func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, erro
 	}
 	usageLogged := hasText
 	ids := map[string]bool{}
-	for _, c := range p.calls {
+	for _, c := range t.calls {
 		ids[c.ID] = true
 	}
 	for _, tc := range calls {
@@ -353,9 +362,9 @@ func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, erro
 		if reason == "" {
 			reason = "model refused (" + resp.StopReason + ")"
 		}
-		return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusRejected, reason, extra)
+		return inv.endTurn(ctx, t, StatusRejected, reason, extra)
 	case !hasText && len(calls) == 0:
-		return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusEmpty, "", extra)
+		return inv.endTurn(ctx, t, StatusEmpty, "", extra)
 	}
 	return outContinue, nil
 }
@@ -369,43 +378,42 @@ type plan struct {
 	result  json.RawMessage
 }
 
-// runBatch executes the owed calls of the open step. Consecutive calls of parallel
-// tools form one run and execute concurrently under one barrier; any other call is a
-// run alone. Between runs the state is read again, so a cancel (or the deadline) is
-// observed between runs, never inside one.
-func (inv *invocation) runBatch(ctx context.Context, p progress) (outcome, error) {
+// runBatch executes owed, the owed calls of the open step. Consecutive calls of
+// parallel tools form one run and execute concurrently under one barrier; any other
+// call is a run alone. Between runs the state is read again, so a cancel (or the
+// deadline) is observed between runs, never inside one.
+func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInfo) (outcome, error) {
 	_, set, err := inv.toolset()
 	if err != nil {
-		for _, c := range p.owed {
+		for _, c := range owed {
 			if _, aerr := inv.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: "tools unavailable"}); aerr != nil {
 				return 0, aerr
 			}
 		}
-		return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusFailed, err.Error(), nil)
+		return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
 	}
-	for i, run := range splitRuns(p.owed, set) {
+	for i, run := range splitRuns(owed, set) {
 		if i > 0 {
 			if err := inv.boundary(ctx); err != nil {
 				return 0, err
 			}
-			if inv.cancelled(p.turnID) {
+			if inv.cancelled(t.turnID) {
 				return outCancel, nil
 			}
 			if inv.deadlineNear(ctx) {
 				return outHandover, nil
 			}
-			p = progressOf(inv.evs, openTurn(inv.evs))
 		}
-		policy := policyOf(inv.evs)
+		policy := policyOf(inv.log.evs)
 		plans := make([]plan, len(run))
 		park := false
 		for j, c := range run {
-			plans[j] = inv.plan(c, set, policy, p)
+			plans[j] = inv.plan(c, set, policy, t)
 			park = park || plans[j].park
 		}
 		if park {
 			for _, pl := range plans {
-				if pl.park && !p.requested[pl.call.ID] {
+				if pl.park && !t.requested[pl.call.ID] {
 					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args}); err != nil {
 						return 0, err
 					}
@@ -456,7 +464,7 @@ func splitRuns(calls []callInfo, set *tools.Set) [][]callInfo {
 
 // plan decides one call: refused (bad arguments, unknown tool, outside the policy,
 // denied), parked for a verdict, or executed.
-func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, p progress) plan {
+func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, turn *turnView) plan {
 	pl := plan{call: c}
 	t, ok := set.Lookup(c.Name)
 	switch {
@@ -467,7 +475,7 @@ func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, p p
 	case !policy.Allows(c.Name):
 		pl.errText = ErrTextPolicy
 	case inv.c.cfg.Approvals && t.Definition().NeedsApproval:
-		v, decided := p.verdicts[c.ID]
+		v, decided := turn.verdicts[c.ID]
 		switch {
 		case !decided:
 			pl.park = true
@@ -533,28 +541,30 @@ func resultOf(pl plan) toolResult {
 // cancelTurn stops the open turn: standing approval requests are denied with reason,
 // every owed call gets an error result (it never runs), and turn/end is cancelled.
 func (inv *invocation) cancelTurn(ctx context.Context, reason string) (outcome, error) {
-	p := progressOf(inv.evs, openTurn(inv.evs))
-	for _, id := range p.standing() {
-		if err := inv.c.resolveVerdict(ctx, inv.agent, inv, id, VerdictDenied, reason); err != nil && !errors.Is(err, ErrStaleCall) {
+	t := inv.log.turn
+	for _, id := range t.standing() {
+		if err := inv.c.resolveVerdict(ctx, inv.agent, inv.log, id, VerdictDenied, reason); err != nil && !errors.Is(err, ErrStaleCall) {
 			return 0, err
 		}
 	}
-	p = progressOf(inv.evs, openTurn(inv.evs))
-	for _, c := range p.owed {
+	if t = inv.log.turn; t == nil { // a verdict read in an event that ended it
+		return outEnded, nil
+	}
+	for _, c := range t.owed() {
 		text := ErrTextCancelled
-		if v, ok := p.verdicts[c.ID]; ok && v.Verdict == VerdictDenied {
+		if v, ok := t.verdicts[c.ID]; ok && v.Verdict == VerdictDenied {
 			text = deniedText(v.Reason)
 		}
 		if _, err := inv.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: text}); err != nil {
 			return 0, err
 		}
 	}
-	return inv.endTurn(ctx, progressOf(inv.evs, openTurn(inv.evs)), StatusCancelled, reason, nil)
+	return inv.endTurn(ctx, t, StatusCancelled, reason, nil)
 }
 
 // endTurn appends turn/end with the turn's usage — summed from the log, plus extra
 // for a model call no event carries — then meters and clears the turn.
-func (inv *invocation) endTurn(ctx context.Context, p progress, status, reason string, extra *modelUsage) (outcome, error) {
+func (inv *invocation) endTurn(ctx context.Context, p *turnView, status, reason string, extra *modelUsage) (outcome, error) {
 	u := p.usage
 	if extra != nil {
 		u.InputTokens += extra.InputTokens
@@ -577,7 +587,7 @@ func (inv *invocation) endTurn(ctx context.Context, p progress, status, reason s
 	if err := inv.crash(CrashTurnEnded); err != nil {
 		return 0, err
 	}
-	return outEnded, inv.finishTurn(ctx, p.turnID, u)
+	return outEnded, nil // reconcile finishes the turn, from its turn/end
 }
 
 // finishTurn meters the ended turn and clears it from the state item, then names the
@@ -593,23 +603,30 @@ func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsag
 	return nil
 }
 
-const titlerSystem = "Reply with a short title, at most eight words, for a conversation that begins with the user's message. Reply with the title only."
-
-// title asks the titler model to name the session after its first turn and appends
-// session/titled. Naming is best effort: on failure it is tried after the next turn.
-func (inv *invocation) title(ctx context.Context) {
+// firstMessage returns the session's first user message, and reports whether the
+// session needs no title: it has one, or nothing to name it after.
+func (inv *invocation) firstMessage() (string, bool) {
 	first := ""
-	for _, ev := range inv.evs {
+	for _, ev := range inv.log.evs {
 		switch ev.Type {
 		case TypeSessionTitled:
-			return
+			return "", true
 		case TypeUserMessage:
 			if first == "" {
 				first = decode[userMessage](ev).Text
 			}
 		}
 	}
-	if strings.TrimSpace(first) == "" {
+	return first, strings.TrimSpace(first) == ""
+}
+
+const titlerSystem = "Reply with a short title, at most eight words, for a conversation that begins with the user's message. Reply with the title only."
+
+// title asks the titler model to name the session after its first turn and appends
+// session/titled. Naming is best effort: on failure it is tried after the next turn.
+func (inv *invocation) title(ctx context.Context) {
+	first, titled := inv.firstMessage()
+	if titled {
 		return
 	}
 	log := inv.c.logger.With("agent_id", inv.agent)

@@ -31,27 +31,27 @@ func TestWakeRunsTurn(t *testing.T) {
 		t.Fatalf("events %v, want %v\n%s", got, want, dump(evs))
 	}
 	if str(evs[1], "text") != "hello world" || str(evs[1], "turn_id") != str(evs[2], "turn_id") || str(evs[2], "turn_id") == "" {
-		t.Errorf("user/message %s turn/start %s", evs[1].Payload, evs[2].Payload)
+		t.Errorf("user/message %s, turn/start %s; want text \"hello world\" and one non-empty turn_id in both", evs[1].Payload, evs[2].Payload)
 	}
 	if got := chunkText(evs); got != "hello world" {
-		t.Errorf("chunks concatenate to %q", got)
+		t.Errorf("chunks concatenate to %q, want %q", got, "hello world")
 	}
 	if payload(evs[3])["final"] != nil || payload(evs[4])["final"] != true || payload(evs[4])["usage"] == nil {
-		t.Errorf("only the last chunk is final and carries usage: %s / %s", evs[3].Payload, evs[4].Payload)
+		t.Errorf("chunks %s / %s; want only the last final, carrying usage", evs[3].Payload, evs[4].Payload)
 	}
 	end := payload(evs[5])
 	if end["status"] != agent.StatusCompleted || end["turn_id"] != str(evs[2], "turn_id") || end["reason"] != nil {
-		t.Errorf("turn/end %s", evs[5].Payload)
+		t.Errorf("turn/end %s; want status %q, turn_id %q, no reason", evs[5].Payload, agent.StatusCompleted, str(evs[2], "turn_id"))
 	}
 	usage, _ := end["usage"].(map[string]any)
 	if usage["input_tokens"].(float64) <= 0 || usage["output_tokens"].(float64) <= 0 || usage["model_calls"] != 1.0 || usage["tool_calls"] != 0.0 {
-		t.Errorf("turn usage %v", usage)
+		t.Errorf("turn usage %v; want input and output tokens > 0, model_calls 1, tool_calls 0", usage)
 	}
 	if str(evs[6], "title") != "hello world" {
-		t.Errorf("session/titled %s", evs[6].Payload)
+		t.Errorf("session/titled %s; want title %q", evs[6].Payload, "hello world")
 	}
 	if int(hooked.Load()) != len(evs)-1 {
-		t.Errorf("OnAppend saw %d events, the runtime appended %d", hooked.Load(), len(evs)-1)
+		t.Errorf("the log notified %d appends, want %d (every event the runtime appended)", hooked.Load(), len(evs)-1)
 	}
 
 	c, err := e.svc.Usage(e.ctx, e.agentID)
@@ -60,7 +60,7 @@ func TestWakeRunsTurn(t *testing.T) {
 	}
 	// The scripted titler makes no model call: the counters are the turn's usage.
 	if c.Turns != 1 || c.ModelCalls != 1 || c.ToolCalls != 0 || c.InputTokens != int64(usage["input_tokens"].(float64)) {
-		t.Errorf("counters %+v (turn usage %v)", c, usage)
+		t.Errorf("counters %+v; want turns 1, model_calls 1, tool_calls 0, input_tokens as the turn's usage %v", c, usage)
 	}
 }
 

@@ -158,16 +158,33 @@ func TestHistoryProjection(t *testing.T) {
 
 	// The open turn's progress, cut before its final reply: c3 is owed.
 	p := progressOf(evs[:14], 2)
-	if len(p.owed) != 1 || p.owed[0].ID != "c3" || p.last != lastCalls || p.usage.ToolCalls != 3 || !p.requested["c1"] {
+	if len(p.owed()) != 1 || p.owed()[0].ID != "c3" || p.last != lastCalls || p.usage.ToolCalls != 3 || !p.requested["c1"] {
 		t.Errorf("progress %+v", p)
 	}
-	if p := progressOf(evs[:16], 2); len(p.owed) != 0 || p.last != lastFinal {
+	if p := progressOf(evs[:16], 2); len(p.owed()) != 0 || p.last != lastFinal {
 		t.Errorf("progress after the final reply %+v", p)
 	}
 	if p := progressOf(evs[:5], 2); p.last != lastPartial {
 		t.Errorf("an unfinished output asks for the model again: %+v", p)
 	}
-	if openTurn(evs) != -1 || openTurn(evs[:16]) != 2 {
-		t.Errorf("openTurn")
+
+	// A window folds each event into the open turn as it is added: at every point its
+	// turn is what progressOf reads from the log.
+	w := newWindow(nil, "a", 0)
+	for i, e := range evs {
+		e.Seq = int64(i)
+		w.add(e)
+		switch {
+		case i < 2 || i == len(evs)-1:
+			if w.turn != nil {
+				t.Errorf("after event %d (%s): open turn %+v, want none", i, e.Type, w.turn)
+			}
+		case w.turn == nil:
+			t.Errorf("after event %d (%s): no open turn, want t1", i, e.Type)
+		default:
+			if want := progressOf(evs[:i+1], 2); w.turn.seq != 2 || !reflect.DeepEqual(w.turn.progress, want) {
+				t.Errorf("after event %d (%s): turn %d %+v, want 2 %+v", i, e.Type, w.turn.seq, w.turn.progress, want)
+			}
+		}
 	}
 }

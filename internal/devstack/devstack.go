@@ -211,12 +211,13 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	agent, err := service.AgentWith(st.Config, awsCfg, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true})
+	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
+	msgD := service.Deliverer(st.Config, awsCfg, logger, tune) // the message function's, shared as there
+	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true})
 	if err != nil {
 		return nil, err
 	}
-	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
-	sock := service.Socket(st.Config, awsCfg, agent, logger, tune)
+	sock := service.Socket(st.Config, awsCfg, msgD, agent, logger)
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
 	tokens := service.Tokens(st.Config, awsCfg)
 	if o.TokenClock != nil {

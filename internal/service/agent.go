@@ -40,12 +40,6 @@ type AgentOptions struct {
 	Stderr io.Writer
 }
 
-// AgentConfig builds the runtime's configuration as the functions do: see
-// AgentConfigWith.
-func AgentConfig(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (agent.Config, error) {
-	return AgentConfigWith(cfg, awsCfg, logger, AgentOptions{})
-}
-
 // ProfileEnv is where profiles run with these options: keys from the environment
 // (and .env locally) or from Secrets Manager / SSM, Bedrock clients by region, the
 // tool kinds of ToolKinds. `terret agent put` checks profiles against it.
@@ -140,19 +134,21 @@ type Runtime struct {
 	fast   *delivery.Notifier
 }
 
-// Agent builds the runtime as the functions do.
-func Agent(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) (*Runtime, error) {
-	return AgentWith(cfg, awsCfg, logger, AgentOptions{})
+// Agent builds the runtime as the functions do. d is the process's Deliverer (the
+// message function shares it with its socket routes).
+func Agent(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, logger *slog.Logger) (*Runtime, error) {
+	return AgentWith(cfg, awsCfg, d, logger, AgentOptions{})
 }
 
-// AgentWith builds the runtime with o (see AgentOptions).
-func AgentWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, o AgentOptions) (*Runtime, error) {
+// AgentWith builds the runtime with o (see AgentOptions). Its log hands every event
+// the runtime appends to the fast path, a Notifier over d.
+func AgentWith(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, logger *slog.Logger, o AgentOptions) (*Runtime, error) {
 	acfg, err := AgentConfigWith(cfg, awsCfg, logger, o)
 	if err != nil {
 		return nil, err
 	}
-	rt := &Runtime{fast: delivery.NewNotifier(Deliverer(cfg, awsCfg, logger, Tuning{}), fastPathBudget)}
-	acfg.OnAppend = rt.fast.OnAppend
+	rt := &Runtime{fast: delivery.NewNotifier(d, fastPathBudget)}
+	acfg.Log = sessionlog.Notify(sessionlog.New(cfg.DynamoDB(awsCfg), cfg.LogTable), rt.fast.OnAppend)
 	if rt.svc, err = agent.New(acfg); err != nil {
 		return nil, err
 	}

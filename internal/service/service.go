@@ -1,6 +1,12 @@
-// Package service builds each function's handler from its configuration and AWS
-// clients. The functions' mains and `terret dev` share it, so the handlers that run
-// locally are wired exactly as the deployed ones.
+// Package service is the composition root: it builds each function's handler — the
+// service that function provides — from its configuration and AWS clients. The
+// functions' mains and `terret dev` share it, so the handlers that run locally are
+// wired exactly as the deployed ones. It is the one package that imports every other;
+// nothing imports it but mains, devstack and the bench.
+//
+// The name stays: what it returns are the deployed services, and the obvious
+// alternatives are taken or vaguer (internal/stack is the CloudFormation stack;
+// "wiring" names an activity, not a thing).
 package service
 
 import (
@@ -52,8 +58,8 @@ type Tuning struct {
 	ReplayPage int
 }
 
-// Deliverer builds the delivery core shared by the socket routes and the deliver
-// function.
+// Deliverer builds the delivery core. Build one per process and share it: the message
+// function's socket routes and its agent runtime's fast path use the same one.
 func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, tune Tuning) *delivery.Deliverer {
 	db := cfg.DynamoDB(awsCfg)
 	return delivery.New(delivery.Config{
@@ -67,15 +73,15 @@ func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, tune T
 	}, sessionlog.New(db, cfg.LogTable), connections.New(db, cfg.ConnectionsTable), cfg.Management(awsCfg), cfg.Lambda(awsCfg))
 }
 
-// Socket builds the connect, message and disconnect routes. agent may be nil, in which
-// case agent frames answer unsupported.
-func Socket(cfg config.Config, awsCfg aws.Config, agent socket.Controller, logger *slog.Logger, tune Tuning) *socket.Server {
+// Socket builds the connect, message and disconnect routes over the process's
+// Deliverer d. agent may be nil, in which case agent frames answer unsupported.
+func Socket(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, agent socket.Controller, logger *slog.Logger) *socket.Server {
 	db := cfg.DynamoDB(awsCfg)
 	return socket.New(
 		auth.New(db, cfg.ConnectionsTable),
 		connections.New(db, cfg.ConnectionsTable),
 		sessionlog.New(db, cfg.LogTable),
-		Deliverer(cfg, awsCfg, logger, tune),
+		d,
 		agent,
 		logger,
 	)

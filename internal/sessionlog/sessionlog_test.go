@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -366,5 +369,40 @@ func TestAppendAtConflict(t *testing.T) {
 	ev, err := l.Append(ctx, "s", "a/b", nil)
 	if err != nil || ev.Seq != 2 {
 		t.Fatalf("append after AppendAt = seq %d, %v; want 2", ev.Seq, err)
+	}
+}
+
+// Every successful append through a Notifying log is handed to its listener once, in
+// order; a failed one is not.
+func TestNotifyOnAppend(t *testing.T) {
+	t.Parallel()
+	l, table := newLog(t)
+	ctx := context.Background()
+	mustCreate(t, l, "s")
+	var got []int64
+	n := sessionlog.Notify(l, func(_ context.Context, ev sessionlog.Event) { got = append(got, ev.Seq) })
+	if _, err := n.Append(ctx, "s", "a/b", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.AppendAt(ctx, "s", 2, "a/b", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.AppendAt(ctx, "s", 2, "a/b", nil); !errors.Is(err, sessionlog.ErrConflict) {
+		t.Fatalf("AppendAt(2) again: err = %v, want ErrConflict", err)
+	}
+	sessionKey := map[string]types.AttributeValue{
+		"session_id": &types.AttributeValueMemberS{Value: "s"}, "seq": &types.AttributeValueMemberN{Value: "0"},
+	}
+	check := func(cond string) types.TransactWriteItem {
+		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: aws.String(table), Key: sessionKey, ConditionExpression: aws.String(cond)}}
+	}
+	if _, err := n.AppendWith(ctx, "s", "a/b", nil, check("attribute_exists(seq)")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.AppendWith(ctx, "s", "a/b", nil, check("attribute_not_exists(seq)")); !errors.Is(err, sessionlog.ErrRefused) {
+		t.Fatalf("AppendWith with a failing companion: err = %v, want ErrRefused", err)
+	}
+	if want := []int64{1, 2, 3}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("notified seqs %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,47 @@
+package sessionlog
+
+import (
+	"context"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Notifying is a Log that hands every event it appends to a listener — delivery's fast
+// path — right after the write succeeds. The log that appended is the one that
+// notifies, so no appender can forget to: wire it once where the log is built. A
+// failed append (a conflict, a refused companion write) notifies nothing. Reads and
+// Create pass through.
+type Notifying struct {
+	*Log
+	notify func(ctx context.Context, ev Event)
+}
+
+// Notify wraps l so that notify is called with each event appended through it. notify
+// runs on the appender's goroutine and must not block for long.
+func Notify(l *Log, notify func(ctx context.Context, ev Event)) *Notifying {
+	return &Notifying{Log: l, notify: notify}
+}
+
+// Append is Log.Append, then the notification.
+func (n *Notifying) Append(ctx context.Context, sessionID, typ string, payload any) (Event, error) {
+	return n.notified(ctx)(n.Log.Append(ctx, sessionID, typ, payload))
+}
+
+// AppendAt is Log.AppendAt, then the notification.
+func (n *Notifying) AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendAt(ctx, sessionID, seq, typ, payload))
+}
+
+// AppendWith is Log.AppendWith, then the notification.
+func (n *Notifying) AppendWith(ctx context.Context, sessionID, typ string, payload any, extra types.TransactWriteItem) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendWith(ctx, sessionID, typ, payload, extra))
+}
+
+func (n *Notifying) notified(ctx context.Context) func(Event, error) (Event, error) {
+	return func(ev Event, err error) (Event, error) {
+		if err == nil {
+			n.notify(ctx, ev)
+		}
+		return ev, err
+	}
+}
