@@ -459,7 +459,7 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 					return err
 				}
 				released = true // the record is gone with the connection
-				return d.Close(ctx, o, protocol.CodeLagged, "outbound queue overflowed: resubscribe from your last durable seq")
+				return d.Close(ctx, o, protocol.CodeLagged, message(protocol.CodeLagged))
 			}
 			sub := o.Sub
 			if p.Truncated && p.Next == o.From {
@@ -689,7 +689,7 @@ func (d *Deliverer) postFailed(ctx context.Context, o connections.Owner, err err
 // frame, then DeleteConnection; the records go with it.
 func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protocol.Code, msg string) error {
 	d.logger.Info("closing connection", "agent_id", o.AgentID, "connection_id", o.ConnID, "code", string(code))
-	if err := d.store.SetState(ctx, o.ConnID, connections.State(code)); err != nil {
+	if err := d.store.SetState(ctx, o.ConnID, stateFor(code)); err != nil {
 		return err
 	}
 	if err := d.store.Disown(ctx, o.AgentID, o.ConnID); err != nil {
@@ -896,16 +896,7 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 	}
 }
 
-func message(code protocol.Code) string {
-	switch code {
-	case protocol.CodeUnauthorized:
-		return "missing, invalid or revoked token"
-	case protocol.CodeSuperseded:
-		return "a newer connection took over this agent"
-	default:
-		return string(code)
-	}
-}
+func message(code protocol.Code) string { return protocol.Refusal(code).Message }
 
 // Send posts one protocol frame to connID outside the event stream (an error reply).
 // It returns ErrGone if the connection no longer exists.

@@ -25,15 +25,29 @@ import (
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
-// Controller serves the frames that drive the agent (package agent implements it).
+// Controller serves the client frames other than subscribe; package agent implements
+// it (agent.Service). sessionID == agentID. Its errors are agent's sentinels, mapped to
+// protocol codes by codeFor.
 type Controller interface {
+	// Inject queues text for the agent; with wake it also makes sure a turn runs.
 	Inject(ctx context.Context, sessionID, text string, wake bool) error
+	// Cancel asks the running turn to stop. It returns agent.ErrNotRunning when no
+	// turn is open.
 	Cancel(ctx context.Context, sessionID, reason string) error
+	// Approve resolves a standing approval request. It returns agent.ErrStaleCall when
+	// callID has no standing request in the open turn, agent.ErrUnsupported when
+	// approvals are not mounted.
 	Approve(ctx context.Context, sessionID, callID string) error
+	// Deny is Approve with the verdict denied.
 	Deny(ctx context.Context, sessionID, callID, reason string) error
+	// SetModel repoints a model role. It returns agent.ErrBadSpec for an unknown role
+	// or spec.
 	SetModel(ctx context.Context, sessionID, role, spec string) error
+	// SetPolicy replaces the tool allow list; patterns are already validated.
 	SetPolicy(ctx context.Context, sessionID string, patterns []string) error
 }
+
+var _ Controller = (*agent.Service)(nil)
 
 // subscribeBudget is how long a subscribe's own invocation sends before it hands the
 // rest of a replay to an asynchronous deliver invocation.
@@ -190,14 +204,14 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	c, err := s.conns.Conn(ctx, connID)
 	switch {
 	case errors.Is(err, connections.ErrNotFound):
-		s.refuse(ctx, lg, connID, connections.StateUnauthorized)
+		s.refuse(ctx, lg, connID, protocol.CodeUnauthorized)
 		return ok, nil
 	case err != nil:
 		lg.Error("look up connection", "error", err)
 		s.fail(ctx, lg, connID)
 		return ok, nil
 	case c.State != connections.StateAuthorized:
-		s.refuse(ctx, lg, connID, c.State)
+		s.refuse(ctx, lg, connID, refusalFor(c.State))
 		return ok, nil
 	}
 	lg = lg.With("agent_id", c.AgentID)
@@ -241,7 +255,7 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 			lg.Error("serve frame", "error", err)
 			s.fail(ctx, lg, connID)
 		case protocol.CodeSuperseded, protocol.CodeUnauthorized:
-			s.refuse(ctx, lg, connID, connections.State(code))
+			s.refuse(ctx, lg, connID, code)
 		default:
 			lg.Info("frame refused", "code", string(code))
 			s.reply(ctx, lg, c, protocol.NewError(code, msg))
@@ -368,30 +382,29 @@ func (s *Server) awaitHello(ctx context.Context, c connections.Conn) error {
 	}
 }
 
-// refuse answers a frame from a connection that may not send any: superseded, revoked,
-// unauthorized or unknown. The connection is closed.
-func (s *Server) refuse(ctx context.Context, lg *slog.Logger, connID string, st connections.State) {
-	code := protocol.CodeUnauthorized
-	if st == connections.StateSuperseded {
-		code = protocol.CodeSuperseded
-	}
-	lg.Info("frame from a connection that may not send", "state", string(st))
-	if err := s.deliver.Drop(ctx, connID, code, refusal(code)); err != nil {
+// refuse answers a frame from a connection that may not send any — superseded,
+// revoked, unauthorized or unknown — with code's refusal frame, and closes it.
+func (s *Server) refuse(ctx context.Context, lg *slog.Logger, connID string, code protocol.Code) {
+	lg.Info("frame from a connection that may not send", "code", string(code))
+	if err := s.deliver.Drop(ctx, connID, code, protocol.Refusal(code).Message); err != nil {
 		lg.Warn("drop", "error", err)
 	}
+}
+
+// refusalFor is the code a frame from a connection in state st is refused with: a
+// superseded connection learns it was superseded; any other that may not send (never
+// authorized, revoked, dropped as lagged) is unauthorized.
+func refusalFor(st connections.State) protocol.Code {
+	if st == connections.StateSuperseded {
+		return protocol.CodeSuperseded
+	}
+	return protocol.CodeUnauthorized
 }
 
 // fail answers an unexpected error: internal, and the connection closes. The details
 // stay in the log.
 func (s *Server) fail(ctx context.Context, lg *slog.Logger, connID string) {
-	if err := s.deliver.Drop(ctx, connID, protocol.CodeInternal, "internal error: resubscribe from your last durable seq"); err != nil {
+	if err := s.deliver.Drop(ctx, connID, protocol.CodeInternal, protocol.Refusal(protocol.CodeInternal).Message); err != nil {
 		lg.Warn("drop", "error", err)
 	}
-}
-
-func refusal(code protocol.Code) string {
-	if code == protocol.CodeSuperseded {
-		return "a newer connection took over this agent"
-	}
-	return "missing, invalid or revoked token"
 }
