@@ -483,12 +483,26 @@ func (d *Deliverer) send(ctx context.Context, o connections.Owner, holder string
 				if err != nil {
 					return err
 				}
+				posted := time.Now()
 				if err := d.post(ctx, o.ConnID, b); err != nil {
 					return d.postFailed(ctx, o, err)
 				}
 				i += k
 				p.Next = batch[i-1].Seq + 1
 				unrecorded += k
+				if live && time.Since(posted) >= slowPost {
+					// A reader pushing back (lagged.go): check the outbound-queue bound now.
+					if lag, err := d.laggingAt(ctx, o.AgentID, p.Next); err != nil || lag {
+						if err == nil {
+							err = join()
+						}
+						if err != nil {
+							return err
+						}
+						released = true // the record is gone with the connection
+						return d.Close(ctx, o, protocol.CodeLagged, message(protocol.CodeLagged))
+					}
+				}
 				if !stopAt.IsZero() && time.Now().After(stopAt) {
 					return handover()
 				}
