@@ -68,6 +68,8 @@ type Server struct {
 	deliver *delivery.Deliverer
 	agent   Controller // nil: the runtime is not mounted, agent frames answer unsupported
 	logger  *slog.Logger
+	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
+	orderWait time.Duration
 }
 
 // New returns a Server. agent may be nil.
@@ -75,7 +77,15 @@ func New(tokens *auth.Store, conns *connections.Store, log SessionLog, deliver *
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Server{tokens: tokens, conns: conns, log: log, deliver: deliver, agent: agent, logger: logger}
+	return &Server{tokens: tokens, conns: conns, log: log, deliver: deliver, agent: agent, logger: logger, orderWait: OrderWait}
+}
+
+// WithOrderWait sets how long a numbered frame waits for its predecessor (default
+// OrderWait) and returns s; call it before serving. Tests shorten it to see a gap's
+// outcome without waiting ten seconds.
+func (s *Server) WithOrderWait(d time.Duration) *Server {
+	s.orderWait = d
+	return s
 }
 
 var ok = events.APIGatewayProxyResponse{StatusCode: http.StatusOK}
@@ -264,8 +274,9 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	return ok, nil
 }
 
-// OrderWait bounds how long a numbered frame waits for its predecessor (its order
-// minus one) to take effect, counted from the frame's receipt. A predecessor that never
+// OrderWait is the default bound (Server.WithOrderWait) on how long a numbered frame
+// waits for its predecessor (its order minus one) to take effect, counted from the
+// frame's receipt. A predecessor that never
 // came (a gap) or whose handler failed holds its successors up this long at most; they
 // then take effect without the guarantee. Ten seconds leaves a predecessor slowed by a
 // cold start or DynamoDB retries (the SDK retries 8 times) room to finish, well inside
@@ -274,12 +285,12 @@ const OrderWait = 10 * time.Second
 
 // awaitTurn is the per-connection turnstile: it returns once the frame before st (by
 // order) has taken effect on c — true — or, false, once OrderWait has passed since
-// st's receipt. A frame whose order is not above the last mark (a duplicate, or one
+// st's receipt (s.orderWait). A frame whose order is not above the last mark (a duplicate, or one
 // that came after its successor gave up waiting) does not wait. The first look reuses
 // the connection record Message read; each further look is one strongly consistent
 // read (1 read unit), paced 2, 4, … up to 32 ms apart.
 func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) bool {
-	deadline := time.UnixMilli(st.At).Add(OrderWait)
+	deadline := time.UnixMilli(st.At).Add(s.orderWait)
 	pause := 2 * time.Millisecond
 	for {
 		if c.Order >= st.Order-1 {
