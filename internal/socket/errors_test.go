@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/connections"
@@ -60,6 +61,29 @@ func TestRefusalFor(t *testing.T) {
 		}
 		if !tc.want.Closes() {
 			t.Errorf("refusalFor(%q) = %s, a code that does not close the connection", tc.state, tc.want)
+		}
+	}
+}
+
+func TestTurnPace(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		last  time.Duration
+		ahead int64
+		want  time.Duration
+	}{
+		{2 * ms, 1, 4 * ms},
+		{16 * ms, 1, 32 * ms},
+		{32 * ms, 1, 32 * ms},   // the frame just before: every 32 ms, as always
+		{32 * ms, 0, 32 * ms},   // predecessor done meanwhile: not reached (the loop returns)
+		{32 * ms, 5, 64 * ms},   // doubling
+		{128 * ms, 5, 160 * ms}, // 32 ms per frame ahead
+		{512 * ms, 50, time.Second},
+		{time.Second, 50, time.Second},
+	}
+	for _, tc := range tests {
+		if got := turnPace(tc.last, tc.ahead); got != tc.want {
+			t.Errorf("turnPace(%v, %d) = %v, want %v", tc.last, tc.ahead, got, tc.want)
 		}
 	}
 }

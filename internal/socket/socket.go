@@ -284,11 +284,13 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 const OrderWait = 10 * time.Second
 
 // awaitTurn is the per-connection turnstile: it returns once the frame before st (by
-// order) has taken effect on c — true — or, false, once OrderWait has passed since
-// st's receipt (s.orderWait). A frame whose order is not above the last mark (a duplicate, or one
-// that came after its successor gave up waiting) does not wait. The first look reuses
-// the connection record Message read; each further look is one strongly consistent
-// read (1 read unit), paced 2, 4, … up to 32 ms apart.
+// order) has taken effect on c — true — or, false, once the order wait (OrderWait by
+// default) has passed since st's receipt. A frame whose order is not above the last
+// mark (a duplicate, or one that came after its successor gave up waiting) does not
+// wait. The first look reuses the connection record Message read; each further look is
+// one strongly consistent read (1 read unit), paced 2, 4, … up to 32 ms apart times the
+// frames still ahead of this one (turnPace): a frame deep in a burst looks rarely, so a
+// burst of n numbered frames costs on the order of n·log n looks rather than n².
 func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) bool {
 	deadline := time.UnixMilli(st.At).Add(s.orderWait)
 	pause := 2 * time.Millisecond
@@ -307,13 +309,22 @@ func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.C
 			return false
 		case <-t.C:
 		}
-		pause = min(2*pause, 32*time.Millisecond)
 		cur, err := s.conns.Conn(ctx, c.ID)
 		if err != nil {
 			return false
 		}
 		c = cur
+		pause = turnPace(pause, st.Order-1-c.Order)
 	}
+}
+
+// turnPace is the pause before the turnstile's next look: double the last, at most
+// 32 ms per frame still to take effect before this one (ahead), and never over a second.
+// The frame just before this one is looked for every 32 ms at most, as each frame
+// ahead takes at least a handler's few requests to take effect.
+func turnPace(last time.Duration, ahead int64) time.Duration {
+	limit := 32 * time.Millisecond * time.Duration(max(ahead, 1))
+	return min(2*last, limit, time.Second)
 }
 
 // serve applies one frame. taken marks the frame's order as taken effect (the
