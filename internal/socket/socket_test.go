@@ -580,6 +580,15 @@ func testOrderGap(t *testing.T, names tables.Names) {
 		if deadline := time.UnixMilli(got.stamp.At).Add(wait); tc.wantWaited && got.at.Before(deadline) {
 			t.Errorf("%s: served %v after its receipt, want no earlier than OrderWait (%v)", tc.name, got.at.Sub(time.UnixMilli(got.stamp.At)), wait)
 		}
+		// The mark follows the Controller call; the next frame is sent once it shows, so
+		// that the short OrderWait is never what the next frame's outcome depends on.
+		until := time.Now().Add(20 * time.Second)
+		for mark() < min(tc.order, 2) {
+			if time.Now().After(until) {
+				t.Fatalf("%s: turnstile mark %d after 20 s, want %d", tc.name, mark(), min(tc.order, 2))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	// The answer to a numbered bad frame comes once the frame before it took effect.
 	c.send(websocket.MessageText, []byte(`{"type":"barrier","order":4}`))
