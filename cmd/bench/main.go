@@ -8,6 +8,7 @@
 //     posted to an open socket;
 //   - cost: DynamoDB request units (ConsumedCapacity, via an SDK middleware on every
 //     handler's clients), Lambda invocations and gateway messages, per event and per turn;
+//   - cost per client frame (set_policy, steer), plain and with the order field;
 //   - a reconnect storm of 200 clients with 1,000 events each;
 //   - cold start of each function under the Lambda Runtime Interface Emulator; floor: a
 //     hello-world Go Lambda built the same way.
@@ -57,6 +58,7 @@ type options struct {
 	refused               int
 	agents                string // fleet sizes of the agents phase
 	agentTurns            int
+	frames                int
 	poll                  time.Duration
 	maxReplays            int
 	quiet                 bool
@@ -92,6 +94,7 @@ type results struct {
 	coldFloor            coldResult
 	refused              refusedResult
 	agents               []fleetResult
+	frames               []frameResult
 	ranPhases            map[string]bool
 }
 
@@ -101,7 +104,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,storm,cold", "phases to run, comma-separated (also: refused, agents)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold", "phases to run, comma-separated (also: refused, agents)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -117,6 +120,7 @@ func main() {
 	flag.IntVar(&o.refused, "refused", 50, "connections with a wrong token in the refused phase")
 	flag.StringVar(&o.agents, "agents", "10,50,200", "fleet sizes of the agents phase: agents running turns at once, one client each")
 	flag.IntVar(&o.agentTurns, "agent-turns", 2, "counted turns of each agent in the agents phase (after one uncounted)")
+	flag.IntVar(&o.frames, "frames", 20, "client frames of each kind, plain and numbered, in the frames phase")
 	flag.DurationVar(&o.poll, "poll-interval", 50*time.Millisecond, "stream poll interval (terret dev's default)")
 	flag.IntVar(&o.maxReplays, "max-concurrent-replays", 4, "max_concurrent_replays")
 	flag.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -239,6 +243,7 @@ func (b *bench) run() error {
 		{"tail", b.runTail},
 		{"replay", b.runReplay},
 		{"turns", b.runTurns},
+		{"frames", b.runFrames},
 		{"storm", b.runStorm},
 		{"cold", b.runColdStart},
 		{"refused", b.runRefused},

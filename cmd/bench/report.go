@@ -282,6 +282,26 @@ func (b *bench) report(lc *levelCounter) *report {
 		r.addBreakdown(b, "storm", s.Cost, int64(s.Clients*s.EventsEach))
 		r.CostFigures["storm"] = costRowOf("event", s.Cost, int64(s.Clients*s.EventsEach), b.st.cfg.LogTable, 0)
 	}
+	if ran["frames"] {
+		for _, f := range b.res.frames {
+			way := "plain"
+			if f.Ordered {
+				way = "order field"
+			}
+			sec := fmt.Sprintf("client frames: %s, %s, %d one at a time", f.Kind, way, f.Frames)
+			n := float64(max(f.Frames, 1))
+			add(sec, "Lambda invocations / frame", "invocations", float64(f.Cost.Inv.total())/n, nil, noTarget)
+			add(sec, "write units / frame", "WRU", f.Cost.wru()/n, nil, noTarget)
+			add(sec, "read units / frame", "RRU", f.Cost.rru()/n, nil, noTarget)
+			add(sec, "gateway messages / frame", "msgs", float64(f.Cost.posts())/n, nil, noTarget)
+			name := "frame_" + f.Kind
+			if f.Ordered {
+				name += "_ordered"
+			}
+			r.addBreakdown(b, strings.TrimPrefix(sec, "client frames: "), f.Cost, 0)
+			r.CostFigures[name] = costRowOf("frame", f.Cost, int64(f.Frames), "", 0)
+		}
+	}
 	if ran["refused"] {
 		rf := b.res.refused
 		sec := fmt.Sprintf("refused connections (wrong token): %d", rf.Connections)

@@ -1,9 +1,9 @@
 // Package agent is the agent runtime: the turn loop that drives a model and its tools
-// and records everything it does in the session log, and the Controller that serves
+// and records everything it does in the session log, and the Service that serves
 // the client frames driving it (inject, cancel, approve, deny, set_model,
 // set_policy).
 //
-// Two halves share this package. Service implements Controller inside the message
+// Two halves share this package. Service serves the frames inside the message
 // function: it records each stimulus durably (the inbox, the state item, the log) and
 // starts the runner function asynchronously. Runner runs in the runner function: it
 // takes the agent's lease, rebuilds the agent from the log and runs or resumes the

@@ -14,14 +14,12 @@ import (
 	"github.com/terret/terret-ws/internal/tools"
 )
 
-// Service implements Controller for the message function: it records each stimulus
+// Service implements socket.Controller for the message function: it records each stimulus
 // durably and starts the runner function asynchronously. It is safe for concurrent
 // use, and any number of instances in any number of processes may serve one agent.
 type Service struct {
 	c *core
 }
-
-var _ Controller = (*Service)(nil)
 
 // New returns a Service. It returns an error if a required Config field is missing.
 func New(cfg Config) (*Service, error) {

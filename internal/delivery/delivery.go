@@ -35,6 +35,9 @@ var (
 	ErrPost = errors.New("delivery: post failed")
 	// errDeadline stops a sender that must hand its work to a fresh invocation.
 	errDeadline = errors.New("delivery: invocation deadline near")
+	// errLagging stops posting a batch to a live reader found past the outbound-queue
+	// bound (lagged.go); the sender then closes the connection with lagged.
+	errLagging = errors.New("delivery: reader past the outbound-queue bound")
 )
 
 // PostAPI is the part of the @connections client delivery uses.

@@ -54,7 +54,7 @@ func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte) e
 // frame, then DeleteConnection; the records go with it.
 func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protocol.Code, msg string) error {
 	d.logger.Info("closing connection", "agent_id", o.AgentID, "connection_id", o.ConnID, "code", string(code))
-	if err := d.store.SetState(ctx, o.ConnID, connections.State(code)); err != nil {
+	if err := d.store.SetState(ctx, o.ConnID, stateFor(code)); err != nil {
 		return err
 	}
 	if err := d.store.Disown(ctx, o.AgentID, o.ConnID); err != nil {
@@ -144,16 +144,7 @@ func (d *Deliverer) deleteConn(ctx context.Context, connID string) error {
 	return nil
 }
 
-func message(code protocol.Code) string {
-	switch code {
-	case protocol.CodeUnauthorized:
-		return "missing, invalid or revoked token"
-	case protocol.CodeSuperseded:
-		return "a newer connection took over this agent"
-	default:
-		return string(code)
-	}
-}
+func message(code protocol.Code) string { return protocol.Refusal(code).Message }
 
 // Send posts one protocol frame to connID outside the event stream (an error reply).
 // It returns ErrGone if the connection no longer exists.

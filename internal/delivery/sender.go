@@ -88,7 +88,9 @@ func (s *sender) run() (err error) {
 			if s.p.Next >= s.o.ReplayEnd && s.d.lagging(s.p.Next, batch) {
 				return s.closeLagged()
 			}
-			if err := s.postEvents(batch); err != nil {
+			if err := s.postEvents(batch); errors.Is(err, errLagging) {
+				return s.closeLagged()
+			} else if err != nil {
 				return err
 			}
 			if s.d.nearDeadline(s.ctx) {
@@ -265,6 +267,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		}
 		s.p.Truncated = false
 	}
+	live := s.p.Next >= s.o.ReplayEnd
 	for i := 0; i < len(batch); {
 		if err := s.renew(); err != nil {
 			return err
@@ -276,12 +279,23 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		if err != nil {
 			return err
 		}
+		posted := time.Now()
 		if err := s.d.post(s.ctx, s.o.ConnID, b); err != nil {
 			return err
 		}
 		i += k
 		s.p.Next = batch[i-1].Seq + 1
 		s.unrecorded += k
+		if live && time.Since(posted) >= slowPost {
+			// A reader pushing back (lagged.go): check the outbound-queue bound now.
+			lag, err := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next)
+			if err != nil {
+				return err
+			}
+			if lag {
+				return errLagging
+			}
+		}
 		if s.pastStop() {
 			return errDeadline
 		}
@@ -296,7 +310,7 @@ func (s *sender) closeLagged() error {
 		return err
 	}
 	s.released = true
-	return s.d.Close(s.ctx, s.o, protocol.CodeLagged, "outbound queue overflowed: resubscribe from your last durable seq")
+	return s.d.Close(s.ctx, s.o, protocol.CodeLagged, message(protocol.CodeLagged))
 }
 
 // linger lets a fast-path sender that has sent everything wait up to lingerFor for the

@@ -69,6 +69,10 @@ type Options struct {
 	// Invoke API runs, and the stream polling (unless PollInterval is set).
 	Latency latency.Profile
 	Measure Measure // metering, invocation counting and seeding hooks (cmd/bench; measure.go)
+
+	// Listener, if set, is served instead of a listener on Addr (tests that shape the
+	// gateway's sockets).
+	Listener net.Listener
 }
 
 // Stack is a running local service.
@@ -115,9 +119,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		logger = slog.Default()
 	}
 	// Bound first, so that a taken address fails in milliseconds, not after DynamoDB Local.
-	ln, err := net.Listen("tcp", o.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("%w on %s: %v", ErrListen, o.Addr, err)
+	ln := o.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", o.Addr); err != nil {
+			return nil, fmt.Errorf("%w on %s: %v", ErrListen, o.Addr, err)
+		}
 	}
 	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint, measure: o.Measure}
 	// A failed start closes what it started; the local copy survives the
@@ -174,8 +180,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Functions:    gwFunctions,
 		Timeouts:     gwTimeouts,
 		RetryBackoff: 200 * time.Millisecond,
-		// A client that cannot take one frame in 2 s is treated as gone: a sender blocked
-		// on it holds up the other sessions of its stream shard meanwhile.
+		// A post to a client that cannot take its frame in 2 s is answered with the frame
+		// still queued: a sender blocked on it would hold up the other sessions of its
+		// stream shard meanwhile. The client is dropped as lagged by the outbound-queue
+		// bound, not by this timeout.
 		WriteTimeout: 2 * time.Second,
 		Logger:       quietLog,
 		Pages:        o.Pages,

@@ -265,6 +265,7 @@ func TestFrameOrder(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("ORDER_ROUNDS")); err == nil {
 		orderRounds = n
 	}
+
 	recv := newReceiveLog()
 	var h slog.Handler = recv.handler()
 	if os.Getenv("DEVSTACK_LOG") == "1" {
@@ -322,6 +323,10 @@ func TestFrameOrder(t *testing.T) {
 					return
 				}
 			}
+			began := time.Now()
+			defer func() {
+				t.Logf("%s: %d rounds in %v", so.agent, orderRounds, time.Since(began).Round(time.Millisecond))
+			}()
 			for r := range orderRounds {
 				if err := so.burst.round(ctx, e, c, r); err != nil {
 					fail(so.agent, fmt.Errorf("round %d: %w", r, err))

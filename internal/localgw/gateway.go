@@ -54,6 +54,8 @@ const (
 	DefaultAccountID      = "000000000000"
 	DefaultTimeout        = 30 * time.Second
 	DefaultWriteTimeout   = 10 * time.Second
+	DefaultStallTimeout   = 60 * time.Second
+	DefaultOutboxBytes    = 16 << 20
 	DefaultMaxConcurrency = 64
 	DefaultRetryBackoff   = time.Second
 )
@@ -105,9 +107,18 @@ type Config struct {
 	// Timeouts overrides the invocation deadline (DefaultTimeout) by route key or
 	// function name.
 	Timeouts map[string]time.Duration
-	// WriteTimeout bounds one PostToConnection frame write (default 10s). A write that
-	// times out closes the socket and answers GoneException.
+	// WriteTimeout bounds how long PostToConnection waits for its frame to be written
+	// (default 10s). Frames wait in the connection's outbox, in post order; a post
+	// still queued after WriteTimeout is answered 200 and its frame written later.
 	WriteTimeout time.Duration
+	// StallTimeout bounds one frame write to the socket (default 60s): a peer that
+	// takes no frame for that long is gone — the socket is closed (1006) and later
+	// posts answer GoneException. A peer that does not read is also closed by the
+	// ping loop (no pong).
+	StallTimeout time.Duration
+	// OutboxBytes bounds the frames posted to one connection and not yet written
+	// (default 16 MiB); a post beyond it closes the socket and answers GoneException.
+	OutboxBytes int
 	// MaxConcurrency bounds concurrent $default invocations over all connections
 	// (default 64). When it is reached, sockets stop being read until a slot frees.
 	MaxConcurrency int
@@ -175,6 +186,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
+	if cfg.OutboxBytes <= 0 {
+		cfg.OutboxBytes = DefaultOutboxBytes
 	}
 	if cfg.MaxConcurrency <= 0 {
 		cfg.MaxConcurrency = DefaultMaxConcurrency

@@ -5,8 +5,6 @@ import (
 	"io"
 	"net/http"
 	"time"
-
-	"github.com/coder/websocket"
 )
 
 // isoMillis is the timestamp shape API Gateway returns and the SDK's
@@ -21,11 +19,12 @@ func (g *Gateway) lookup(id string) *connection {
 }
 
 // serveManagement is the @connections API:
-//   - POST writes the body as one text frame and answers only once it is written to
-//     the socket (the synchronous flow control senders rely on); over MaxPostBytes
+//   - POST queues the body as one text frame in the connection's outbox and answers
+//     once it is written to the socket (the flow control senders rely on) or after
+//     WriteTimeout, the frame still queued (a slow reader); over MaxPostBytes it
 //     answers 413 PayloadTooLargeException;
 //   - GET answers {"connectedAt","identity":{"sourceIp","userAgent"},"lastActiveAt"};
-//   - DELETE closes the socket with 1000 after any frame already being written, then
+//   - DELETE closes the socket with 1000 after every frame already posted, then
 //     $disconnect runs; it answers 204.
 //
 // An unknown or closed connection answers 410 GoneException.
@@ -51,14 +50,17 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id str
 		_ = json.NewEncoder(w).Encode(resp)
 	case http.MethodDelete:
 		c := g.lookup(id)
-		if c == nil || !c.await(g.cfg.WriteTimeout) || !c.markClosing(websocket.StatusNormalClosure, "") {
+		if c == nil || !c.await(g.cfg.WriteTimeout) {
+			writeGone(w, id)
+			return
+		}
+		// The close goes behind every frame already posted (the outbox), so a frame
+		// posted just before it — lagged, superseded — still reaches a slow reader.
+		if err := c.enqueue(outFrame{close: true, done: make(chan error, 1)}); err != nil {
 			writeGone(w, id)
 			return
 		}
 		g.log.Info("delete connection", "connection_id", id)
-		// The handshake may take up to 5s against a slow peer; the caller is answered
-		// now, and the read loop invokes $disconnect when the socket is down.
-		go func() { _ = c.ws.Close(websocket.StatusNormalClosure, "") }()
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		writeJSONError(w, http.StatusMethodNotAllowed, "MethodNotAllowedException", "method not allowed")
@@ -82,7 +84,27 @@ func (g *Gateway) postToConnection(w http.ResponseWriter, r *http.Request, id st
 		return
 	}
 	start := time.Now()
-	if err := c.write(websocket.MessageText, data, g.cfg.WriteTimeout); err != nil {
+	if !c.await(g.cfg.WriteTimeout) {
+		writeGone(w, id)
+		return
+	}
+	// The frame joins the connection's outbox. The post is answered once it is written
+	// or, for a slow reader, after WriteTimeout with the frame still queued: a sender
+	// is never held longer, and a reader that stalls is not dropped before the
+	// protocol's own outbound-queue bound (lagged) can reach it.
+	f := outFrame{p: data, done: make(chan error, 1)}
+	err = c.enqueue(f)
+	if err == nil {
+		t := time.NewTimer(g.cfg.WriteTimeout)
+		select {
+		case err = <-f.done:
+		case <-t.C:
+			// The hook tests wait for: the client is not reading, and this frame waits.
+			g.log.Info("post queued: the client is not reading", "connection_id", id, "bytes", len(data), "queued_bytes", c.queued())
+		}
+		t.Stop()
+	}
+	if err != nil {
 		g.log.Info("post failed", "connection_id", id, "bytes", len(data), "error", err.Error())
 		writeGone(w, id)
 		return

@@ -187,9 +187,9 @@ func TestDeleteConnection(t *testing.T) {
 }
 
 func TestPostTimesOutOnStalledClient(t *testing.T) {
-	g, _, id, rec := connected(t, localgw.Config{WriteTimeout: 100 * time.Millisecond})
+	g, _, id, rec := connected(t, localgw.Config{WriteTimeout: 100 * time.Millisecond, StallTimeout: 100 * time.Millisecond})
 	// The client never reads: once the socket buffers are full a write stalls, the
-	// post fails after WriteTimeout with Gone, and the socket is closed.
+	// socket is closed after StallTimeout, and the posts fail with Gone.
 	client := managementClient(g)
 	frame := bytes.Repeat([]byte("y"), localgw.MaxPostBytes)
 	var err error

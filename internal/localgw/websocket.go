@@ -30,14 +30,25 @@ type connection struct {
 	userAgent   string
 	host        string
 
-	// writeMu serializes frame writes, and orders a DeleteConnection close after every
-	// post already being written.
+	// writeMu serializes frame writes (the outbox's writer, the close frames of
+	// limitWriter).
 	writeMu sync.Mutex
-	// closed is set under writeMu once the gateway decided to close the socket;
-	// closeCode/closeReason are what it sent, for the $disconnect event.
+	// closed is set under stateMu once the gateway decided to close the socket;
+	// closeCode/closeReason are what it sent, for the $disconnect event. Not writeMu:
+	// a ping that found the peer gone closes the socket while a write is stalled.
+	stateMu     sync.Mutex
 	closed      bool
 	closeCode   websocket.StatusCode
 	closeReason string
+
+	// outbox holds the frames posted and not yet written, in post order (outBytes is
+	// their size); one writer goroutine (running) drains it. deleting is set once
+	// DeleteConnection queued the close, or once the outbox overflowed.
+	outMu    sync.Mutex
+	outbox   []outFrame
+	outBytes int
+	running  bool
+	deleting bool
 
 	activeMu     sync.Mutex
 	lastActiveAt time.Time
@@ -102,24 +113,106 @@ func (c *connection) write(typ websocket.MessageType, p []byte, timeout time.Dur
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	if c.closed {
+	if c.isClosed() {
 		return errGone
 	}
 	if err := c.ws.Write(ctx, typ, p); err != nil {
-		c.closed = true
-		c.closeCode = websocket.StatusAbnormalClosure
-		c.closeReason = "write failed"
+		c.markClosing(websocket.StatusAbnormalClosure, "write failed")
 		return errors.Join(errGone, err)
 	}
 	c.touch()
 	return nil
 }
 
+// outFrame is a posted frame (or, with close set, DeleteConnection's close) waiting in
+// the outbox; done receives the result of its write.
+type outFrame struct {
+	p     []byte
+	close bool
+	done  chan error // buffered: the writer never waits for a reader
+}
+
+// errOverflow reports a post to an outbox already holding OutboxBytes.
+var errOverflow = errors.New("localgw: outbox full")
+
+// enqueue adds f to the outbox and makes sure a writer drains it. A frame posted after
+// DeleteConnection, or beyond OutboxBytes, is refused (errGone); an overflow also
+// closes the socket, as a peer that takes no frames is gone.
+func (c *connection) enqueue(f outFrame) error {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if c.deleting {
+		return errGone
+	}
+	if !f.close && c.outBytes+len(f.p) > c.g.cfg.OutboxBytes {
+		c.deleting = true
+		if c.markClosing(websocket.StatusAbnormalClosure, "outbox overflowed") {
+			go func() { _ = c.ws.CloseNow() }() // a write stalled on the peer fails at once
+		}
+		return errors.Join(errGone, errOverflow)
+	}
+	if f.close {
+		c.deleting = true
+	}
+	c.outbox = append(c.outbox, f)
+	c.outBytes += len(f.p)
+	if !c.running {
+		c.running = true
+		go c.drain()
+	}
+	return nil
+}
+
+// queued reports the bytes posted to c and not yet written.
+func (c *connection) queued() int {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	return c.outBytes
+}
+
+// drain writes the outbox in order until it is empty. A frame that cannot be written
+// within StallTimeout closes the socket (write); the frames behind it then fail.
+func (c *connection) drain() {
+	for {
+		c.outMu.Lock()
+		if len(c.outbox) == 0 {
+			c.running = false
+			c.outMu.Unlock()
+			return
+		}
+		f := c.outbox[0]
+		c.outbox[0] = outFrame{}
+		c.outbox = c.outbox[1:]
+		c.outMu.Unlock()
+		var err error
+		if f.close {
+			if c.markClosing(websocket.StatusNormalClosure, "") {
+				// The handshake may take up to 5s against a slow peer; the read loop
+				// invokes $disconnect when the socket is down.
+				go func() { _ = c.ws.Close(websocket.StatusNormalClosure, "") }()
+			}
+		} else {
+			err = c.write(websocket.MessageText, f.p, c.g.cfg.StallTimeout)
+		}
+		// Counted until written, so that the bound holds for a frame being written.
+		c.outMu.Lock()
+		c.outBytes -= len(f.p)
+		c.outMu.Unlock()
+		f.done <- err
+	}
+}
+
+func (c *connection) isClosed() bool {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.closed
+}
+
 // markClosing claims the close of the socket for the gateway; false when it was
-// already claimed. Taking writeMu means a post that is being written finishes first.
+// already claimed.
 func (c *connection) markClosing(code websocket.StatusCode, reason string) bool {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
 	if c.closed {
 		return false
 	}
@@ -254,10 +347,10 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 	for {
 		typ, data, err := c.ws.Read(context.Background())
 		if err != nil {
-			c.writeMu.Lock()
+			c.stateMu.Lock()
 			byUs, code, reason := c.closed, c.closeCode, c.closeReason
 			c.closed = true
-			c.writeMu.Unlock()
+			c.stateMu.Unlock()
 			if byUs {
 				return code, reason
 			}
@@ -317,7 +410,8 @@ func (g *Gateway) message(c *connection, body string, b64 bool, received time.Ti
 
 func (g *Gateway) routeError(c *connection, msg, requestID string) {
 	frame, _ := json.Marshal(map[string]string{"message": msg, "connectionId": c.id, "requestId": requestID})
-	_ = c.write(websocket.MessageText, frame, g.cfg.WriteTimeout)
+	_ = c.enqueue(outFrame{p: frame, done: make(chan error, 1)}) // in order with the posts
+
 }
 
 // disconnect unregisters the connection, so posts answer GoneException from now on,

@@ -33,7 +33,7 @@ func codeFor(err error) (protocol.Code, string) {
 	case errors.Is(err, ErrUnsupported):
 		return protocol.CodeUnsupported, "this deployment does not mount the plugin this frame needs"
 	case errors.Is(err, connections.ErrNotOwner):
-		return protocol.CodeSuperseded, "a newer connection took over this agent"
+		return protocol.CodeSuperseded, protocol.Refusal(protocol.CodeSuperseded).Message
 	default:
 		return protocol.CodeInternal, "internal error"
 	}

@@ -26,15 +26,29 @@ import (
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
-// Controller serves the frames that drive the agent (package agent implements it).
+// Controller serves the client frames other than subscribe; package agent implements
+// it (agent.Service). sessionID == agentID. Its errors are agent's sentinels, mapped to
+// protocol codes by codeFor.
 type Controller interface {
+	// Inject queues text for the agent; with wake it also makes sure a turn runs.
 	Inject(ctx context.Context, sessionID, text string, wake bool) error
+	// Cancel asks the running turn to stop. It returns agent.ErrNotRunning when no
+	// turn is open.
 	Cancel(ctx context.Context, sessionID, reason string) error
+	// Approve resolves a standing approval request. It returns agent.ErrStaleCall when
+	// callID has no standing request in the open turn, agent.ErrUnsupported when
+	// approvals are not mounted.
 	Approve(ctx context.Context, sessionID, callID string) error
+	// Deny is Approve with the verdict denied.
 	Deny(ctx context.Context, sessionID, callID, reason string) error
+	// SetModel repoints a model role. It returns agent.ErrBadSpec for an unknown role
+	// or spec.
 	SetModel(ctx context.Context, sessionID, role, spec string) error
+	// SetPolicy replaces the tool allow list; patterns are already validated.
 	SetPolicy(ctx context.Context, sessionID string, patterns []string) error
 }
+
+var _ Controller = (*agent.Service)(nil)
 
 // subscribeBudget is how long a subscribe's own invocation sends before it hands the
 // rest of a replay to an asynchronous deliver invocation.
@@ -56,6 +70,8 @@ type Server struct {
 	agent   Controller // nil: the runtime is not mounted, agent frames answer unsupported
 	logger  *slog.Logger
 	origin  []byte // RequireOrigin's secret; nil: no check
+	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
+	orderWait time.Duration
 }
 
 // OriginHeader is the header CloudFront adds to every request it forwards when the
@@ -77,7 +93,15 @@ func New(tokens *auth.Store, conns *connections.Store, log SessionLog, deliver *
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Server{tokens: tokens, conns: conns, log: log, deliver: deliver, agent: agent, logger: logger}
+	return &Server{tokens: tokens, conns: conns, log: log, deliver: deliver, agent: agent, logger: logger, orderWait: OrderWait}
+}
+
+// WithOrderWait sets how long a numbered frame waits for its predecessor (default
+// OrderWait) and returns s; call it before serving. Tests shorten it to see a gap's
+// outcome without waiting ten seconds.
+func (s *Server) WithOrderWait(d time.Duration) *Server {
+	s.orderWait = d
+	return s
 }
 
 var ok = events.APIGatewayProxyResponse{StatusCode: http.StatusOK}
@@ -211,14 +235,14 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	c, err := s.conns.Conn(ctx, connID)
 	switch {
 	case errors.Is(err, connections.ErrNotFound):
-		s.refuse(ctx, lg, connID, connections.StateUnauthorized)
+		s.refuse(ctx, lg, connID, protocol.CodeUnauthorized)
 		return ok, nil
 	case err != nil:
 		lg.Error("look up connection", "error", err)
 		s.fail(ctx, lg, connID)
 		return ok, nil
 	case c.State != connections.StateAuthorized:
-		s.refuse(ctx, lg, connID, c.State)
+		s.refuse(ctx, lg, connID, refusalFor(c.State))
 		return ok, nil
 	}
 	lg = lg.With("agent_id", c.AgentID)
@@ -262,7 +286,7 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 			lg.Error("serve frame", "error", err)
 			s.fail(ctx, lg, connID)
 		case protocol.CodeSuperseded, protocol.CodeUnauthorized:
-			s.refuse(ctx, lg, connID, connections.State(code))
+			s.refuse(ctx, lg, connID, code)
 		default:
 			lg.Info("frame refused", "code", string(code))
 			s.reply(ctx, lg, c, protocol.NewError(code, msg))
@@ -271,8 +295,9 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	return ok, nil
 }
 
-// OrderWait bounds how long a numbered frame waits for its predecessor (its order
-// minus one) to take effect, counted from the frame's receipt. A predecessor that never
+// OrderWait is the default bound (Server.WithOrderWait) on how long a numbered frame
+// waits for its predecessor (its order minus one) to take effect, counted from the
+// frame's receipt. A predecessor that never
 // came (a gap) or whose handler failed holds its successors up this long at most; they
 // then take effect without the guarantee. Ten seconds leaves a predecessor slowed by a
 // cold start or DynamoDB retries (the SDK retries 8 times) room to finish, well inside
@@ -280,13 +305,15 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 const OrderWait = 10 * time.Second
 
 // awaitTurn is the per-connection turnstile: it returns once the frame before st (by
-// order) has taken effect on c — true — or, false, once OrderWait has passed since
-// st's receipt. A frame whose order is not above the last mark (a duplicate, or one
-// that came after its successor gave up waiting) does not wait. The first look reuses
-// the connection record Message read; each further look is one strongly consistent
-// read (1 read unit), paced 2, 4, … up to 32 ms apart.
+// order) has taken effect on c — true — or, false, once the order wait (OrderWait by
+// default) has passed since st's receipt. A frame whose order is not above the last
+// mark (a duplicate, or one that came after its successor gave up waiting) does not
+// wait. The first look reuses the connection record Message read; each further look is
+// one strongly consistent read (1 read unit), paced 2, 4, … up to 32 ms apart times the
+// frames still ahead of this one (turnPace): a frame deep in a burst looks rarely, so a
+// burst of n numbered frames costs on the order of n·log n looks rather than n².
 func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) bool {
-	deadline := time.UnixMilli(st.At).Add(OrderWait)
+	deadline := time.UnixMilli(st.At).Add(s.orderWait)
 	pause := 2 * time.Millisecond
 	for {
 		if c.Order >= st.Order-1 {
@@ -303,13 +330,22 @@ func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.C
 			return false
 		case <-t.C:
 		}
-		pause = min(2*pause, 32*time.Millisecond)
 		cur, err := s.conns.Conn(ctx, c.ID)
 		if err != nil {
 			return false
 		}
 		c = cur
+		pause = turnPace(pause, st.Order-1-c.Order)
 	}
+}
+
+// turnPace is the pause before the turnstile's next look: double the last, at most
+// 32 ms per frame still to take effect before this one (ahead), and never over a second.
+// The frame just before this one is looked for every 32 ms at most, as each frame
+// ahead takes at least a handler's few requests to take effect.
+func turnPace(last time.Duration, ahead int64) time.Duration {
+	limit := 32 * time.Millisecond * time.Duration(max(ahead, 1))
+	return min(2*last, limit, time.Second)
 }
 
 // serve applies one frame. taken marks the frame's order as taken effect (the
@@ -389,30 +425,29 @@ func (s *Server) awaitHello(ctx context.Context, c connections.Conn) error {
 	}
 }
 
-// refuse answers a frame from a connection that may not send any: superseded, revoked,
-// unauthorized or unknown. The connection is closed.
-func (s *Server) refuse(ctx context.Context, lg *slog.Logger, connID string, st connections.State) {
-	code := protocol.CodeUnauthorized
-	if st == connections.StateSuperseded {
-		code = protocol.CodeSuperseded
-	}
-	lg.Info("frame from a connection that may not send", "state", string(st))
-	if err := s.deliver.Drop(ctx, connID, code, refusal(code)); err != nil {
+// refuse answers a frame from a connection that may not send any — superseded,
+// revoked, unauthorized or unknown — with code's refusal frame, and closes it.
+func (s *Server) refuse(ctx context.Context, lg *slog.Logger, connID string, code protocol.Code) {
+	lg.Info("frame from a connection that may not send", "code", string(code))
+	if err := s.deliver.Drop(ctx, connID, code, protocol.Refusal(code).Message); err != nil {
 		lg.Warn("drop", "error", err)
 	}
+}
+
+// refusalFor is the code a frame from a connection in state st is refused with: a
+// superseded connection learns it was superseded; any other that may not send (never
+// authorized, revoked, dropped as lagged) is unauthorized.
+func refusalFor(st connections.State) protocol.Code {
+	if st == connections.StateSuperseded {
+		return protocol.CodeSuperseded
+	}
+	return protocol.CodeUnauthorized
 }
 
 // fail answers an unexpected error: internal, and the connection closes. The details
 // stay in the log.
 func (s *Server) fail(ctx context.Context, lg *slog.Logger, connID string) {
-	if err := s.deliver.Drop(ctx, connID, protocol.CodeInternal, "internal error: resubscribe from your last durable seq"); err != nil {
+	if err := s.deliver.Drop(ctx, connID, protocol.CodeInternal, protocol.Refusal(protocol.CodeInternal).Message); err != nil {
 		lg.Warn("drop", "error", err)
 	}
-}
-
-func refusal(code protocol.Code) string {
-	if code == protocol.CodeSuperseded {
-		return "a newer connection took over this agent"
-	}
-	return "missing, invalid or revoked token"
 }

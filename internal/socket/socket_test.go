@@ -1,0 +1,603 @@
+package socket
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/coder/websocket"
+
+	"github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/tables"
+)
+
+// The route handlers are tested as they run: bound to the local gateway's routes over
+// DynamoDB Local, with the real delivery core posting through the gateway. Only the
+// Controller — this package's own interface to the agent runtime — is a recorder.
+
+// call is one Controller call: what it was asked and the stamp of the frame it served.
+type call struct {
+	what  string
+	stamp protocol.Stamp
+	at    time.Time
+}
+
+// recorder is a Controller that records its calls and answers with errs[method].
+type recorder struct {
+	mu    sync.Mutex
+	errs  map[string]error
+	calls chan call
+}
+
+var _ Controller = (*recorder)(nil)
+
+func newRecorder() *recorder {
+	return &recorder{errs: map[string]error{}, calls: make(chan call, 100)}
+}
+
+func (r *recorder) failWith(method string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs[method] = err
+}
+
+func (r *recorder) record(ctx context.Context, method string, args ...any) error {
+	st, _ := protocol.StampFrom(ctx)
+	r.calls <- call{what: strings.TrimSpace(fmt.Sprintln(append([]any{method}, args...)...)), stamp: st, at: time.Now()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.errs[method]
+}
+
+func (r *recorder) Inject(ctx context.Context, id, text string, wake bool) error {
+	return r.record(ctx, "Inject", id, text, wake)
+}
+func (r *recorder) Cancel(ctx context.Context, id, reason string) error {
+	return r.record(ctx, "Cancel", id, reason)
+}
+func (r *recorder) Approve(ctx context.Context, id, callID string) error {
+	return r.record(ctx, "Approve", id, callID)
+}
+func (r *recorder) Deny(ctx context.Context, id, callID, reason string) error {
+	return r.record(ctx, "Deny", id, callID, reason)
+}
+func (r *recorder) SetModel(ctx context.Context, id, role, spec string) error {
+	return r.record(ctx, "SetModel", id, role, spec)
+}
+func (r *recorder) SetPolicy(ctx context.Context, id string, patterns []string) error {
+	return r.record(ctx, "SetPolicy", id, patterns)
+}
+
+type rig struct {
+	gw     *localgw.Gateway
+	srv    *Server
+	ctrl   *recorder
+	tokens *auth.Store
+	conns  *connections.Store
+	// disconnected receives the connection id of every $disconnect served.
+	disconnected chan string
+}
+
+// TestRoutes runs the handler tests on one set of tables (creating them is the slow
+// part), each on a gateway and Server of its own.
+func TestRoutes(t *testing.T) {
+	names := dynamotest.CreateTables(t)
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, tables.Names)
+	}{
+		{"Message", testMessage},
+		{"MessageCloses", testMessageCloses},
+		{"MessageWithoutRuntime", testMessageWithoutRuntime},
+		{"Refused", testRefused},
+		{"Connect", testConnect},
+		{"Disconnect", testDisconnect},
+		{"OrderGap", testOrderGap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.test(t, names)
+		})
+	}
+}
+
+// newRig serves the three routes of a Server (with the recorder as its Controller,
+// or none if noRuntime) and the deliver function on a local gateway, over the tables
+// names. Tests sharing tables use agent ids of their own.
+func newRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration) *rig {
+	t.Helper()
+	db := dynamotest.Client(t)
+	logger := testLogger()
+	var connect, message, disconnect, deliver localgw.Deferred
+	gw, err := localgw.Start(context.Background(), localgw.Config{
+		Addr:         "127.0.0.1:0",
+		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &connect, localgw.RouteDefault: &message, localgw.RouteDisconnect: &disconnect},
+		Functions:    map[string]lambda.Handler{"deliver": &deliver},
+		RetryBackoff: 200 * time.Millisecond,
+		Logger:       logger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	awsCfg := dynamolocal.Config()
+	posts := apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = aws.String(gw.ManagementEndpoint())
+	})
+	invoke := lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })
+	r := &rig{
+		gw: gw, ctrl: newRecorder(),
+		tokens:       auth.New(db, names["ConnectionsTable"]),
+		conns:        connections.New(db, names["ConnectionsTable"]),
+		disconnected: make(chan string, 100),
+	}
+	log := sessionlog.New(db, names["LogTable"])
+	d := delivery.New(delivery.Config{DeliverFunction: "deliver", Logger: logger}, log, r.conns, posts, invoke)
+	var ctrl Controller = r.ctrl
+	if noRuntime {
+		ctrl = nil
+	}
+	r.srv = New(r.tokens, r.conns, log, d, ctrl, logger)
+	if orderWait > 0 {
+		r.srv.WithOrderWait(orderWait)
+	}
+	connect.Bind(lambda.NewHandler(r.srv.Connect))
+	message.Bind(lambda.NewHandler(r.srv.Message))
+	disconnect.Bind(lambda.NewHandler(func(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+		resp, err := r.srv.Disconnect(ctx, req)
+		r.disconnected <- req.RequestContext.ConnectionID
+		return resp, err
+	}))
+	deliver.Bind(lambda.NewHandler(d.Handle))
+	return r
+}
+
+// testLogger discards the handlers' logs; SOCKET_LOG=1 shows them.
+func testLogger() *slog.Logger {
+	var w io.Writer = io.Discard
+	if os.Getenv("SOCKET_LOG") == "1" {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// client is one socket; frames holds what it read, in order, until the read failed.
+type client struct {
+	t      *testing.T
+	ws     *websocket.Conn
+	frames chan clientFrame
+}
+
+type clientFrame struct {
+	f   map[string]any
+	err error
+}
+
+// dial connects to agentID with token ("" for none); it does not wait for hello.
+func (r *rig) dial(t *testing.T, agentID, token string, opts *websocket.DialOptions) (*client, *http.Response) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if opts == nil {
+		opts = &websocket.DialOptions{}
+	}
+	if token != "" {
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
+	}
+	ws, resp, err := websocket.Dial(ctx, r.gw.WebSocketURL()+"/agents/"+agentID+"/ws", opts)
+	if err != nil {
+		t.Fatalf("dial %s: %v", agentID, err)
+	}
+	t.Cleanup(func() { ws.CloseNow() })
+	c := &client{t: t, ws: ws, frames: make(chan clientFrame, 100)}
+	go func() {
+		for {
+			typ, b, err := ws.Read(context.Background())
+			var f map[string]any
+			if err == nil && typ == websocket.MessageText {
+				err = json.Unmarshal(b, &f)
+			}
+			c.frames <- clientFrame{f, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return c, resp
+}
+
+// connected dials agentID with a fresh token and reads hello.
+func (r *rig) connected(t *testing.T, agentID string) *client {
+	t.Helper()
+	tok, err := r.tokens.Create(context.Background(), agentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := r.dial(t, agentID, tok, nil)
+	if f := c.next(); f["type"] != "hello" {
+		t.Fatalf("first frame %v, want hello", f)
+	}
+	return c
+}
+
+// next returns the next frame; it fails the test if the socket ended instead.
+func (c *client) next() map[string]any {
+	c.t.Helper()
+	f, err := c.read()
+	if err != nil {
+		c.t.Fatalf("read: %v, want a frame", err)
+	}
+	return f
+}
+
+func (c *client) read() (map[string]any, error) {
+	select {
+	case cf := <-c.frames:
+		if cf.err != nil {
+			c.frames <- cf // keep reporting the end
+		}
+		return cf.f, cf.err
+	case <-time.After(20 * time.Second):
+		return nil, errors.New("no frame in 20 s")
+	}
+}
+
+// closed reads the end of the socket and returns its close status.
+func (c *client) closed() websocket.StatusCode {
+	c.t.Helper()
+	f, err := c.read()
+	if err == nil {
+		c.t.Fatalf("frame %v, want the socket closed", f)
+	}
+	return websocket.CloseStatus(err)
+}
+
+func (c *client) send(typ websocket.MessageType, b []byte) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.ws.Write(ctx, typ, b); err != nil {
+		c.t.Fatalf("send: %v", err)
+	}
+}
+
+// nextCall returns the Controller's next call.
+func (r *rig) nextCall(t *testing.T) call {
+	t.Helper()
+	select {
+	case c := <-r.ctrl.calls:
+		return c
+	case <-time.After(20 * time.Second):
+		t.Fatal("no Controller call in 20 s")
+		return call{}
+	}
+}
+
+// testMessage: each frame reaches the Controller method it names, and the Controller's
+// answer reaches the client as the protocol says. Every frame is numbered and followed
+// by a numbered bad frame, whose bad_frame answer comes only after the frame took
+// effect (the turnstile): so "no reply" is shown, not waited for.
+func testMessage(t *testing.T, names tables.Names) {
+	r := newRig(t, names, false, 0)
+	long := strings.Repeat("x", agent.MaxTextBytes)
+	tests := []struct {
+		name     string
+		frame    string // JSON without its closing brace: the order field is added
+		binary   bool
+		ctrlErr  error  // the Controller's answer
+		wantCall string // "" for none
+		wantCode protocol.Code
+		wantMsg  string // the error frame's message, if wantCode
+	}{
+		{name: "inject", frame: `{"type":"inject","text":"hi","wake":true`, wantCall: "Inject ID hi true"},
+		{name: "steer", frame: `{"type":"inject","text":"<b>","wake":false`, wantCall: "Inject ID <b> false"},
+		{name: "inject over the event bound", frame: `{"type":"inject","text":"` + long + `x","wake":false`, wantCode: protocol.CodeBadFrame,
+			wantMsg: fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", agent.MaxTextBytes+3, agent.MaxTextBytes)},
+		{name: "cancel", frame: `{"type":"cancel","reason":"stop"`, wantCall: "Cancel ID stop"},
+		{name: "cancel with no turn", frame: `{"type":"cancel"`, ctrlErr: agent.ErrNotRunning, wantCall: "Cancel ID",
+			wantCode: protocol.CodeNotRunning, wantMsg: "no turn is running"},
+		{name: "approve", frame: `{"type":"approve","call_id":"c1"`, wantCall: "Approve ID c1"},
+		{name: "approve a stale call", frame: `{"type":"approve","call_id":"c2"`, ctrlErr: agent.ErrStaleCall, wantCall: "Approve ID c2",
+			wantCode: protocol.CodeStaleCall, wantMsg: "no standing approval request for that call_id"},
+		{name: "deny without approvals", frame: `{"type":"deny","call_id":"c3","reason":"no"`, ctrlErr: agent.ErrUnsupported, wantCall: "Deny ID c3 no",
+			wantCode: protocol.CodeUnsupported, wantMsg: "approvals are not mounted: run terret dev with --approvals, or deploy with Approvals=true"},
+		{name: "set_model", frame: `{"type":"set_model","role":"main","spec":"scripted"`, wantCall: "SetModel ID main scripted"},
+		{name: "set_model refused", frame: `{"type":"set_model","role":"main","spec":"bedrock/x"`, ctrlErr: agent.ErrBadSpec,
+			wantCall: "SetModel ID main bedrock/x", wantCode: protocol.CodeBadFrame, wantMsg: "set_model: invalid role or model spec"},
+		{name: "set_policy", frame: `{"type":"set_policy","patterns":["a*","b"]`, wantCall: "SetPolicy ID [a* b]"},
+		{name: "set_policy too large for an event", frame: `{"type":"set_policy","patterns":["a"]`, ctrlErr: sessionlog.ErrTooLarge,
+			wantCall: "SetPolicy ID [a]", wantCode: protocol.CodeBadFrame, wantMsg: "frame content is too large for one event"},
+		{name: "unknown type", frame: `{"type":"nope"`, wantCode: protocol.CodeBadFrame, wantMsg: `unknown frame type "nope"`},
+	}
+	a1 := agentFor(t, "a1")
+	c := r.connected(t, a1)
+	order := 0
+	for _, tc := range tests {
+		r.ctrl.failWith(strings.Fields(tc.wantCall + " x")[0], tc.ctrlErr)
+		order++
+		c.send(websocket.MessageText, fmt.Appendf(nil, `%s,"order":%d}`, tc.frame, order))
+		order++
+		c.send(websocket.MessageText, fmt.Appendf(nil, `{"type":"barrier","order":%d}`, order))
+		if tc.wantCall != "" {
+			if got, want := r.nextCall(t).what, strings.Replace(tc.wantCall, "ID", a1, 1); got != want {
+				t.Errorf("%s: Controller call %q, want %q", tc.name, got, want)
+			}
+		}
+		if tc.wantCode != "" {
+			f := c.next()
+			if f["type"] != "error" || f["code"] != string(tc.wantCode) || f["message"] != tc.wantMsg {
+				t.Errorf("%s: answered %v, want error %s %q", tc.name, f, tc.wantCode, tc.wantMsg)
+			}
+		}
+		if f := c.next(); f["code"] != "bad_frame" || !strings.Contains(fmt.Sprint(f["message"]), "barrier") {
+			t.Errorf("%s: answered %v, want only the barrier's bad_frame", tc.name, f)
+		}
+		select {
+		case extra := <-r.ctrl.calls:
+			t.Errorf("%s: unexpected Controller call %q", tc.name, extra.what)
+		default:
+		}
+	}
+	// A binary frame is refused, and the socket stays open.
+	c.send(websocket.MessageBinary, []byte(`{"type":"cancel"}`))
+	if f := c.next(); f["code"] != "bad_frame" || f["message"] != "frames must be JSON text frames" {
+		t.Errorf("binary frame answered %v, want bad_frame \"frames must be JSON text frames\"", f)
+	}
+}
+
+// testMessageCloses: errors that end the connection — the agent taken over (the
+// Controller finds the sender no longer owns it) and unexpected failures — send their
+// refusal frame, and the socket closes.
+func testMessageCloses(t *testing.T, names tables.Names) {
+	r := newRig(t, names, false, 0)
+	tests := []struct {
+		name    string
+		err     error
+		want    protocol.Code
+		wantMsg string
+	}{
+		{"not the owner", fmt.Errorf("agent: inject: %w", connections.ErrNotOwner), protocol.CodeSuperseded, "a newer connection took over this agent"},
+		{"unexpected", errors.New("dynamodb: throttled"), protocol.CodeInternal, "internal error: resubscribe from your last durable seq"},
+	}
+	for i, tc := range tests {
+		c := r.connected(t, agentFor(t, fmt.Sprint(i)))
+		r.ctrl.failWith("Inject", tc.err)
+		c.send(websocket.MessageText, []byte(`{"type":"inject","text":"x","wake":false}`))
+		r.nextCall(t)
+		if f := c.next(); f["type"] != "error" || f["code"] != string(tc.want) || f["message"] != tc.wantMsg {
+			t.Errorf("%s: answered %v, want error %s %q", tc.name, f, tc.want, tc.wantMsg)
+		}
+		if got := c.closed(); got != websocket.StatusNormalClosure {
+			t.Errorf("%s: closed with %d, want 1000 after the error frame", tc.name, got)
+		}
+	}
+}
+
+// testMessageWithoutRuntime: with no agent runtime mounted, agent frames answer
+// unsupported and the socket stays open; subscribe still works.
+func testMessageWithoutRuntime(t *testing.T, names tables.Names) {
+	r := newRig(t, names, true, 0)
+	c := r.connected(t, agentFor(t, "a1"))
+	c.send(websocket.MessageText, []byte(`{"type":"inject","text":"x","wake":true}`))
+	if f := c.next(); f["code"] != "unsupported" || f["message"] != "this deployment does not mount the plugin this frame needs" {
+		t.Fatalf("inject answered %v, want unsupported", f)
+	}
+	c.send(websocket.MessageText, []byte(`{"type":"subscribe","from_seq":0}`))
+	if f := c.next(); f["seq"] != float64(0) || f["type"] != "session/created" {
+		t.Fatalf("subscribe answered %v, want session/created at seq 0", f)
+	}
+}
+
+// testRefused: frames from a connection that may not send are refused with the
+// refusal frame its state calls for, and the socket closes.
+func testRefused(t *testing.T, names tables.Names) {
+	r := newRig(t, names, false, 0)
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		state connections.State // "" forgets the record
+		want  protocol.Code
+	}{
+		{"no record", "", protocol.CodeUnauthorized},
+		{"superseded", connections.StateSuperseded, protocol.CodeSuperseded},
+		{"revoked", connections.StateRevoked, protocol.CodeUnauthorized},
+		{"lagged", connections.StateLagged, protocol.CodeUnauthorized},
+	}
+	for i, tc := range tests {
+		agentID := agentFor(t, fmt.Sprint(i))
+		c := r.connected(t, agentID)
+		conn := r.connOf(t, agentID)
+		var err error
+		if tc.state == "" {
+			err = r.conns.Forget(ctx, conn, agentID)
+		} else {
+			err = r.conns.SetState(ctx, conn, tc.state)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.send(websocket.MessageText, []byte(`{"type":"inject","text":"x","wake":true}`))
+		want := protocol.Refusal(tc.want)
+		if f := c.next(); f["type"] != "error" || f["code"] != string(want.Code) || f["message"] != want.Message {
+			t.Errorf("%s: answered %v, want error %s %q", tc.name, f, want.Code, want.Message)
+		}
+		if got := c.closed(); got != websocket.StatusNormalClosure {
+			t.Errorf("%s: closed with %d, want 1000", tc.name, got)
+		}
+		select {
+		case got := <-r.ctrl.calls:
+			t.Errorf("%s: Controller called (%q) for a refused frame", tc.name, got.what)
+		default:
+		}
+	}
+}
+
+// agentFor is an agent id of the test's own (tests share tables).
+func agentFor(t *testing.T, n string) string {
+	return strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()) + "-" + n
+}
+
+// connOf is the connection that owns agentID.
+func (r *rig) connOf(t *testing.T, agentID string) string {
+	t.Helper()
+	o, err := r.conns.Owner(context.Background(), agentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.ConnID
+}
+
+// testConnect: the token decides; a refused client is still upgraded, then sent
+// unauthorized and closed; a client offering terret.v1 gets it echoed either way it
+// authenticates.
+func testConnect(t *testing.T, names tables.Names) {
+	r := newRig(t, names, false, 0)
+	a1, a2 := agentFor(t, "a1"), agentFor(t, "a2")
+	tok, err := r.tokens.Create(context.Background(), a1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		agentID      string
+		header       string   // the Authorization token
+		subprotocols []string // offered
+		wantProto    string   // echoed
+		wantHello    bool
+	}{
+		{name: "header token", agentID: a1, header: tok, wantHello: true},
+		{name: "header token offering terret.v1", agentID: a1, header: tok, subprotocols: []string{"terret.v1"}, wantProto: "terret.v1", wantHello: true},
+		{name: "browser token", agentID: a1, subprotocols: []string{"terret.v1", auth.SubprotocolBearer + tok}, wantProto: "terret.v1", wantHello: true},
+		{name: "no token", agentID: a1},
+		{name: "wrong token", agentID: a1, header: "tt_nope"},
+		{name: "another agent's token", agentID: a2, header: tok},
+	}
+	for _, tc := range tests {
+		c, resp := r.dial(t, tc.agentID, tc.header, &websocket.DialOptions{Subprotocols: tc.subprotocols})
+		if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != tc.wantProto {
+			t.Errorf("%s: subprotocol %q, want %q", tc.name, got, tc.wantProto)
+		}
+		f := c.next()
+		if tc.wantHello {
+			if f["type"] != "hello" || f["session_id"] != tc.agentID {
+				t.Errorf("%s: first frame %v, want hello for %s", tc.name, f, tc.agentID)
+			}
+			c.ws.Close(websocket.StatusNormalClosure, "")
+			continue
+		}
+		want := protocol.Refusal(protocol.CodeUnauthorized)
+		if f["code"] != string(want.Code) || f["message"] != want.Message {
+			t.Errorf("%s: first frame %v, want error %s %q", tc.name, f, want.Code, want.Message)
+		}
+		if got := c.closed(); got != websocket.StatusNormalClosure {
+			t.Errorf("%s: closed with %d, want 1000", tc.name, got)
+		}
+	}
+}
+
+// testDisconnect: $disconnect forgets the connection's record; a second one (API
+// Gateway calls it best-effort, and a refused socket has no record) is harmless.
+func testDisconnect(t *testing.T, names tables.Names) {
+	r := newRig(t, names, false, 0)
+	a1 := agentFor(t, "a1")
+	c := r.connected(t, a1)
+	conn := r.connOf(t, a1)
+	c.ws.Close(websocket.StatusNormalClosure, "bye")
+	for got := range r.disconnected {
+		if got == conn {
+			break
+		}
+	}
+	if _, err := r.conns.Conn(context.Background(), conn); !errors.Is(err, connections.ErrNotFound) {
+		t.Fatalf("record after $disconnect: %v, want ErrNotFound", err)
+	}
+	resp, err := r.srv.Disconnect(context.Background(), events.APIGatewayWebsocketProxyRequest{
+		RequestContext: events.APIGatewayWebsocketProxyRequestContext{ConnectionID: conn}})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("second $disconnect: %d %v, want 200", resp.StatusCode, err)
+	}
+}
+
+// testOrderGap: a numbered frame whose predecessor never arrives waits OrderWait from
+// its receipt, then takes effect without the order guarantee (docs/protocol.md,
+// "Ordering"); the predecessor arriving late, its number already passed, takes effect
+// at once; the next number is in order again.
+func testOrderGap(t *testing.T, names tables.Names) {
+	const wait = 300 * time.Millisecond // OrderWait for this Server only
+	r := newRig(t, names, false, wait)
+	a1 := agentFor(t, "a1")
+	c := r.connected(t, a1)
+	conn := r.connOf(t, a1)
+	mark := func() int64 {
+		t.Helper()
+		cn, err := r.conns.Conn(context.Background(), conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cn.Order
+	}
+	tests := []struct {
+		name        string
+		order       int64
+		wantInOrder *bool // nil: either (frame 1 has no predecessor, whenever it comes)
+		wantWaited  bool  // served no earlier than OrderWait after its receipt
+	}{
+		{"frame 2 before frame 1", 2, ptr(false), true},
+		{"frame 1, late", 1, nil, false},
+		{"frame 3", 3, ptr(true), false},
+	}
+	for _, tc := range tests {
+		c.send(websocket.MessageText, fmt.Appendf(nil, `{"type":"set_policy","patterns":["p%d"],"order":%d}`, tc.order, tc.order))
+		got := r.nextCall(t)
+		if want := fmt.Sprintf("SetPolicy %s [p%d]", a1, tc.order); got.what != want {
+			t.Fatalf("%s: Controller call %q, want %q", tc.name, got.what, want)
+		}
+		if got.stamp.Order != tc.order || (tc.wantInOrder != nil && got.stamp.InOrder != *tc.wantInOrder) {
+			t.Errorf("%s: served with stamp %+v, want order %d, InOrder %v", tc.name, got.stamp, tc.order, *tc.wantInOrder)
+		}
+		if deadline := time.UnixMilli(got.stamp.At).Add(wait); tc.wantWaited && got.at.Before(deadline) {
+			t.Errorf("%s: served %v after its receipt, want no earlier than OrderWait (%v)", tc.name, got.at.Sub(time.UnixMilli(got.stamp.At)), wait)
+		}
+		// The mark follows the Controller call; the next frame is sent once it shows, so
+		// that the short OrderWait is never what the next frame's outcome depends on.
+		until := time.Now().Add(20 * time.Second)
+		for mark() < min(tc.order, 2) {
+			if time.Now().After(until) {
+				t.Fatalf("%s: turnstile mark %d after 20 s, want %d", tc.name, mark(), min(tc.order, 2))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The answer to a numbered bad frame comes once the frame before it took effect.
+	c.send(websocket.MessageText, []byte(`{"type":"barrier","order":4}`))
+	if f := c.next(); f["code"] != "bad_frame" {
+		t.Fatalf("answered %v, want the barrier's bad_frame", f)
+	}
+	if got := mark(); got < 3 {
+		t.Errorf("turnstile mark %d once frame 3 took effect, want at least 3", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
