@@ -47,6 +47,7 @@ type sender struct {
 	half       int                 // CheckpointEvery/2: the most events of one batch
 	stored     int64               // the cursor as last stored: p.Next of the last write that answered
 	inflight   chan checkpointDone // a cursor write under way (checkpoint.go), or nil
+	slotsBack  []chan struct{}     // replay slots being given back (read), closed when done
 	// resubscribed is set when the record turned out to serve a newer subscription
 	// (adopt); the events in hand belong to the old one.
 	resubscribed bool
@@ -95,7 +96,7 @@ func (s *sender) run() (err error) {
 			if s.d.nearDeadline(s.ctx) {
 				return errDeadline
 			}
-			if err := s.join(); err != nil { // a resubscribe it found shows in s.resubscribed
+			if err := s.poll(); err != nil { // a resubscribe it found shows in s.resubscribed
 				return err
 			}
 			if !fromHints || s.resubscribed {
@@ -120,6 +121,9 @@ func (s *sender) run() (err error) {
 // holding the lease then leaves the progress made so that the next sender continues
 // from it.
 func (s *sender) finish(err *error, began time.Time, first int64) {
+	for _, done := range s.slotsBack {
+		<-done
+	}
 	switch {
 	case errors.Is(*err, errDeadline):
 		*err = s.handover()
@@ -438,10 +442,17 @@ func (s *sender) read(next int64) ([]sessionlog.Event, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The slot goes back while the sender posts the page: the read is over, and the
+	// bound is on reads. finish waits for it, so that no frozen invocation keeps it.
 	defer func() {
-		if err := d.slots.Release(context.WithoutCancel(ctx), holder, slot); err != nil {
-			d.logger.Error("release replay slot", "error", err, "slot", slot)
-		}
+		done := make(chan struct{})
+		s.slotsBack = append(s.slotsBack, done)
+		go func() {
+			defer close(done)
+			if err := d.slots.Release(context.WithoutCancel(ctx), holder, slot); err != nil {
+				d.logger.Error("release replay slot", "error", err, "slot", slot)
+			}
+		}()
 	}()
 	if obs := d.cfg.Observer; obs != nil {
 		obs.ReplayRead(true)
