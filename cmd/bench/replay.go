@@ -180,8 +180,9 @@ func (b *bench) replayRound(ctx context.Context, cl *wsClient, res *replayResult
 			return fmt.Errorf("replay floor: nothing at seq %d", next)
 		}
 		for i := 0; i < len(evs); {
-			// The service's default CheckpointEvery bounds a batch: 32 events.
-			data, k, err := delivery.EncodeFrame(evs[i:], batched, 32)
+			// The service's default CheckpointEvery bounds a batch's events (half of it),
+			// as BatchBytes does its size.
+			data, k, err := delivery.EncodeFrame(evs[i:], batched, delivery.DefaultCheckpointEvery/2)
 			if err != nil {
 				return err
 			}

@@ -197,7 +197,7 @@ func (b *bench) runStorm(ctx context.Context) error {
 			return err
 		}
 		for j := 0; j < len(evs); { // the same batches as delivery's
-			data, n, err := delivery.EncodeFrame(evs[j:], true, 32)
+			data, n, err := delivery.EncodeFrame(evs[j:], true, delivery.DefaultCheckpointEvery/2)
 			if err != nil {
 				return err
 			}

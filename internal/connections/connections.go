@@ -87,6 +87,8 @@ type Owner struct {
 	Pending bool
 	// Batch: the subscription asked for batched event frames (docs/protocol.md, "Extension: batched event frames").
 	Batch bool
+	// WatchUntil is when the watcher's claim (ClaimWatch) runs out; zero: none.
+	WatchUntil time.Time
 }
 
 // API is the part of the DynamoDB client the store uses.
@@ -638,6 +640,9 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 	}
 	if ms := num(item, attrLeaseUntil); ms > 0 {
 		o.LeaseUntil = time.UnixMilli(ms)
+	}
+	if ms := num(item, attrWatchUntil); ms > 0 && str(item, attrWatch) != "" {
+		o.WatchUntil = time.UnixMilli(ms)
 	}
 	return o
 }

@@ -74,15 +74,22 @@ type Config struct {
 	HelloGrace           time.Duration // how long a fresh connection may answer Gone; default 5s
 	HandoverMargin       time.Duration // stop this long before the invocation deadline; default 10s
 	// CheckpointEvery bounds the events a sender posts beyond its stored cursor
-	// (default 64): a sender that dies re-sends at most this many through its
-	// successor. It writes its cursor every CheckpointEvery/2 events (a replay pays one
-	// write unit per that many), the write overlapping the next post, and a batch holds
-	// at most CheckpointEvery/2 events.
+	// (default DefaultCheckpointEvery): a sender that dies re-sends at most this many
+	// through its successor. It begins a cursor write every CheckpointEvery/4 events (a
+	// replay pays one write unit per that many), and posts on while the write is under
+	// way, waiting for it only at the bound; a batch holds at most CheckpointEvery/2
+	// events.
 	CheckpointEvery int
 	Logger          *slog.Logger
 	// Observer, if set, is told when a replay read starts and ends (metrics, tests).
 	Observer Observer
 }
+
+// DefaultCheckpointEvery is Config.CheckpointEvery's default. It is large enough for
+// the cursor write (3–20 ms on DynamoDB Local, a few on DynamoDB) to hide behind the
+// posts of a batched replay, whose 32 KB messages carry about a hundred events each, and
+// it makes a turn's events go out with no cursor write before the release.
+const DefaultCheckpointEvery = 1024
 
 // Observer watches replay reads.
 type Observer interface {
@@ -192,7 +199,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.HandoverMargin = 10 * time.Second
 	}
 	if cfg.CheckpointEvery <= 0 {
-		cfg.CheckpointEvery = 64
+		cfg.CheckpointEvery = DefaultCheckpointEvery
 	}
 	return cfg
 }
@@ -293,6 +300,10 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	if len(hints) > 0 {
 		upTo = hints[len(hints)-1].Seq
 	}
+	// read: the record as the pre-read found it held by a live sender. The lease is
+	// then not tried — a failed conditional write, 1 write unit — but the mark left
+	// straight away; MarkPending finds out if the holder let go meanwhile.
+	var read *connections.AcquireResult
 	if upTo >= 0 && w.preRead {
 		o, err := d.store.Owner(ctx, agentID)
 		if errors.Is(err, connections.ErrNotFound) {
@@ -304,6 +315,16 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 		if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
 			return o.Sub == 0, nil
 		}
+		if o.Lease != "" && o.LeaseUntil.After(time.Now()) {
+			if now := time.Now(); o.Pending && (o.WatchUntil.After(now) || covered(o, now)) {
+				// A mark is already left with the live holder, and served should the
+				// holder die: a watcher keeps its claim while a mark is set, and Lambda
+				// retries a retried holder. The holder reads the log before it lets go,
+				// after this read, and finds these events.
+				return false, nil
+			}
+			read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
+		}
 	}
 	holder := connections.NewHolder(connections.HolderOnce)
 	if w.retried {
@@ -311,8 +332,11 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	}
 	for {
 		// 1. Acquire the sender lease, if there is something to send.
-		r, err := d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo)
-		if err != nil {
+		var r connections.AcquireResult
+		var err error
+		if read != nil {
+			r, read = *read, nil
+		} else if r, err = d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo); err != nil {
 			return false, err
 		}
 		o := r.Owner

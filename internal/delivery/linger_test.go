@@ -25,7 +25,7 @@ func (a *acquisitions) addTo(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("CountAcquire",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 			out, md, err := next.HandleInitialize(ctx, in)
-			if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && err == nil && strings.HasPrefix(aws.ToString(u.UpdateExpression), "SET lease = :me") {
+			if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && err == nil && strings.HasPrefix(aws.ToString(u.UpdateExpression), "SET #lease = :me") {
 				a.n.Add(1)
 			}
 			return out, md, err

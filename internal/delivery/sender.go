@@ -19,8 +19,8 @@ import (
 // one meeting a lingering sender sees it let go instead of starting a watcher.
 const lingerFor = 250 * time.Millisecond
 
-// lingerLook is how often a lingering sender writes its cursor and looks at the record:
-// a resubscribe or another process's Pending mark waits no longer than this for it.
+// lingerLook is how often a lingering sender looks at the record: a resubscribe or
+// another process's Pending mark waits no longer than this for it.
 const lingerLook = time.Second
 
 // sender is the lease holder of one ownership record, from the Acquire that made it
@@ -43,9 +43,11 @@ type sender struct {
 	stopAt time.Time          // when a sender still busy hands over (zero: never)
 	looked time.Time          // when a lingering sender last looked at the record
 
-	unrecorded int                 // events posted since the cursor was last written
-	half       int                 // CheckpointEvery/2: events per cursor write and per batch
+	unrecorded int                 // events posted since the last cursor write began
+	half       int                 // CheckpointEvery/2: the most events of one batch
+	stored     int64               // the cursor as last stored: p.Next of the last write that answered
 	inflight   chan checkpointDone // a cursor write under way (checkpoint.go), or nil
+	slotsBack  []chan struct{}     // replay slots being given back (read), closed when done
 	// resubscribed is set when the record turned out to serve a newer subscription
 	// (adopt); the events in hand belong to the old one.
 	resubscribed bool
@@ -60,7 +62,7 @@ func (d *Deliverer) newSender(ctx context.Context, o connections.Owner, holder s
 		lg:     d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID),
 		p:      connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated},
 		stopAt: w.stopAt, looked: time.Now(),
-		half: max(d.cfg.CheckpointEvery/2, 1),
+		half: max(d.cfg.CheckpointEvery/2, 1), stored: o.Next,
 	}
 }
 
@@ -96,7 +98,7 @@ func (s *sender) run() (err error) {
 			if s.d.nearDeadline(s.ctx) {
 				return errDeadline
 			}
-			if err := s.join(); err != nil { // a resubscribe it found shows in s.resubscribed
+			if err := s.poll(); err != nil { // a resubscribe it found shows in s.resubscribed
 				return err
 			}
 			if !fromHints || s.resubscribed {
@@ -121,6 +123,9 @@ func (s *sender) run() (err error) {
 // holding the lease then leaves the progress made so that the next sender continues
 // from it.
 func (s *sender) finish(err *error, began time.Time, first int64) {
+	for _, done := range s.slotsBack {
+		<-done
+	}
 	switch {
 	case errors.Is(*err, errDeadline):
 		*err = s.handover()
@@ -145,7 +150,7 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 func (s *sender) adopt(cur connections.Owner) {
 	if cur.Sub != s.o.Sub {
 		s.p = connections.Progress{Next: cur.Next, HelloSent: s.p.HelloSent || cur.HelloSent, Truncated: cur.Truncated}
-		s.unrecorded, s.resubscribed = 0, true
+		s.unrecorded, s.resubscribed, s.stored = 0, true, cur.Next
 	}
 	s.o = cur
 }
@@ -164,11 +169,30 @@ func (s *sender) join() error {
 	if s.inflight == nil {
 		return nil
 	}
-	r := <-s.inflight
+	return s.settle(<-s.inflight)
+}
+
+// poll adopts the outcome of the cursor write under way if it has answered, without
+// waiting: a lease lost or a resubscribe is noticed before the next post.
+func (s *sender) poll() error {
+	if s.inflight == nil {
+		return nil
+	}
+	select {
+	case r := <-s.inflight:
+		return s.settle(r)
+	default:
+		return nil
+	}
+}
+
+// settle takes the outcome of a cursor write made in the background.
+func (s *sender) settle(r checkpointDone) error {
 	s.inflight = nil
 	if r.err != nil {
 		return s.lost(r.err)
 	}
+	s.stored = max(s.stored, r.p.Next)
 	s.adopt(r.cur)
 	return nil
 }
@@ -182,32 +206,49 @@ func (s *sender) checkpoint() error {
 	if err != nil {
 		return s.lost(err)
 	}
+	s.stored, s.unrecorded = s.p.Next, 0
 	s.adopt(cur)
-	s.unrecorded = 0
 	return nil
 }
 
-// renew keeps the lease well ahead of every post: a sender never posts on a lease with
-// less than half its term left, so a slow sender stops (ErrLeaseLost) rather than
-// overlapping the next one. It also stores the cursor every CheckpointEvery/2 events,
-// which bounds what a successor re-sends should this sender die (an unavoidable
-// window: a post and the write recording it cannot be one atomic step). That write
-// goes on while the next frame is posted (checkpoint.go), so at most CheckpointEvery
-// events are unrecorded.
+// renew readies the lease and the cursor for the next post. A sender never posts on a
+// lease with less than half its term left, so a slow sender stops (ErrLeaseLost)
+// rather than overlapping the next one; and never more than CheckpointEvery events
+// beyond its stored cursor, which bounds what a successor re-sends should it die (an
+// unavoidable window: a post and the write recording it cannot be one atomic step).
+//
+// The cursor write does not hold up the posts: one write at a time goes on in the
+// background (checkpoint.go), begun once CheckpointEvery/4 events went out since the
+// last one began, or once a quarter of the lease's term has passed with
+// events unrecorded. renew takes its
+// answer before the next post once it has come (poll), and waits for it only when the
+// next post would break one of the two bounds above. A lease lost or a resubscribe is
+// thus noticed before the first post after the write that finds it has answered; the
+// frames posted while it was in flight are within both bounds.
 func (s *sender) renew() error {
-	if time.Until(s.o.LeaseUntil) > s.d.cfg.Lease/2 && s.unrecorded < s.half {
-		return nil
-	}
-	if err := s.join(); err != nil {
+	if err := s.poll(); err != nil {
 		return err
 	}
-	if time.Until(s.o.LeaseUntil) > s.d.cfg.Lease/2 {
-		if s.unrecorded >= s.half {
-			s.inflight, s.unrecorded = s.checkpointAsync(), 0
+	lease, every := s.d.cfg.Lease, int64(s.d.cfg.CheckpointEvery)
+	if time.Until(s.o.LeaseUntil) <= lease/2 || s.p.Next-s.stored >= every {
+		if err := s.join(); err != nil {
+			return err
 		}
-		return nil
+		if time.Until(s.o.LeaseUntil) <= lease/2 || s.p.Next-s.stored >= every {
+			return s.checkpoint()
+		}
 	}
-	return s.checkpoint()
+	if s.inflight == nil && (s.unrecorded >= max(s.half/2, 1) || s.unrecorded > 0 && time.Until(s.o.LeaseUntil) <= lease*3/4) {
+		s.inflight, s.unrecorded = s.checkpointAsync(), 0
+	}
+	return nil
+}
+
+// room is how many events the next post may carry: at most CheckpointEvery/2, and no
+// more than keeps the posted events within CheckpointEvery of the stored cursor. After
+// renew it is at least 1.
+func (s *sender) room() int {
+	return int(min(int64(s.half), int64(s.d.cfg.CheckpointEvery)-(s.p.Next-s.stored)))
 }
 
 // pastStop reports whether a sender with a budget has run out of it.
@@ -275,7 +316,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		if s.resubscribed {
 			return nil
 		}
-		b, k, err := frame(batch[i:], s.o.Batch, s.half-s.unrecorded)
+		b, k, err := frame(batch[i:], s.o.Batch, s.room())
 		if err != nil {
 			return err
 		}
@@ -315,8 +356,8 @@ func (s *sender) closeLagged() error {
 
 // linger lets a fast-path sender that has sent everything wait up to lingerFor for the
 // appender's next events under the same lease (see wake.more). It reports whether
-// events came. Every lingerLook it writes its cursor and looks at the record: a
-// Pending mark means another process appended or asked, so the log is read.
+// events came. Every lingerLook it looks at the record (look): a Pending mark means
+// another process appended or asked, so the log is read.
 func (s *sender) linger() (bool, error) {
 	if s.w.more == nil || s.o.Sub == 0 || (!s.stopAt.IsZero() && time.Until(s.stopAt) <= lingerFor) {
 		return false, nil
@@ -330,15 +371,40 @@ func (s *sender) linger() (bool, error) {
 		s.stopAt = time.Now().Add(s.w.budget)
 	}
 	if time.Since(s.looked) >= lingerLook {
-		if err := s.checkpoint(); err != nil {
+		if err := s.look(); err != nil {
 			return false, err
 		}
 		s.looked = time.Now()
-		if s.o.Pending {
-			s.hints = nil
-		}
 	}
 	return true, nil
+}
+
+// look is a lingering sender's look at the record: a read (1 read unit), not a cursor
+// write, unless the record asks for one. A Pending mark means the log is read rather
+// than the hints trusted; a resubscribe is adopted by a cursor write (Store.Checkpoint);
+// a lease that is no longer this sender's stops it. The cursor itself waits for the
+// release, or for CheckpointEvery/4 events (renew).
+func (s *sender) look() error {
+	if err := s.poll(); err != nil {
+		return err
+	}
+	cur, err := s.d.store.Owner(s.ctx, s.o.AgentID)
+	switch {
+	case errors.Is(err, connections.ErrNotFound):
+		return s.lost(fmt.Errorf("%w: %s", connections.ErrLeaseLost, s.o.AgentID))
+	case err != nil:
+		return err
+	case cur.Lease != s.holder || cur.ConnID != s.o.ConnID:
+		return s.lost(fmt.Errorf("%w: %s", connections.ErrLeaseLost, s.o.AgentID))
+	case cur.Sub != s.o.Sub:
+		if err := s.checkpoint(); err != nil {
+			return err
+		}
+	}
+	if cur.Pending || s.o.Pending {
+		s.hints = nil
+	}
+	return nil
 }
 
 // release is step 4: write the cursor and let the lease go. It reports done=false,
@@ -390,10 +456,17 @@ func (s *sender) read(next int64) ([]sessionlog.Event, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The slot goes back while the sender posts the page: the read is over, and the
+	// bound is on reads. finish waits for it, so that no frozen invocation keeps it.
 	defer func() {
-		if err := d.slots.Release(context.WithoutCancel(ctx), holder, slot); err != nil {
-			d.logger.Error("release replay slot", "error", err, "slot", slot)
-		}
+		done := make(chan struct{})
+		s.slotsBack = append(s.slotsBack, done)
+		go func() {
+			defer close(done)
+			if err := d.slots.Release(context.WithoutCancel(ctx), holder, slot); err != nil {
+				d.logger.Error("release replay slot", "error", err, "slot", slot)
+			}
+		}()
 	}()
 	if obs := d.cfg.Observer; obs != nil {
 		obs.ReplayRead(true)
