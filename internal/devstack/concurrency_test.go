@@ -235,11 +235,11 @@ func TestHelperPumpProcess(t *testing.T) {
 func TestMaxConcurrentReplays(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name         string
-		slots, conns int
+		name                 string
+		slots, conns, events int
 	}{
-		{"one group", 2, 5},
-		{"three groups", 12, 14},
+		{"one group", 2, 5, 30},
+		{"three groups", 12, 14, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -248,7 +248,7 @@ func TestMaxConcurrentReplays(t *testing.T) {
 			// Pages of 10 events: each replay is several reads, so the replays contend.
 			e := startStack(t, devstack.Options{MaxConcurrentReplays: tc.slots, Observer: obs, ReplayPage: 10,
 				Measure: devstack.Measure{Clients: reads.meter}})
-			const events = 30
+			events := tc.events
 			clients := make([]*client, tc.conns)
 			var setup sync.WaitGroup
 			dialing := make(chan struct{}, 4) // a few connects at a time: a busy DynamoDB Local serves each in turn
@@ -281,7 +281,7 @@ func TestMaxConcurrentReplays(t *testing.T) {
 			}
 			wg.Wait()
 			for _, c := range clients {
-				c.events(1, events)
+				c.events(1, int64(events))
 			}
 			if p := obs.peak.Load(); p > int64(tc.slots) {
 				t.Fatalf("%d replay reads at once, max_concurrent_replays is %d", p, tc.slots)
