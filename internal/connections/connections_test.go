@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
@@ -200,68 +204,198 @@ func TestLeaseAndPending(t *testing.T) {
 	}
 }
 
-// TestSlotsBoundAcrossInstances: two stores (two Lambda instances) share 3 slots; at
-// no time do more than 3 holders hold one. The first holders keep their slots until all
-// 3 are held at once (a barrier, not a sleep), so the bound is reached on any machine.
+// TestSlotsBoundAcrossInstances: two stores (two Lambda instances) share n slots, and a
+// crowd of holders polls them one random group at a time, as delivery does. At no time
+// do more than n holders hold a slot, and every one of the n slots is reachable: the
+// first holders keep their slots until all n are held at once (a barrier, not a sleep),
+// so the bound is reached on any machine. Every poll reads at most SlotGroupSize slot
+// items, all of the group asked for (counted on the wire by a middleware).
 func TestSlotsBoundAcrossInstances(t *testing.T) {
 	t.Parallel()
+	// One table for both rows, run one after the other: each leaves every slot free.
 	names := dynamotest.CreateTables(t)
-	const n = 3
-	a := connections.New(dynamotest.Client(t), names["ConnectionsTable"]).NewSlots(n, time.Minute)
-	b := connections.New(dynamotest.Client(t), names["ConnectionsTable"]).NewSlots(n, time.Minute)
-	var holding, peak, acquired atomic.Int64
-	full := make(chan struct{}) // closed once n holders hold a slot at once
-	var fullOnce sync.Once
-	var wg sync.WaitGroup
-	for i := range 10 {
-		sl := a
-		if i%2 == 1 {
-			sl = b
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			holder := fmt.Sprintf("h%d", i)
-			for {
-				slot, err := sl.TryAcquire(context.Background(), holder, i%n)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if slot < 0 {
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				now := holding.Add(1)
-				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
-				}
-				acquired.Add(1)
-				if now == n {
-					fullOnce.Do(func() { close(full) })
-				}
-				select {
-				case <-full:
-				case <-time.After(time.Minute):
-					t.Errorf("holder %s: never %d holders at once", holder, n)
-				}
-				holding.Add(-1)
-				if err := sl.Release(context.Background(), holder, slot); err != nil {
-					t.Error(err)
-				}
-				return
+	for _, tc := range []struct {
+		name       string
+		n, holders int
+	}{
+		{"one group", 3, 10},
+		{"three groups", 12, 14},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reads := &slotReads{}
+			a := connections.New(reads.client(t), names["ConnectionsTable"]).NewSlots(tc.n, time.Minute)
+			b := connections.New(reads.client(t), names["ConnectionsTable"]).NewSlots(tc.n, time.Minute)
+			if got, want := a.Groups(), (tc.n+connections.SlotGroupSize-1)/connections.SlotGroupSize; got != want {
+				t.Fatalf("Groups() = %d, want %d", got, want)
 			}
-		}()
+			n := int64(tc.n)
+			var holding, peak, acquired atomic.Int64
+			taken := make([]atomic.Bool, tc.n)
+			full := make(chan struct{}) // closed once n holders hold a slot at once
+			var fullOnce sync.Once
+			var wg sync.WaitGroup
+			for i := range tc.holders {
+				sl := a
+				if i%2 == 1 {
+					sl = b
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					holder := fmt.Sprintf("h%d", i)
+					for {
+						group := mrand.IntN(sl.Groups())
+						slot, err := sl.TryAcquire(context.Background(), holder, group)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if slot < 0 {
+							time.Sleep(5 * time.Millisecond) // backoff before the next poll
+							continue
+						}
+						if slot/connections.SlotGroupSize != group || slot >= tc.n {
+							t.Errorf("holder %s asked group %d, got slot %d of %d", holder, group, slot, tc.n)
+						}
+						taken[slot].Store(true)
+						now := holding.Add(1)
+						for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+						}
+						acquired.Add(1)
+						if now == n {
+							fullOnce.Do(func() { close(full) })
+						}
+						select {
+						case <-full:
+						case <-time.After(time.Minute):
+							t.Errorf("holder %s: never %d holders at once", holder, n)
+						}
+						holding.Add(-1)
+						if err := sl.Release(context.Background(), holder, slot); err != nil {
+							t.Error(err)
+						}
+						return
+					}
+				}()
+			}
+			wg.Wait()
+			if got := acquired.Load(); got != int64(tc.holders) {
+				t.Fatalf("%d of %d holders got a slot", got, tc.holders)
+			}
+			if peak.Load() > n {
+				t.Fatalf("peak %d holders, bound is %d", peak.Load(), n)
+			}
+			if peak.Load() != n {
+				t.Fatalf("peak %d holders, want %d: the test did not exercise the bound", peak.Load(), n)
+			}
+			for i := range taken {
+				if !taken[i].Load() {
+					t.Errorf("slot %d was never taken", i)
+				}
+			}
+			calls, most, spread := reads.stats()
+			if calls == 0 {
+				t.Fatal("no BatchGetItem of slot items seen: the meter is not counting")
+			}
+			if most > connections.SlotGroupSize || spread > 0 {
+				t.Fatalf("%d polls: up to %d slot items in one read, %d reads across groups; want at most %d, all of one group",
+					calls, most, spread, connections.SlotGroupSize)
+			}
+		})
 	}
-	wg.Wait()
-	if acquired.Load() != 10 {
-		t.Fatalf("%d of 10 holders got a slot", acquired.Load())
+}
+
+// TestSlotGroups: group g holds slots g·k … min((g+1)·k, n)−1, a poll of a full group
+// reports -1 while another group has free slots, and a group out of range is an error.
+func TestSlotGroups(t *testing.T) {
+	t.Parallel()
+	names := dynamotest.CreateTables(t)
+	ctx := context.Background()
+	for _, tc := range []struct{ n, groups int }{{1, 1}, {4, 1}, {5, 2}, {12, 3}, {13, 4}} {
+		if got := connections.New(dynamotest.Client(t), names["ConnectionsTable"]).NewSlots(tc.n, time.Minute).Groups(); got != tc.groups {
+			t.Errorf("Groups() with %d slots = %d, want %d", tc.n, got, tc.groups)
+		}
 	}
-	if peak.Load() > n {
-		t.Fatalf("peak %d holders, bound is %d", peak.Load(), n)
+	sl := connections.New(dynamotest.Client(t), names["ConnectionsTable"]).NewSlots(6, time.Minute)
+	var got []int
+	for i := range 2 { // group 1 is slots 4 and 5
+		slot, err := sl.TryAcquire(ctx, fmt.Sprintf("h%d", i), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, slot)
 	}
-	if peak.Load() != n {
-		t.Fatalf("peak %d holders, want %d: the test did not exercise the bound", peak.Load(), n)
+	if !(got[0] == 4 && got[1] == 5 || got[0] == 5 && got[1] == 4) {
+		t.Fatalf("two acquires in group 1 of 6 slots = %v, want slots 4 and 5", got)
 	}
+	if slot, err := sl.TryAcquire(ctx, "h2", 1); slot != -1 || err != nil {
+		t.Fatalf("acquire in the full group 1 = %d, %v; want -1, nil", slot, err)
+	}
+	if slot, err := sl.TryAcquire(ctx, "h2", 0); slot < 0 || slot > 3 || err != nil {
+		t.Fatalf("acquire in group 0 = %d, %v; want a slot of 0-3", slot, err)
+	}
+	for _, g := range []int{-1, 2} {
+		if _, err := sl.TryAcquire(ctx, "h3", g); !errors.Is(err, connections.ErrNoSlotGroup) {
+			t.Errorf("acquire in group %d of 2 = %v, want ErrNoSlotGroup", g, err)
+		}
+	}
+}
+
+// slotReads counts, on the wire, the slot keys of every BatchGetItem its clients send.
+type slotReads struct {
+	mu     sync.Mutex
+	calls  int // BatchGetItem calls with slot keys
+	most   int // most slot keys in one call
+	spread int // calls whose keys span more than one group
+}
+
+// client returns a DynamoDB Local client whose requests slotReads counts.
+func (r *slotReads) client(t *testing.T) *dynamodb.Client {
+	t.Helper()
+	base := dynamotest.Client(t)
+	return dynamodb.New(base.Options(), func(o *dynamodb.Options) {
+		o.APIOptions = append(append([]func(*middleware.Stack) error(nil), o.APIOptions...), func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("CountSlotReads",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if req, ok := in.Parameters.(*dynamodb.BatchGetItemInput); ok {
+						r.count(req)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.After)
+		})
+	})
+}
+
+func (r *slotReads) count(req *dynamodb.BatchGetItemInput) {
+	groups := map[int]bool{}
+	keys := 0
+	for _, ka := range req.RequestItems {
+		for _, k := range ka.Keys {
+			pk, ok := k["pk"].(*types.AttributeValueMemberS)
+			if !ok || !strings.HasPrefix(pk.Value, "slot#") {
+				continue
+			}
+			i, _ := strconv.Atoi(strings.TrimPrefix(pk.Value, "slot#"))
+			groups[i/connections.SlotGroupSize] = true
+			keys++
+		}
+	}
+	if keys == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	r.most = max(r.most, keys)
+	if len(groups) > 1 {
+		r.spread++
+	}
+}
+
+func (r *slotReads) stats() (calls, most, spread int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls, r.most, r.spread
 }
 
 // TestWatchClaim: one watcher per agent; it may extend its own claim, another may take

@@ -136,9 +136,11 @@ type Records interface {
 
 var _ Records = (*connections.Store)(nil)
 
-// ReplaySlots is the cluster-wide bound on replay reads (connections.Slots).
+// ReplaySlots is the cluster-wide bound on replay reads (connections.Slots), polled
+// one group of slots at a time.
 type ReplaySlots interface {
-	TryAcquire(ctx context.Context, holder string, start int) (int, error)
+	Groups() int
+	TryAcquire(ctx context.Context, holder string, group int) (int, error)
 	Release(ctx context.Context, holder string, i int) error
 }
 

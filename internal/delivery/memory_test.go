@@ -233,6 +233,7 @@ func (m *memRecords) Forget(ctx context.Context, connID, agentID string) error {
 // memSlots never runs out of replay slots.
 type memSlots struct{}
 
+func (memSlots) Groups() int                                          { return 1 }
 func (memSlots) TryAcquire(context.Context, string, int) (int, error) { return 0, nil }
 func (memSlots) Release(context.Context, string, int) error           { return nil }
 

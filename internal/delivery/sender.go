@@ -478,11 +478,19 @@ func (s *sender) read(next int64) ([]sessionlog.Event, error) {
 // acquireSlot waits, with jittered polling, for a replay slot. The connection stays
 // open meanwhile; only this read waits, and the connection's lease is kept renewed. A
 // sender with a budget (stopAt) hands the wait over when it runs out.
+//
+// Each poll reads one group of slots, picked at random afresh (not by agent: a waiter
+// must not starve behind one busy group while another has a free slot), so W waiters
+// spread their reads over the G groups. The backoff cap stays 500 ms whatever G is: a
+// longer cap would leave a freed slot unfound for longer (its group is polled W/G times
+// per cap), and a shorter one would spend the read load the groups save
+// (docs/scale.md, "The replay slots").
 func (s *sender) acquireSlot(holder string) (int, error) {
 	d, ctx := s.d, s.ctx
 	began := time.Now()
+	groups := d.slots.Groups()
 	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
-		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(d.cfg.MaxConcurrentReplays))
+		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(groups))
 		if err != nil || slot >= 0 {
 			if waited := time.Since(began); waited > time.Second {
 				d.logger.Debug("waited for a replay slot", "wait_ms", waited.Milliseconds())

@@ -8,13 +8,20 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
@@ -220,57 +227,89 @@ func TestHelperPumpProcess(t *testing.T) {
 	}
 }
 
-// TestMaxConcurrentReplays: 20 connections subscribe together with replays to read; at
-// most max_concurrent_replays replay reads run at once, and every replay completes.
+// TestMaxConcurrentReplays: more connections than max_concurrent_replays subscribe
+// together with replays to read; at most max_concurrent_replays replay reads run at
+// once, all of them are reachable (the first readers hold their slots until that many
+// read at once: a barrier), and every replay completes. Each poll for a slot reads at
+// most connections.SlotGroupSize slot items, all of one group (counted on the wire).
 func TestMaxConcurrentReplays(t *testing.T) {
 	t.Parallel()
-	obs := &peakObserver{}
-	// Pages of 10 events: each replay is several reads, so 20 replays contend.
-	e := startStack(t, devstack.Options{MaxConcurrentReplays: 2, Observer: obs, ReplayPage: 10})
-	const conns, events = 12, 30
-	clients := make([]*client, conns)
-	var setup sync.WaitGroup
-	for i := range conns {
-		setup.Add(1)
-		go func() {
-			defer setup.Done()
-			agent := fmt.Sprintf("m%d", i)
-			e.seed(t, agent, events)
-			clients[i] = e.dial(t, agent, e.token(t, agent))
-			clients[i].hello(agent)
-		}()
-	}
-	setup.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.send(`{"type":"subscribe","from_seq":0}`)
-			if f := c.must(90 * time.Second); f.Seq == nil || *f.Seq != 0 {
-				t.Errorf("client %d: first frame %s", i, f)
+	for _, tc := range []struct {
+		name                 string
+		slots, conns, events int
+	}{
+		{"one group", 2, 5, 30},
+		{"three groups", 12, 14, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			obs := &peakObserver{n: int64(tc.slots), full: make(chan struct{})}
+			reads := &slotReads{}
+			// Pages of 10 events: each replay is several reads, so the replays contend.
+			e := startStack(t, devstack.Options{MaxConcurrentReplays: tc.slots, Observer: obs, ReplayPage: 10,
+				Measure: devstack.Measure{Clients: reads.meter}})
+			events := tc.events
+			clients := make([]*client, tc.conns)
+			var setup sync.WaitGroup
+			dialing := make(chan struct{}, 4) // a few connects at a time: a busy DynamoDB Local serves each in turn
+			for i := range tc.conns {
+				setup.Add(1)
+				go func() {
+					defer setup.Done()
+					dialing <- struct{}{}
+					defer func() { <-dialing }()
+					agent := fmt.Sprintf("m%d", i)
+					e.seed(t, agent, events)
+					clients[i] = e.dial(t, agent, e.token(t, agent))
+					clients[i].hello(agent)
+				}()
 			}
-		}()
-	}
-	wg.Wait()
-	for _, c := range clients {
-		c.events(1, events)
-	}
-	if p := obs.peak.Load(); p > 2 {
-		t.Fatalf("%d replay reads at once, max_concurrent_replays is 2", p)
-	} else if p < 2 {
-		t.Fatalf("peak %d replay reads at once: the test did not contend", p)
-	}
-	if obs.total.Load() < conns {
-		t.Fatalf("%d replay reads for %d subscribes", obs.total.Load(), conns)
+			setup.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			var wg sync.WaitGroup
+			for i, c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c.send(`{"type":"subscribe","from_seq":0}`)
+					if f := c.must(90 * time.Second); f.Seq == nil || *f.Seq != 0 {
+						t.Errorf("client %d: first frame %s", i, f)
+					}
+				}()
+			}
+			wg.Wait()
+			for _, c := range clients {
+				c.events(1, int64(events))
+			}
+			if p := obs.peak.Load(); p > int64(tc.slots) {
+				t.Fatalf("%d replay reads at once, max_concurrent_replays is %d", p, tc.slots)
+			} else if p < int64(tc.slots) {
+				t.Fatalf("peak %d replay reads at once, want %d: the test did not contend", p, tc.slots)
+			}
+			if obs.total.Load() < int64(tc.conns) {
+				t.Fatalf("%d replay reads for %d subscribes", obs.total.Load(), tc.conns)
+			}
+			calls, most, spread := reads.stats()
+			if calls == 0 {
+				t.Fatal("no BatchGetItem of slot items seen: the meter is not counting")
+			}
+			if most > connections.SlotGroupSize || spread > 0 {
+				t.Fatalf("%d polls: up to %d slot items in one read, %d reads across groups; want at most %d, all of one group",
+					calls, most, spread, connections.SlotGroupSize)
+			}
+		})
 	}
 }
 
+// peakObserver records the peak of concurrent replay reads. The first reads wait until
+// n run at once (closing full), so the bound is reached however slow the machine.
 type peakObserver struct {
 	now, peak, total atomic.Int64
+	n                int64
+	full             chan struct{}
+	fullOnce         sync.Once
 }
 
 func (o *peakObserver) ReplayRead(start bool) {
@@ -282,7 +321,71 @@ func (o *peakObserver) ReplayRead(start bool) {
 	n := o.now.Add(1)
 	for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
 	}
+	if n >= o.n {
+		o.fullOnce.Do(func() { close(o.full) })
+	}
+	// Held well under the slot lease (connections.DefaultLease, 30 s): a slot that
+	// expired under a waiting reader would let one more read in.
+	select {
+	case <-o.full:
+	case <-time.After(20 * time.Second):
+	}
 	// A slow read (a large page, a busy table): each read holds its slot long enough
-	// that the subscribes contend however fast the machine is.
+	// that the waiting subscribes poll against full slots however fast the machine is.
 	time.Sleep(50 * time.Millisecond)
+}
+
+// slotReads counts, on the wire, the replay slot keys of every BatchGetItem the
+// handlers send.
+type slotReads struct {
+	mu     sync.Mutex
+	calls  int // BatchGetItem calls with slot keys
+	most   int // most slot keys in one call
+	spread int // calls whose keys span more than one slot group
+}
+
+// meter adds the counting middleware to the handlers' AWS config.
+func (r *slotReads) meter(cfg aws.Config) aws.Config {
+	cfg.APIOptions = append(append([]func(*middleware.Stack) error(nil), cfg.APIOptions...), func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("CountSlotReads",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				if req, ok := in.Parameters.(*dynamodb.BatchGetItemInput); ok {
+					r.count(req)
+				}
+				return next.HandleInitialize(ctx, in)
+			}), middleware.After)
+	})
+	return cfg
+}
+
+func (r *slotReads) count(req *dynamodb.BatchGetItemInput) {
+	groups := map[int]bool{}
+	keys := 0
+	for _, ka := range req.RequestItems {
+		for _, k := range ka.Keys {
+			pk, ok := k["pk"].(*ddbtypes.AttributeValueMemberS)
+			if !ok || !strings.HasPrefix(pk.Value, "slot#") {
+				continue
+			}
+			i, _ := strconv.Atoi(strings.TrimPrefix(pk.Value, "slot#"))
+			groups[i/connections.SlotGroupSize] = true
+			keys++
+		}
+	}
+	if keys == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	r.most = max(r.most, keys)
+	if len(groups) > 1 {
+		r.spread++
+	}
+}
+
+func (r *slotReads) stats() (calls, most, spread int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls, r.most, r.spread
 }

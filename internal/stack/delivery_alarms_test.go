@@ -129,13 +129,14 @@ func TestDeliveryAlarmsAndDashboard(t *testing.T) {
 	}
 }
 
-// TestMaxConcurrentReplaysCap: connections.Slots reads every slot with one BatchGetItem,
-// which takes at most 100 keys, so the parameter may not go above 100
+// TestMaxConcurrentReplaysCap: a poll for a replay slot reads one group of
+// connections.SlotGroupSize slots, so the 100 keys one BatchGetItem takes no longer
+// bound the parameter; 1000 does, past what the log table's default read quota serves
 // (docs/scale.md, "The replay slots").
 func TestMaxConcurrentReplaysCap(t *testing.T) {
 	t.Parallel()
 	s := loadStack(t)
-	if got := jsonScalar(s.Get("Parameters", "MaxConcurrentReplays", "MaxValue")); got != "100" {
-		t.Errorf("MaxConcurrentReplays MaxValue = %q, want 100", got)
+	if got := jsonScalar(s.Get("Parameters", "MaxConcurrentReplays", "MaxValue")); got != "1000" {
+		t.Errorf("MaxConcurrentReplays MaxValue = %q, want 1000", got)
 	}
 }
