@@ -416,6 +416,7 @@ func (inv *invocation) runBatch(ctx context.Context, p progress) (outcome, error
 			}
 			return outParked, nil
 		}
+		inv.c.pause(PauseRun, inv.agent)
 		execute(ctx, plans)
 		if ctx.Err() != nil {
 			return 0, ctx.Err() // abandoned mid-run: the calls stay owed and run again on resume

@@ -69,6 +69,9 @@ type Options struct {
 	// Invoke API runs, and the stream polling (unless PollInterval is set).
 	Latency latency.Profile
 	Measure Measure // metering, invocation counting and seeding hooks (cmd/bench; measure.go)
+	// Pause holds the in-process agent runtime at named points (agent.Pause*), for
+	// tests; the emulated functions (LambdaEmulator) run in other processes and ignore it.
+	Pause func(point, agentID string)
 }
 
 // Stack is a running local service.
@@ -211,7 +214,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	agent, err := service.AgentWith(st.Config, awsCfg, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true})
+	agent, err := service.AgentWith(st.Config, awsCfg, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true, Pause: o.Pause})
 	if err != nil {
 		return nil, err
 	}

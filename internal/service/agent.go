@@ -38,6 +38,7 @@ type AgentOptions struct {
 	Local bool
 	// Stderr receives command MCP servers' stderr (nil: os.Stderr).
 	Stderr io.Writer
+	Pause  func(point, agentID string) // agent.Config.Pause, for tests
 }
 
 // AgentConfig builds the runtime's configuration as the functions do: see
@@ -128,6 +129,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		TitlerModel:    cfg.TitlerModel,
 		Approvals:      cfg.Approvals,
 		Logger:         logger,
+		Pause:          o.Pause,
 	}, nil
 }
 
