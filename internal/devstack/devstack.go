@@ -155,7 +155,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
 	gwFunctions := map[string]lambda.Handler{"deliver": o.Latency.Delayed(o.Measure.wrap("deliver (async)", deliver)),
 		"runner": o.Latency.Delayed(o.Measure.wrap("runner", runner))}
-	gwTimeouts := map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute}
+	gwTimeouts, err := templateTimeouts() // the emulated functions add slack (route)
+	if err != nil {
+		return nil, err
+	}
+	deliverTimeout := gwTimeouts["deliver"]
 	var emu *emulation
 	if o.LambdaEmulator != nil {
 		if emu, err = newEmulation(ctx, o, st.Tables, logger); err != nil {
@@ -253,9 +257,6 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	st.sweep = startSweeper(life, deliver, o.TokenSweep, logger)
 	return st, nil
 }
-
-// deliverTimeout is the deliver function's timeout, as in template.yaml.
-const deliverTimeout = 5 * time.Minute
 
 func orInt(v, def int) int {
 	if v > 0 {
