@@ -182,7 +182,7 @@ func TestLeaseAndPending(t *testing.T) {
 		t.Fatalf("acquire under a live lease = %v, %v", ok, err)
 	}
 	short, _ := f.conns.Checkpoint(ctx, cur, "h4", connections.Progress{Next: 3, HelloSent: true}, time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(time.Until(short.LeaseUntil) + time.Millisecond) // a lease expires by the clock
 	if _, ok, err := f.conns.Acquire(ctx, "a", "h5", time.Minute, -1); !ok || err != nil {
 		t.Fatalf("acquire of an expired lease = %v, %v", ok, err)
 	}
@@ -203,6 +203,10 @@ func TestSlotsBoundAcrossInstances(t *testing.T) {
 	a := connections.New(dynamotest.Client(t), names["ConnectionsTable"]).NewSlots(n, time.Minute)
 	b := connections.New(dynamotest.Client(t), names["ConnectionsTable"]).NewSlots(n, time.Minute)
 	var holding, peak, acquired atomic.Int64
+	// Every holder keeps its slot until two hold at once: with 3 slots the second always
+	// gets one, so the test exercises concurrency however the machine schedules it.
+	overlapped := make(chan struct{})
+	var overlapOnce sync.Once
 	var wg sync.WaitGroup
 	for i := range 10 {
 		sl := a
@@ -226,8 +230,18 @@ func TestSlotsBoundAcrossInstances(t *testing.T) {
 				now := holding.Add(1)
 				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 				}
+				if now >= 2 {
+					overlapOnce.Do(func() { close(overlapped) })
+				}
 				acquired.Add(1)
-				time.Sleep(150 * time.Millisecond) // long enough that holders overlap even on a loaded machine
+				select {
+				case <-overlapped:
+				case <-time.After(time.Minute):
+					t.Error("no second holder within a minute")
+				}
+				// Held a while longer, so that more holders overlap and a slot
+				// handed out twice would show in the peak.
+				time.Sleep(50 * time.Millisecond)
 				holding.Add(-1)
 				if err := sl.Release(context.Background(), holder, slot); err != nil {
 					t.Error(err)

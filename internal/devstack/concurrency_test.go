@@ -224,7 +224,7 @@ func TestHelperPumpProcess(t *testing.T) {
 // most max_concurrent_replays replay reads run at once, and every replay completes.
 func TestMaxConcurrentReplays(t *testing.T) {
 	t.Parallel()
-	obs := &peakObserver{}
+	obs := &peakObserver{paired: make(chan struct{})}
 	// Pages of 10 events: each replay is several reads, so 20 replays contend.
 	e := startStack(t, devstack.Options{MaxConcurrentReplays: 2, Observer: obs, ReplayPage: 10})
 	const conns, events = 12, 30
@@ -271,6 +271,8 @@ func TestMaxConcurrentReplays(t *testing.T) {
 
 type peakObserver struct {
 	now, peak, total atomic.Int64
+	paired           chan struct{} // closed once two reads ran at once
+	pairOnce         sync.Once
 }
 
 func (o *peakObserver) ReplayRead(start bool) {
@@ -282,7 +284,16 @@ func (o *peakObserver) ReplayRead(start bool) {
 	n := o.now.Add(1)
 	for p := o.peak.Load(); n > p && !o.peak.CompareAndSwap(p, n); p = o.peak.Load() {
 	}
-	// A slow read (a large page, a busy table): each read holds its slot long enough
-	// that the subscribes contend however fast the machine is.
+	// Reads hold their slot until two have run at once: a limit of 2 lets the second
+	// in, so the subscribes contend however the machine schedules them.
+	if n >= 2 {
+		o.pairOnce.Do(func() { close(o.paired) })
+	}
+	select {
+	case <-o.paired:
+	case <-time.After(time.Minute): // a limit below 2; the peak check says so
+	}
+	// A slow read (a large page, a busy table), so that more reads overlap and a slot
+	// handed out twice would show in the peak.
 	time.Sleep(50 * time.Millisecond)
 }
