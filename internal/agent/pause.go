@@ -11,6 +11,10 @@ const (
 	// tools, none executed yet. A frame served while it is held is seen at the next
 	// boundary, after the run.
 	PauseRun = "run"
+	// PauseChunk: a runner has logged an assistant/chunk. Unless the chunk is the
+	// answer's final one, the model is still streaming and the step boundary after
+	// the answer has not come.
+	PauseChunk = "chunk"
 	// PauseReturned: a runner invocation (Runner.Run) is returning; whatever it
 	// appended is in the log.
 	PauseReturned = "returned"
@@ -26,5 +30,14 @@ const (
 func (c *core) pause(point, agentID string) {
 	if c.cfg.Pause != nil {
 		c.cfg.Pause(point, agentID)
+	}
+}
+
+// pauseAfter returns write, followed by a pause at point.
+func (inv *invocation) pauseAfter(point string, write func(assistantChunk) error) func(assistantChunk) error {
+	return func(c assistantChunk) error {
+		err := write(c)
+		inv.c.pause(point, inv.agent)
+		return err
 	}
 }

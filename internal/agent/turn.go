@@ -280,7 +280,7 @@ func (inv *invocation) modelStep(ctx context.Context, p progress) (outcome, erro
 		req.Tools = append(req.Tools, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
 	}
 	ch := &chunker{
-		write:      func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err },
+		write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
 		now:        inv.c.now,
 		flushBytes: inv.c.cfg.ChunkBytes,
 		flushAge:   inv.c.cfg.ChunkInterval,

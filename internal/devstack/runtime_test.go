@@ -843,16 +843,31 @@ func TestRuntimeSteering(t *testing.T) {
 			a.matchLog()
 		}},
 		flow{"inject while the final answer streams", func(a *agentConn) {
-			// The steer lands while "abc" streams (6 s between deltas, room for an
-			// inject on a loaded machine): the turn does not end after that answer but
-			// takes another step for it. (The first step is a call so that the scripted
-			// titler, which runs it, does not sleep.)
-			script := `{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"say":"abc","chunks":3,"delay_ms":6000},{"say":"again"}]}`
+			// The steer lands while "abc" streams: the turn does not end after that
+			// answer but takes another step for it. In process the runner is held
+			// after the answer's first chunk until the steer is queued; emulated, the
+			// answer's 6 s between deltas is the window. (The first step is a call so
+			// that the scripted titler, which runs it, does not sleep.)
+			delay := 300 // over the chunker's flush age (200 ms): one chunk per delta
+			if a.e.pause == nil {
+				delay = 6000
+			}
+			script := fmt.Sprintf(`{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"say":"abc","chunks":3,"delay_ms":%d},{"say":"again"}]}`, delay)
+			chunk := a.arm(agent.PauseChunk)
 			a.inject(script, true)
 			// The first chunk is logged when the second delta arrives: the last one
-			// comes 6 s later, and no step boundary comes before it.
-			a.whenLogged("assistant/chunk", "")
-			a.inject("late steer", false)
+			// comes a delay later, and no step boundary comes before it.
+			if chunk != nil {
+				chunk.wait(a)
+				queued := a.arm(agent.PauseQueued)
+				a.inject("late steer", false)
+				queued.wait(a)
+				queued.release()
+				chunk.release()
+			} else {
+				a.whenLogged("assistant/chunk", "")
+				a.inject("late steer", false)
+			}
 			id := a.startTurn(script)
 			a.follow(id, callW("echo", `{"text":"x"}`), resultW(`{"text":"x"}`), answerW("abc", 3),
 				injectedW("late steer"), answerW("again", 2), endW("completed", ""))
