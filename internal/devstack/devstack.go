@@ -2,7 +2,9 @@
 // DynamoDB endpoint (DynamoDB Local started here, or one given), the tables of
 // template.yaml, the local API Gateway (WebSocket routes, @connections and the Lambda
 // Invoke API) and a poller for each DynamoDB stream feeding the stream consumers —
-// every handler wired by package service exactly as the deployed functions are.
+// every handler wired by package service exactly as the deployed functions are, with
+// their template.yaml timeouts — but for the message route's, longer in process
+// (inProcessMessageTimeout says why).
 package devstack
 
 import (
@@ -155,7 +157,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
 	gwFunctions := map[string]lambda.Handler{"deliver": o.Latency.Delayed(o.Measure.wrap("deliver (async)", deliver)),
 		"runner": o.Latency.Delayed(o.Measure.wrap("runner", runner))}
-	gwTimeouts, err := templateTimeouts() // the emulated functions add slack (route)
+	gwTimeouts, err := inProcessTimeouts() // the emulated functions' are the template's plus slack (route)
 	if err != nil {
 		return nil, err
 	}

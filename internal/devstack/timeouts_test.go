@@ -23,3 +23,24 @@ func TestTemplateTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// TestInProcessTimeouts: in process, only the message route's deadline differs from
+// the template's.
+func TestInProcessTimeouts(t *testing.T) {
+	tmpl, err := templateTimeouts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inProcessTimeouts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range tmpl {
+		if name == localgw.RouteDefault {
+			want = inProcessMessageTimeout
+		}
+		if got[name] != want {
+			t.Errorf("in-process timeout of %s = %v, want %v", name, got[name], want)
+		}
+	}
+}
