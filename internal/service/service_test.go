@@ -254,7 +254,11 @@ func TestRuntimeWakeRunsTurn(t *testing.T) {
 		t.Fatalf("log tip after the inject = %d, %v; want 0, session/created alone (the runner logs the turn)", tip, err)
 	}
 
-	if err := rt.HandleRunner(ctx, ev); err != nil {
+	// The runner function's own deadline (15 minutes): a shorter one would make the
+	// runner hand the turn over to a fresh invocation on a slow machine.
+	runCtx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	if err := rt.HandleRunner(runCtx, ev); err != nil {
 		t.Fatalf("runner: %v", err)
 	}
 	evs, err := log.Read(ctx, "a1", 0, 100)
