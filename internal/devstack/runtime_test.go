@@ -581,10 +581,13 @@ func (a *agentConn) arm(point string) *hold {
 // returned (everything they append is then in the log) and lets them go. In emulated
 // mode (nil holds) it waits four seconds instead, longer than a runner that found the
 // agent busy waits for the holder's heartbeat.
-func (a *agentConn) returned(holds ...*hold) {
+func (a *agentConn) returned(holds ...*hold) { a.returnedOr(4*time.Second, holds...) }
+
+// returnedOr is returned, waiting d in emulated mode.
+func (a *agentConn) returnedOr(d time.Duration, holds ...*hold) {
 	for _, h := range holds {
 		if h == nil {
-			a.quiet(4 * time.Second)
+			a.quiet(d)
 			return
 		}
 		h.wait(a)
@@ -1048,12 +1051,14 @@ func TestRuntimeApprovals(t *testing.T) {
 		flow{"approve and deny", func(a *agentConn) {
 			a.refused("stale_call", approveFrame("call_never")) // no turn at all
 			script := `{"script":[{"call":[{"tool":"echo","args":{"text":"plain"}},{"tool":"guarded_echo","args":{"text":"first"}}]},{"call":[{"tool":"guarded_echo","args":{"text":"second"}}]},{"say":"all decided"}]}`
+			parked := a.arm(agent.PauseReturned)
 			a.inject(script, true)
 			id := a.startTurn(script)
 			evs := a.follow(id, callW("echo", `{"text":"plain"}`), callW("guarded_echo", `{"text":"first"}`),
 				resultW(`{"text":"plain"}`), requestedW("guarded_echo", `{"text":"first"}`))
 			plain, first := evs[0].str("id"), a.calls[0]
-			a.quiet(700 * time.Millisecond) // parked: nothing runs without a verdict
+			// Parked: the runner has returned, and nothing runs without a verdict.
+			a.returnedOr(700*time.Millisecond, parked)
 			// A typo, and a call that never asked.
 			a.refused("stale_call", approveFrame(first+"x"), `{"type":"deny","call_id":"call_typo"}`, approveFrame(plain))
 
@@ -1072,13 +1077,17 @@ func TestRuntimeApprovals(t *testing.T) {
 		}},
 		flow{"a wake while parked waits for the verdict", func(a *agentConn) {
 			script := `{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"held"}}]},{"say":"resumed"}]}`
+			parked := a.arm(agent.PauseReturned)
 			a.inject(script, true)
 			id := a.startTurn(script)
 			a.follow(id, callW("guarded_echo", `{"text":"held"}`), requestedW("guarded_echo", `{"text":"held"}`))
+			a.returnedOr(0, parked)
 			// The wake resumes the open turn, which still owes the parked call: it
-			// parks again, with no second turn and no second request.
+			// parks again, with no second turn and no second request (the next event
+			// must be the verdict's).
+			resumed := a.arm(agent.PauseReturned)
 			a.inject("meanwhile", true)
-			a.quiet(2 * time.Second)
+			a.returnedOr(2*time.Second, resumed)
 			a.send(approveFrame(a.calls[0]))
 			a.follow(id, resolvedW("approved", ""), resultW(`{"text":"held"}`), injectedW("meanwhile"),
 				answerW("resumed", 2), endW("completed", ""))
