@@ -38,13 +38,14 @@ func (p *peer) readSubscribe() string {
 func TestBatchReassembled(t *testing.T) {
 	t.Parallel()
 	subs := make(chan string, 4)
+	delivered := make(chan struct{}) // closed once the client's caller has seq 4
 	srv := serveScripts(t,
 		func(p *peer) {
 			p.hello(6)
 			subs <- p.readSubscribe()
 			p.send(batch(0, 1, 2))
 			p.send(batch(3, 4))
-			time.Sleep(50 * time.Millisecond)
+			p.await(delivered, "seq 4 delivered")
 			p.ws.CloseNow() // a drop without a close frame, after 4
 		},
 		func(p *peer) {
@@ -57,6 +58,7 @@ func TestBatchReassembled(t *testing.T) {
 		},
 	)
 	r := newRecorder()
+	r.hook = closeAt(4, delivered)
 	o := r.options()
 	o.Cursor = laggingCursor{}
 	o.MinBackoff = 2 * time.Millisecond

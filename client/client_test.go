@@ -39,30 +39,20 @@ func TestReconnectAcrossDropExactlyOnce(t *testing.T) {
 	r.until(t, "tool/call")
 	p.cut()
 	s.appendN(t, agent, "test/outage", 3)
-	time.Sleep(700 * time.Millisecond) // reconnect attempts fail meanwhile
+	// Reconnect attempts fail meanwhile: at least one reached the proxy and was
+	// refused, and the client reported reconnecting again after it.
+	waitFor(t, "a failed reconnect attempt", func() bool {
+		return p.accepted.Load() >= 2 && r.count(client.StateReconnecting) >= 2
+	})
 	p.restore()
 
 	end := r.until(t, "turn/end")
 	if !strings.Contains(string(end.Payload), `"status":"completed"`) {
 		t.Fatalf("turn ended %s", end.Raw)
 	}
-	// The titler may append session/titled after the turn: settle on the log's tip.
-	var tip int64
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var err error
-		if tip, err = s.log.Tip(ctxT(t), agent); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond)
-		if got := r.checkExactlyOnce(t); int64(len(got)) == tip+1 {
-			if again, _ := s.log.Tip(ctxT(t), agent); again == tip {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered up to %d, log tip %d; trail %v", len(r.checkExactlyOnce(t))-1, tip, r.snapshotTrail())
-		}
-	}
+	// The titler names the session after its first turn, in the same runner
+	// invocation: session/titled is the log's last event.
+	r.until(t, "session/titled")
 	got := r.checkExactlyOnce(t)
 	want, err := s.log.Read(ctxT(t), agent, 0, 1000)
 	if err != nil {
@@ -116,6 +106,7 @@ func TestResubscribeDiscardsStale(t *testing.T) {
 	t.Parallel()
 	s := sharedStack(t)
 	agent := agentID()
+	p := startProxy(t, s)
 	r := newRecorder()
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -127,8 +118,9 @@ func TestResubscribeDiscardsStale(t *testing.T) {
 			})
 		}
 	}
-	c := dial(t, s.url(agent), s.token(t, agent), r.options())
+	c := dial(t, p.url(agent), s.token(t, agent), r.options())
 	s.seed(t, agent, 1, 45)
+	replayed := p.sent(`"seq":45`)
 	ctx := ctxT(t)
 	if err := c.Subscribe(ctx, 0); err != nil {
 		t.Fatal(err)
@@ -138,7 +130,12 @@ func TestResubscribeDiscardsStale(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("seq 20 never delivered")
 	}
-	time.Sleep(300 * time.Millisecond) // the rest of the first replay arrives meanwhile
+	// The rest of the first replay reaches the client meanwhile.
+	select {
+	case <-replayed:
+	case <-time.After(wait):
+		t.Fatal("seq 45 of the first replay never sent")
+	}
 	if err := c.Subscribe(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +181,7 @@ func TestUnauthorizedStops(t *testing.T) {
 	if err := c.Wait(); !errors.Is(err, client.ErrUnauthorized) {
 		t.Fatalf("Wait = %v, want unauthorized", err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Done: the client's connection loop has returned, so it can no longer reconnect.
 	if n := r.count(client.StateReconnecting); n != 0 || p.accepted.Load() != before {
 		t.Fatalf("reconnected after unauthorized: %d statuses, %d connections; trail %v", n, p.accepted.Load()-before, r.snapshotTrail())
 	}
@@ -222,7 +219,7 @@ func TestSupersededStops(t *testing.T) {
 	}
 	s.appendN(t, agent, "test/event", 2)
 	r2.expectSeqs(t, 0, 2)
-	time.Sleep(300 * time.Millisecond)
+	// old.Wait returned: its connection loop is over and cannot reconnect.
 	if r.count(client.StateReconnecting) != 0 || p.accepted.Load() != 1 || newer.Err() != nil {
 		t.Fatalf("superseded client reconnected: trail %v, newer %v", r.snapshotTrail(), newer.Err())
 	}

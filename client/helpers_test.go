@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -268,6 +269,16 @@ func (r *recorder) count(state client.State) int {
 	return n
 }
 
+// waitFor waits, up to wait, until cond holds: a state the client reaches, not a time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within %v", what, wait)
+		}
+	}
+}
+
 // waitNotice waits for the n-th notice (0-based).
 func (r *recorder) waitNotice(t *testing.T, n int) client.Notice {
 	t.Helper()
@@ -312,6 +323,41 @@ type proxy struct {
 	down     bool
 	conns    map[net.Conn]bool
 	wg       sync.WaitGroup
+	toClient []byte                   // what the gateway sent, while a watch is pending
+	watches  map[string]chan struct{} // closed once toClient holds their key
+}
+
+// sent returns a channel closed once the gateway has sent marker to the client
+// through the proxy (frames are not compressed). Arm it before the frames are sent.
+func (p *proxy) sent(marker string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.watches == nil {
+		p.watches = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	p.watches[marker] = ch
+	return ch
+}
+
+// Write records bytes the gateway sent and closes the watches they complete.
+func (p *proxy) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.watches) == 0 {
+		return len(b), nil
+	}
+	p.toClient = append(p.toClient, b...)
+	for m, ch := range p.watches {
+		if bytes.Contains(p.toClient, []byte(m)) {
+			close(ch)
+			delete(p.watches, m)
+		}
+	}
+	if len(p.watches) == 0 {
+		p.toClient = nil
+	}
+	return len(b), nil
 }
 
 func startProxy(t *testing.T, s *testStack) *proxy {
@@ -359,14 +405,18 @@ func (p *proxy) serve() {
 		p.conns[c], p.conns[up] = true, true
 		p.mu.Unlock()
 		p.wg.Add(2)
-		pipe := func(dst, src net.Conn) {
+		pipe := func(dst net.Conn, src io.Reader) {
 			defer p.wg.Done()
 			_, _ = io.Copy(dst, src)
 			dst.Close()
-			src.Close()
+			if c, ok := src.(net.Conn); ok {
+				c.Close()
+			} else {
+				up.Close()
+			}
 		}
 		go pipe(up, c)
-		go pipe(c, up)
+		go pipe(c, io.TeeReader(up, p))
 	}
 }
 

@@ -112,6 +112,24 @@ func (p *peer) expectSubscribe(from int64) {
 }
 
 // waitClosed holds the connection until the client closes it.
+// await waits until ch is closed (what names it), failing the test after 30 s.
+func (p *peer) await(ch <-chan struct{}, what string) {
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		p.t.Errorf("connection %d: %s never came", p.i, what)
+	}
+}
+
+// closeAt is a recorder hook closing ch once the event at seq has been delivered.
+func closeAt(seq int64, ch chan struct{}) func(client.Event) {
+	return func(ev client.Event) {
+		if ev.Seq == seq {
+			close(ch)
+		}
+	}
+}
+
 func (p *peer) waitClosed() {
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
@@ -188,12 +206,13 @@ func (laggingCursor) Store(int64) error          { return nil }
 // client resubscribes from the cursor and discards what it already delivered.
 func TestCursorBehindDelivered(t *testing.T) {
 	t.Parallel()
+	delivered := make(chan struct{}) // closed once the client's caller has seq 3
 	srv := serveScripts(t,
 		func(p *peer) {
 			p.hello(3)
 			p.expectSubscribe(0)
 			p.events(0, 1, 2, 3)
-			time.Sleep(50 * time.Millisecond)
+			p.await(delivered, "seq 3 delivered")
 			p.ws.CloseNow() // a drop without a close frame
 		},
 		func(p *peer) {
@@ -204,6 +223,7 @@ func TestCursorBehindDelivered(t *testing.T) {
 		},
 	)
 	r := newRecorder()
+	r.hook = closeAt(3, delivered)
 	o := r.options()
 	o.Cursor = laggingCursor{}
 	o.MinBackoff = 2 * time.Millisecond
@@ -316,14 +336,17 @@ func TestOnEventErrorStops(t *testing.T) {
 // as a drop even though no byte says so.
 func TestPingDetectsDeadPeer(t *testing.T) {
 	t.Parallel()
+	reconnected := make(chan struct{})
 	srv := serveScripts(t,
 		func(p *peer) {
 			p.hello(0)
 			p.expectSubscribe(0)
 			p.events(0)
-			time.Sleep(2 * time.Second) // reads nothing, so answers no ping
+			// Reads nothing, so answers no ping, until the client has given up on it.
+			p.await(reconnected, "the client's reconnect")
 		},
 		func(p *peer) {
+			close(reconnected)
 			p.hello(1)
 			p.expectSubscribe(1)
 			p.events(1)

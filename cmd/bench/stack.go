@@ -128,10 +128,13 @@ func (st *stack) log() *sessionlog.Log {
 // settle waits until the stack is quiet — no invocation started and no request made by
 // any handler for a few stream polls — so that a snapshot taken next includes every
 // consequence of what came before (stream wake-ups arrive one poll after the write that
-// caused them). A handler may still be in flight: a deliver "watch" invocation sleeps
-// out a busy sender's lease (up to 30 s) and makes its last two requests (GetItem,
-// EndWatch) when it wakes; waiting for it would cost the lease's length at every
-// snapshot, so those two requests fall in a later window (settleAll waits for them).
+// caused them). A handler may still be in flight: a deliver "watch" invocation — started
+// only when a backstop wake-up leaves a mark with a sender that no retried invocation
+// covers and its own looks (350 ms in all) do not see it let go — reads the ownership
+// record with a growing pause (250 ms doubling up to 8 s, never past the sender's
+// lease) and makes its last requests (GetItem, EndWatch) once the record is covered;
+// waiting for it could cost a whole lease at every snapshot, so those requests may fall
+// in a later window (settleAll waits for them).
 func (st *stack) settle(ctx context.Context) {
 	quiet := 4*st.poll + 150*time.Millisecond
 	deadline := time.Now().Add(30 * time.Second)

@@ -107,6 +107,7 @@ type Config struct {
 	// returning true stops the invocation right there, abandoning its lease and state
 	// as a killed process would. For tests.
 	Crash func(point string) bool
+	Pause func(point, agentID string) // if set, called at the Pause* points (pause.go); for tests
 }
 
 // Crash points of the runner.

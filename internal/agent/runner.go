@@ -56,6 +56,7 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 // turn then stays open (no turn/end), to be resumed by the function's retry or the
 // next stimulus. Model and tool failures are not errors: they end the turn failed.
 func (r *Runner) Run(ctx context.Context, agentID string) error {
+	defer r.c.pause(PauseReturned, agentID)
 	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8),
 		log: newWindow(r.c.log, agentID, 0), seenPending: -1, quotaRefused: -2}
 	return inv.run(ctx)

@@ -62,6 +62,7 @@ func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) e
 			return err
 		}
 	}
+	s.c.pause(PauseQueued, agentID)
 	if !wake {
 		return nil
 	}
@@ -104,6 +105,7 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 		}
 		switch out {
 		case cancelledRunning:
+			s.c.pause(PauseCancelRecorded, agentID)
 			return s.c.invoke(ctx, agentID)
 		case cancelNewerTurn:
 			return ErrNotRunning

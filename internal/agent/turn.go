@@ -289,7 +289,7 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 		req.Tools = append(req.Tools, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
 	}
 	ch := &chunker{
-		write:      func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err },
+		write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
 		now:        inv.c.now,
 		flushBytes: inv.c.cfg.ChunkBytes,
 		flushAge:   inv.c.cfg.ChunkInterval,
@@ -424,6 +424,7 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 			}
 			return outParked, nil
 		}
+		inv.c.pause(PauseRun, inv.agent)
 		execute(ctx, plans)
 		if ctx.Err() != nil {
 			return 0, ctx.Err() // abandoned mid-run: the calls stay owed and run again on resume

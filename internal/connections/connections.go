@@ -1,7 +1,7 @@
 // Package connections keeps the connections table's records of who is connected:
 //
 //   - "conn#<connection_id>": one per accepted socket — its agent, the hash of the token
-//     it presented and its state (authorized, unauthorized, superseded, revoked, lagged).
+//     it presented and its state (authorized, unauthorized, superseded, lagged).
 //     Every frame a socket sends is checked against it.
 //   - "agent#<agent_id>": the ownership record. It names the one connection that owns the
 //     agent's stream (one connection per agent) and carries that connection's delivery
@@ -41,7 +41,6 @@ const (
 	StateAuthorized   State = "authorized"
 	StateUnauthorized State = "unauthorized"
 	StateSuperseded   State = "superseded"
-	StateRevoked      State = "revoked"
 	StateLagged       State = "lagged"
 )
 

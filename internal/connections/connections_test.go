@@ -192,7 +192,7 @@ func TestLeaseAndPending(t *testing.T) {
 		t.Fatalf("acquire under a live lease = %v, %v; want %v", got, err, connections.LeaseHeld)
 	}
 	short, _ := f.conns.Checkpoint(ctx, cur, "h4", connections.Progress{Next: 3, HelloSent: true}, time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(time.Until(short.LeaseUntil) + time.Millisecond) // a lease expires by the clock
 	if _, got, err := acquire(f.conns, "a", "h5"); got != connections.Acquired || err != nil {
 		t.Fatalf("acquire of an expired lease = %v, %v; want %v", got, err, connections.Acquired)
 	}

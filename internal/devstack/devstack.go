@@ -2,7 +2,9 @@
 // DynamoDB endpoint (DynamoDB Local started here, or one given), the tables of
 // template.yaml, the local API Gateway (WebSocket routes, @connections and the Lambda
 // Invoke API) and a poller for each DynamoDB stream feeding the stream consumers —
-// every handler wired by package service exactly as the deployed functions are.
+// every handler wired by package service exactly as the deployed functions are, with
+// their template.yaml timeouts — but for the message route's, longer in process
+// (inProcessMessageTimeout says why).
 package devstack
 
 import (
@@ -73,6 +75,9 @@ type Options struct {
 	// Listener, if set, is served instead of a listener on Addr (tests that shape the
 	// gateway's sockets).
 	Listener net.Listener
+	// Pause holds the in-process agent runtime at named points (agent.Pause*), for
+	// tests; the emulated functions (LambdaEmulator) run in other processes and ignore it.
+	Pause func(point, agentID string)
 }
 
 // Stack is a running local service.
@@ -158,7 +163,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
 	gwFunctions := map[string]lambda.Handler{"deliver": o.Latency.Delayed(o.Measure.wrap("deliver (async)", deliver)),
 		"runner": o.Latency.Delayed(o.Measure.wrap("runner", runner))}
-	gwTimeouts := map[string]time.Duration{"deliver": deliverTimeout, "runner": 15 * time.Minute, "$default": 5 * time.Minute}
+	gwTimeouts, err := inProcessTimeouts() // the emulated functions' are the template's plus slack (route)
+	if err != nil {
+		return nil, err
+	}
+	deliverTimeout := gwTimeouts["deliver"]
 	var emu *emulation
 	if o.LambdaEmulator != nil {
 		if emu, err = newEmulation(ctx, o, st.Tables, logger); err != nil {
@@ -221,7 +230,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	msgD := service.Deliverer(st.Config, awsCfg, logger, tune) // the message function's, shared as there
-	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true})
+	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true, Pause: o.Pause})
 	if err != nil {
 		return nil, err
 	}
@@ -259,9 +268,6 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	st.sweep = startSweeper(life, deliver, o.TokenSweep, logger)
 	return st, nil
 }
-
-// deliverTimeout is the deliver function's timeout, as in template.yaml.
-const deliverTimeout = 5 * time.Minute
 
 func orInt(v, def int) int {
 	if v > 0 {

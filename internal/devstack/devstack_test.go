@@ -250,17 +250,27 @@ func TestBrowserSubprotocolToken(t *testing.T) {
 	}
 }
 
-// TestPingFrames: the local gateway pings every --ping-interval.
+// TestPingFrames: the local gateway pings every --ping-interval. The interval is long
+// enough for a loaded machine to answer each ping in time (the gateway closes a
+// socket whose pong takes longer than an interval).
 func TestPingFrames(t *testing.T) {
 	t.Parallel()
-	e := startStack(t, devstack.Options{PingInterval: 50 * time.Millisecond})
+	const interval, want = 200 * time.Millisecond, 4
+	e := startStack(t, devstack.Options{PingInterval: interval})
 	tok := e.token(t, "a1")
 	var pings atomic.Int64
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	last := make(chan time.Time, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	dialed := time.Now() // before the gateway's ping ticker starts
 	ws, _, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/a1/ws", &websocket.DialOptions{
-		HTTPHeader:     http.Header{"Authorization": {"Bearer " + tok}},
-		OnPingReceived: func(context.Context, []byte) bool { pings.Add(1); return true },
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
+		OnPingReceived: func(context.Context, []byte) bool {
+			if pings.Add(1) == want {
+				last <- time.Now()
+			}
+			return true
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -273,9 +283,15 @@ func TestPingFrames(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(600 * time.Millisecond)
-	if n := pings.Load(); n < 5 {
-		t.Fatalf("%d pings in 600ms at a 50ms interval", n)
+	select {
+	case at := <-last:
+		// The gateway pings on its ticker only: ping n comes no sooner than n
+		// intervals after the socket opened.
+		if got, min := at.Sub(dialed), want*interval; got < min {
+			t.Fatalf("%d pings %v after dialing, want no sooner than %v (interval %v)", want, got, min, interval)
+		}
+	case <-ctx.Done():
+		t.Fatalf("%d pings in 30s at a %v interval, want %d", pings.Load(), interval, want)
 	}
 }
 
@@ -313,7 +329,8 @@ func TestInjectTextBound(t *testing.T) {
 	if f := c.expectError("bad_frame"); !strings.Contains(f.Msg, "at most 65536") {
 		t.Fatalf("bad_frame message %q does not state the bound", f.Msg)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The refusal is the handler's whole answer: it has checked the frame before any
+	// write, and writes nothing after refusing it.
 	if tip, err := e.log.Tip(context.Background(), "a1"); err != nil || tip != 0 {
 		t.Fatalf("tip = %d, %v after a refused inject; want 0", tip, err)
 	}

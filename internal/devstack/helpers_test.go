@@ -28,6 +28,7 @@ type env struct {
 	stack  *devstack.Stack
 	tokens *auth.Store
 	log    *sessionlog.Log
+	pause  *pauser // the runtime's pause hook; nil when the functions run emulated (runtime_test.go)
 }
 
 func startStack(t *testing.T, o devstack.Options) env {

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/coder/websocket"
 
+	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 )
@@ -31,14 +32,23 @@ import (
 
 // startRuntimeStack is startStack for these tests. Its stream poll is slower than the
 // helpers' default, which keeps several stacks off DynamoDB Local's back on a 2-core
-// machine and is still far below the windows (sleep tools of seconds) the tests act
-// in; and it drops its tables when the test ends, so that a shared DynamoDB Local
-// does not pile them up.
+// machine; it drops its tables when the test ends, so that a shared DynamoDB Local
+// does not pile them up; and, with the runtime in process, it installs a pauser
+// (e.pause) through which flows hold the runtime at agent.Pause* points.
 func startRuntimeStack(t *testing.T, o devstack.Options) env {
 	t.Helper()
 	o.PollInterval = 50 * time.Millisecond
+	var p *pauser
+	if o.LambdaEmulator == inProcess || (o.LambdaEmulator == nil && !emulated()) {
+		p = newPauser()
+		o.Pause = p.hook
+	}
 	e := startStack(t, o)
+	e.pause = p
 	t.Cleanup(func() {
+		if p != nil {
+			p.close() // first: a handler held at a pause point would keep Close waiting
+		}
 		e.stack.Close() // idempotent: stop the pollers and handlers before their tables go
 		db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
 		for _, name := range e.stack.Tables {
@@ -50,14 +60,16 @@ func startRuntimeStack(t *testing.T, o devstack.Options) env {
 	return e
 }
 
-// windowMS is the sleep tool run a client acts during (steer, cancel, set_policy,
-// drop): the flow sees the sleep's tool/call in the log (whenLogged), waits
-// settleDelay for the runner to start the run, and sends its frame, which must be
-// served before the run ends, with room to spare on a loaded machine.
-const windowMS = 5000
+// windowMS is the sleep tool run a flow acts during (steer, cancel, set_policy, drop).
+// In process the flow holds the runner at agent.PauseRun while it acts (runWindow), so
+// the sleep's length does not matter and it is short. The emulated functions run in
+// other processes, out of the pause hook's reach: there the sleep is the window, and
+// the flow acts settleDelay after its tool/call is logged.
+var windowMS = map[bool]int{false: 20, true: 5000}[emulated()]
 
-// settleDelay covers the runner's step boundary between logging a batch's calls and
-// running them: a frame landing before it would be seen before the run.
+// settleDelay covers, in emulated mode only, the runner's step boundary between logging
+// a batch's calls and running them: a frame landing before it would be seen before the
+// run.
 const settleDelay = time.Second
 
 // frameTimeout bounds the wait for one frame: generous, because a shared DynamoDB
@@ -484,9 +496,9 @@ func (a *agentConn) maybeTitled() {
 }
 
 // whenLogged waits until the log holds, at or after the next seq the client expects,
-// an event of type typ (of tool name, for tool/call), and then settle more: flows act
-// on what the runtime did, not on when delivery reached them.
-func (a *agentConn) whenLogged(typ, name string, settle time.Duration) {
+// an event of type typ (of tool name, for tool/call): flows act on what the runtime
+// did, not on when delivery reached them.
+func (a *agentConn) whenLogged(typ, name string) {
 	deadline := time.Now().Add(frameTimeout)
 	for {
 		evs, err := a.e.log.Read(context.Background(), a.agent, a.next, 1000)
@@ -495,7 +507,6 @@ func (a *agentConn) whenLogged(typ, name string, settle time.Duration) {
 		}
 		for _, ev := range evs {
 			if ev.Type == typ && (name == "" || strings.Contains(string(ev.Payload), fmt.Sprintf(`"name":%q`, name))) {
-				time.Sleep(settle)
 				return
 			}
 		}
@@ -503,6 +514,84 @@ func (a *agentConn) whenLogged(typ, name string, settle time.Duration) {
 			a.failf("no %s %s in the log after %v; after seq %d it holds %v", typ, name, frameTimeout, a.next-1, evs)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// runWindow is how a flow acts while a run of tools is under way. Open it before the
+// inject that starts the turn; wait for the run; act; release it. In process the
+// runner is held at agent.PauseRun (its calls logged, the state read, no tool
+// executed) until release, and act waits until its frame has taken effect, so the
+// frame is seen at the boundary after the run whatever the machine's load. Emulated
+// (e.pause nil), the run is a sleep of windowMS and the flow acts settleDelay after
+// its tool/call is logged.
+type runWindow struct {
+	a   *agentConn
+	run *hold // nil: emulated
+}
+
+func (a *agentConn) window() *runWindow {
+	w := &runWindow{a: a}
+	if a.e.pause != nil {
+		w.run = a.e.pause.arm(agent.PauseRun, a.agent)
+	}
+	return w
+}
+
+// wait returns once the turn's first run of tools, that of the tool/call of name, is
+// under way.
+func (w *runWindow) wait(name string) {
+	if w.run != nil {
+		w.run.wait(w.a)
+		return
+	}
+	w.a.whenLogged("tool/call", name)
+	time.Sleep(settleDelay)
+}
+
+// act sends frame and, in process, returns once the message function reached point
+// (an agent.Pause* point of the frame's effect; "" waits for nothing).
+func (w *runWindow) act(point string, frame any) {
+	var h *hold
+	if w.run != nil && point != "" {
+		h = w.a.e.pause.arm(point, w.a.agent)
+	}
+	w.a.send(frame)
+	if h != nil {
+		h.wait(w.a)
+		h.release()
+	}
+}
+
+func (w *runWindow) release() {
+	if w.run != nil {
+		w.run.release()
+	}
+}
+
+// arm holds the next arrival of the flow's agent at point, or returns nil in emulated
+// mode (no hook).
+func (a *agentConn) arm(point string) *hold {
+	if a.e.pause == nil {
+		return nil
+	}
+	return a.e.pause.arm(point, a.agent)
+}
+
+// returned waits until the runner invocations held at agent.PauseReturned have
+// returned (everything they append is then in the log) and lets them go. In emulated
+// mode (nil holds) it waits four seconds instead, longer than a runner that found the
+// agent busy waits for the holder's heartbeat.
+func (a *agentConn) returned(holds ...*hold) { a.returnedOr(4*time.Second, holds...) }
+
+// returnedOr is returned, waiting d in emulated mode.
+func (a *agentConn) returnedOr(d time.Duration, holds ...*hold) {
+	for _, h := range holds {
+		if h == nil {
+			a.quiet(d)
+			return
+		}
+		h.wait(a)
+		h.release()
 	}
 }
 
@@ -707,18 +796,25 @@ func TestRuntimeSteering(t *testing.T) {
 	steer := func(wake bool) func(a *agentConn) {
 		return func(a *agentConn) {
 			script := sleepThenSay("after the steer")
+			w := a.window()
 			a.inject(script, true)
-			a.whenLogged("tool/call", "sleep", settleDelay)
-			a.inject("steer text", wake)
+			w.wait("sleep")
+			// Two runner invocations return: the steer's (with wake) and the turn's.
+			var returned []*hold
+			if wake {
+				returned = append(returned, a.arm(agent.PauseReturned), a.arm(agent.PauseReturned))
+			}
+			w.act(agent.PauseQueued, map[string]any{"type": "inject", "text": "steer text", "wake": wake})
+			w.release()
 			id := a.startTurn(script)
 			a.follow(id, callW("sleep", windowArgs), resultW(windowResult), injectedW("steer text"),
 				answerW("after the steer", 2), endW("completed", ""))
 			a.titled()
 			if wake {
-				// The runner the waking inject started found the agent busy and waits
-				// for the holder's lease (up to a heartbeat, 5 s): when it gets it, it
-				// must start nothing.
-				a.quiet(4 * time.Second)
+				// The runner the waking inject started found the agent busy and waited
+				// for the holder's lease (up to a heartbeat, 5 s): it must start nothing.
+				// Once both invocations have returned, nothing more can be appended.
+				a.returned(returned...)
 			}
 			if n := a.count("turn/start"); n != 1 {
 				a.failf("%d turns started, want 1", n)
@@ -730,8 +826,15 @@ func TestRuntimeSteering(t *testing.T) {
 		flow{"inject wake false while a turn runs", steer(false)},
 		flow{"inject wake true while a turn runs", steer(true)},
 		flow{"inject wake false on an idle agent", func(a *agentConn) {
+			// Queued, with no runner invoked: nothing can append after the queueing.
+			queued := a.arm(agent.PauseQueued)
 			a.inject("queued text", false)
-			a.quiet(2 * time.Second)
+			if queued != nil {
+				queued.wait(a)
+				queued.release()
+			} else {
+				a.quiet(2 * time.Second)
+			}
 			if tip := a.tip(); tip != 0 {
 				a.failf("a non-waking inject on an idle agent appended: tip %d", tip)
 			}
@@ -743,16 +846,31 @@ func TestRuntimeSteering(t *testing.T) {
 			a.matchLog()
 		}},
 		flow{"inject while the final answer streams", func(a *agentConn) {
-			// The steer lands while "abc" streams (6 s between deltas, room for an
-			// inject on a loaded machine): the turn does not end after that answer but
-			// takes another step for it. (The first step is a call so that the scripted
-			// titler, which runs it, does not sleep.)
-			script := `{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"say":"abc","chunks":3,"delay_ms":6000},{"say":"again"}]}`
+			// The steer lands while "abc" streams: the turn does not end after that
+			// answer but takes another step for it. In process the runner is held
+			// after the answer's first chunk until the steer is queued; emulated, the
+			// answer's 6 s between deltas is the window. (The first step is a call so
+			// that the scripted titler, which runs it, does not sleep.)
+			delay := 300 // over the chunker's flush age (200 ms): one chunk per delta
+			if a.e.pause == nil {
+				delay = 6000
+			}
+			script := fmt.Sprintf(`{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"say":"abc","chunks":3,"delay_ms":%d},{"say":"again"}]}`, delay)
+			chunk := a.arm(agent.PauseChunk)
 			a.inject(script, true)
 			// The first chunk is logged when the second delta arrives: the last one
-			// comes 6 s later, and no step boundary comes before it.
-			a.whenLogged("assistant/chunk", "", 0)
-			a.inject("late steer", false)
+			// comes a delay later, and no step boundary comes before it.
+			if chunk != nil {
+				chunk.wait(a)
+				queued := a.arm(agent.PauseQueued)
+				a.inject("late steer", false)
+				queued.wait(a)
+				queued.release()
+				chunk.release()
+			} else {
+				a.whenLogged("assistant/chunk", "")
+				a.inject("late steer", false)
+			}
 			id := a.startTurn(script)
 			a.follow(id, callW("echo", `{"text":"x"}`), resultW(`{"text":"x"}`), answerW("abc", 3),
 				injectedW("late steer"), answerW("again", 2), endW("completed", ""))
@@ -860,9 +978,11 @@ func TestRuntimeCancel(t *testing.T) {
 	} {
 		flows = append(flows, flow{tc.name, func(a *agentConn) {
 			script := sleepThenSay("never said")
+			w := a.window()
 			a.inject(script, true)
-			a.whenLogged("tool/call", "sleep", settleDelay)
-			a.send(tc.frame)
+			w.wait("sleep")
+			w.act(agent.PauseCancelRecorded, tc.frame)
+			w.release()
 			// A run is not interruptible: its result is logged, then the turn stops
 			// before the next model call.
 			id := a.startTurn(script)
@@ -888,10 +1008,12 @@ func TestRuntimeCancel(t *testing.T) {
 	} {
 		flows = append(flows, flow{tc.name, func(a *agentConn) {
 			script := `{"script":[{"call":[{"tool":"sleep","args":` + windowArgs + `},` + tc.calls + `]},{"say":"never said"}]}`
+			w := a.window()
 			a.inject(script, true)
 			// All the batch's calls are logged before its first run.
-			a.whenLogged("tool/call", tc.last, settleDelay)
-			a.send(`{"type":"cancel","reason":"halt"}`)
+			w.wait(tc.last)
+			w.act(agent.PauseCancelRecorded, `{"type":"cancel","reason":"halt"}`)
+			w.release()
 			id := a.startTurn(script)
 			a.follow(id, append(append([]want{callW("sleep", windowArgs)}, tc.want...), endW("cancelled", "halt"))...)
 			a.titled()
@@ -929,12 +1051,14 @@ func TestRuntimeApprovals(t *testing.T) {
 		flow{"approve and deny", func(a *agentConn) {
 			a.refused("stale_call", approveFrame("call_never")) // no turn at all
 			script := `{"script":[{"call":[{"tool":"echo","args":{"text":"plain"}},{"tool":"guarded_echo","args":{"text":"first"}}]},{"call":[{"tool":"guarded_echo","args":{"text":"second"}}]},{"say":"all decided"}]}`
+			parked := a.arm(agent.PauseReturned)
 			a.inject(script, true)
 			id := a.startTurn(script)
 			evs := a.follow(id, callW("echo", `{"text":"plain"}`), callW("guarded_echo", `{"text":"first"}`),
 				resultW(`{"text":"plain"}`), requestedW("guarded_echo", `{"text":"first"}`))
 			plain, first := evs[0].str("id"), a.calls[0]
-			a.quiet(700 * time.Millisecond) // parked: nothing runs without a verdict
+			// Parked: the runner has returned, and nothing runs without a verdict.
+			a.returnedOr(700*time.Millisecond, parked)
 			// A typo, and a call that never asked.
 			a.refused("stale_call", approveFrame(first+"x"), `{"type":"deny","call_id":"call_typo"}`, approveFrame(plain))
 
@@ -953,13 +1077,17 @@ func TestRuntimeApprovals(t *testing.T) {
 		}},
 		flow{"a wake while parked waits for the verdict", func(a *agentConn) {
 			script := `{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"held"}}]},{"say":"resumed"}]}`
+			parked := a.arm(agent.PauseReturned)
 			a.inject(script, true)
 			id := a.startTurn(script)
 			a.follow(id, callW("guarded_echo", `{"text":"held"}`), requestedW("guarded_echo", `{"text":"held"}`))
+			a.returnedOr(0, parked)
 			// The wake resumes the open turn, which still owes the parked call: it
-			// parks again, with no second turn and no second request.
+			// parks again, with no second turn and no second request (the next event
+			// must be the verdict's).
+			resumed := a.arm(agent.PauseReturned)
 			a.inject("meanwhile", true)
-			a.quiet(2 * time.Second)
+			a.returnedOr(2*time.Second, resumed)
 			a.send(approveFrame(a.calls[0]))
 			a.follow(id, resolvedW("approved", ""), resultW(`{"text":"held"}`), injectedW("meanwhile"),
 				answerW("resumed", 2), endW("completed", ""))
@@ -1061,12 +1189,17 @@ func TestRuntimeSetPolicy(t *testing.T) {
 			// policy allows clock, and the batch's clock call after the sleep runs.
 			setPolicy(a, `["echo","s*"]`)
 			script := `{"script":[{"call":[{"tool":"sleep","args":` + windowArgs + `},{"tool":"echo","args":{"text":"mid"}},{"tool":"clock","args":{}}]},{"say":"done"}]}`
+			w := a.window()
 			a.inject(script, true)
-			a.whenLogged("tool/call", "clock", settleDelay)
-			a.send(`{"type":"set_policy","patterns":["echo","s*","clock"]}`)
+			w.wait("clock")
+			// The policy takes effect with its policy/updated, which the flow reads
+			// before it lets the run go on.
+			w.act("", `{"type":"set_policy","patterns":["echo","s*","clock"]}`)
 			id := a.startTurn(script)
 			a.follow(id, callW("sleep", windowArgs), callW("echo", `{"text":"mid"}`), callW("clock", `{}`),
-				policyW(`["echo","s*","clock"]`), resultW(windowResult), resultW(`{"text":"mid"}`), clockW(),
+				policyW(`["echo","s*","clock"]`))
+			w.release()
+			a.follow(id, resultW(windowResult), resultW(`{"text":"mid"}`), clockW(),
 				answerW("done", 2), endW("completed", ""))
 			a.titled()
 			a.matchLog()
@@ -1113,12 +1246,14 @@ func TestRuntimeLiveness(t *testing.T) {
 	e := startRuntimeStack(t, devstack.Options{})
 	runFlows(t, e, flow{"drop and resume", func(a *agentConn) {
 		script := `{"script":[{"call":[{"tool":"sleep","args":` + windowArgs + `}]},{"say":"finished without you","chunks":3}]}`
+		w := a.window()
 		a.inject(script, true)
 		id := a.startTurn(script)
 		// Drop the socket while the sleep runs: the client has recorded up to turn/start
 		// (a tool/call already on its way is lost with the socket, as a real drop
 		// loses it).
-		a.whenLogged("tool/call", "sleep", settleDelay)
+		w.wait("sleep")
+		returned := a.arm(agent.PauseReturned)
 		last := a.next - 1
 		a.c.c.CloseNow()
 		evs, err := a.e.log.Read(context.Background(), a.agent, last+1, 100)
@@ -1132,6 +1267,10 @@ func TestRuntimeLiveness(t *testing.T) {
 		}
 
 		// The turn carries on with no socket: wait for its end in the log.
+		w.release()
+		if returned != nil {
+			a.returned(returned)
+		}
 		deadline := time.Now().Add(frameTimeout)
 		for ended := false; !ended; {
 			evs, err := a.e.log.Read(context.Background(), a.agent, last+1, 100)
@@ -1144,7 +1283,9 @@ func TestRuntimeLiveness(t *testing.T) {
 			if !ended && time.Now().After(deadline) {
 				a.failf("no turn/end %v after the socket closed; the log after seq %d: %v", frameTimeout, last, evs)
 			}
-			time.Sleep(100 * time.Millisecond)
+			if !ended { // emulated only: in process the runner has returned
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
 
 		a.connect(last + 1)

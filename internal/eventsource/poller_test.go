@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/eventsource"
@@ -487,10 +489,20 @@ func TestLatestSkipsEarlierRecords(t *testing.T) {
 	}
 }
 
+// TestCloseStopsPolling: Close returns once every poller goroutine has ended, so from
+// then on the poller makes no stream call and delivers nothing — checked on the calls
+// themselves (a counting client), not by waiting for a poll that should not come.
 func TestCloseStopsPolling(t *testing.T) {
 	tb := newTable(t)
 	c := newCollector(nil)
-	p := tb.start(t, eventsource.Mapping{Handler: c.handler()}, eventsource.Options{})
+	streams := &countingStreams{StreamsAPI: dynamotest.StreamsClient(t)}
+	opts := eventsource.Options{PollInterval: 10 * time.Millisecond, RetryBackoff: 5 * time.Millisecond, DescribeInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	p, err := eventsource.Start(context.Background(), tb.db, streams, region, []eventsource.Mapping{{Function: "consumer", TableName: tb.name, Handler: c.handler()}}, opts)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
 	tb.put(t, "first", nil)
 	c.waitUntil(t, "the first record", seen("first"))
 	start := time.Now()
@@ -500,11 +512,35 @@ func TestCloseStopsPolling(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("Close took %v", d)
 	}
+	atClose := streams.calls.Load()
 	tb.put(t, "second", nil)
-	time.Sleep(300 * time.Millisecond) // 30 poll intervals
 	if n := len(c.snapshot()); n != 1 {
 		t.Fatalf("%d deliveries, want only the one before Close", n)
 	}
+	if n := streams.calls.Load() - atClose; n != 0 {
+		t.Fatalf("%d stream calls after Close returned, want 0", n)
+	}
+}
+
+// countingStreams counts the stream calls a poller makes.
+type countingStreams struct {
+	eventsource.StreamsAPI
+	calls atomic.Int64
+}
+
+func (s *countingStreams) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	s.calls.Add(1)
+	return s.StreamsAPI.DescribeStream(ctx, in, optFns...)
+}
+
+func (s *countingStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	s.calls.Add(1)
+	return s.StreamsAPI.GetShardIterator(ctx, in, optFns...)
+}
+
+func (s *countingStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, optFns ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	s.calls.Add(1)
+	return s.StreamsAPI.GetRecords(ctx, in, optFns...)
 }
 
 func TestStartErrors(t *testing.T) {

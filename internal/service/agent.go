@@ -38,6 +38,7 @@ type AgentOptions struct {
 	Local bool
 	// Stderr receives command MCP servers' stderr (nil: os.Stderr).
 	Stderr io.Writer
+	Pause  func(point, agentID string) // agent.Config.Pause, for tests
 }
 
 // ProfileEnv is where profiles run with these options: keys from the environment
@@ -122,6 +123,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		TitlerModel:    cfg.TitlerModel,
 		Approvals:      cfg.Approvals,
 		Logger:         logger,
+		Pause:          o.Pause,
 	}, nil
 }
 

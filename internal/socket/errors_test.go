@@ -51,7 +51,6 @@ func TestRefusalFor(t *testing.T) {
 	}{
 		{connections.StateSuperseded, protocol.CodeSuperseded},
 		{connections.StateUnauthorized, protocol.CodeUnauthorized},
-		{connections.StateRevoked, protocol.CodeUnauthorized},
 		{connections.StateLagged, protocol.CodeUnauthorized},
 		{connections.State("unknown"), protocol.CodeUnauthorized},
 	}

@@ -422,7 +422,6 @@ func testRefused(t *testing.T, names tables.Names) {
 	}{
 		{"no record", "", protocol.CodeUnauthorized},
 		{"superseded", connections.StateSuperseded, protocol.CodeSuperseded},
-		{"revoked", connections.StateRevoked, protocol.CodeUnauthorized},
 		{"lagged", connections.StateLagged, protocol.CodeUnauthorized},
 	}
 	for i, tc := range tests {
