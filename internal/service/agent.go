@@ -38,6 +38,9 @@ type AgentOptions struct {
 	Local bool
 	// Stderr receives command MCP servers' stderr (nil: os.Stderr).
 	Stderr io.Writer
+	// Now is the runtime's clock (nil: time.Now): quota periods, leases, the quota
+	// sweep. For tests.
+	Now func() time.Time
 }
 
 // ProfileEnv is where profiles run with these options: keys from the environment
@@ -122,6 +125,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		TitlerModel:    cfg.TitlerModel,
 		Approvals:      cfg.Approvals,
 		Logger:         logger,
+		Now:            o.Now,
 	}, nil
 }
 
