@@ -107,7 +107,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	mux.Handle("/", pages)
 	pages = mux
 	st, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second,
+		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second, QuotaSweep: 5 * time.Second,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: logger, TablePrefix: *prefix,
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),

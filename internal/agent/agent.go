@@ -53,9 +53,11 @@ type Invoker interface {
 
 var _ Invoker = (*lambda.Client)(nil)
 
-// RunnerEvent is the runner function's event: {"agent_id": "..."}.
+// RunnerEvent is the runner function's event: {"agent_id": "..."}, or the quota
+// sweep's QuotaSweepInput.
 type RunnerEvent struct {
 	AgentID string `json:"agent_id"`
+	Sweep   string `json:"sweep,omitempty"`
 }
 
 // Model roles set_model accepts.

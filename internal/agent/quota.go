@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/tools"
 )
 
 // Per-agent quotas (the profile's "quotas"): turns per UTC day and model tokens per UTC
@@ -45,6 +47,20 @@ func (inv *invocation) quotaReason(ctx context.Context) (string, error) {
 	return quotaText(prof.Quotas.TurnsPerDay, prof.Quotas.TokensPerMonth, inv.st.QuotaTurns, inv.st.QuotaTokens, now), nil
 }
 
+// quotaAllows reports whether counters c leave room for a turn under prof's caps at
+// now, counting a past day's or month's counter as 0 (as the runner's roll-over
+// would), without writing anything.
+func quotaAllows(prof tools.Profile, c Counters, now time.Time) bool {
+	now = now.UTC()
+	if c.QuotaDay != now.Format(time.DateOnly) {
+		c.QuotaTurns = 0
+	}
+	if c.QuotaMonth != now.Format("2006-01") {
+		c.QuotaTokens = 0
+	}
+	return quotaText(prof.Quotas.TurnsPerDay, prof.Quotas.TokensPerMonth, c.QuotaTurns, c.QuotaTokens, now) == ""
+}
+
 // quotaText names the first cap reached, and when it resets.
 func quotaText(turnsPerDay, tokensPerMonth, turns, tokens int64, now time.Time) string {
 	y, m, d := now.Date()
@@ -60,13 +76,20 @@ func quotaText(turnsPerDay, tokensPerMonth, turns, tokens int64, now time.Time) 
 }
 
 // refuseForQuota logs a turn that a quota refused: turn/start, then turn/end rejected
-// with the reason. Nothing else is written: the waking inject stays queued (it starts
-// a turn once the quota allows), and the turn is not metered. One refusal is logged
+// with the reason. The waking inject stays queued, and the turn is not metered; the
+// only other write is the agent's deferred-wake marker (quota_sweep.go), which lets
+// the quota sweep start the runner once the quota allows — after the reset, or once
+// the operator raises the cap — with no further stimulus. One refusal is logged
 // per stimulus that finds the agent over quota, so a client sending into a capped
 // agent sees why nothing runs, and a runner going round does not repeat it.
 func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error {
 	if inv.quotaRefused == inv.seenPending {
 		return nil
+	}
+	// The marker first: a runner that dies after it leaves at worst a wake the sweep
+	// finds nothing to do for; one that dies before it logged nothing.
+	if err := inv.c.store.deferWake(ctx, inv.agent, inv.c.now()); err != nil {
+		return err
 	}
 	id := quotaTurnPrefix + randomHex(8)
 	if _, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id}); err != nil {

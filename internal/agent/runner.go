@@ -35,6 +35,9 @@ func NewRunner(cfg Config) (*Runner, error) {
 
 // Handle is the runner function's handler.
 func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
+	if ev.Sweep != "" {
+		return r.handleSweep(ctx, ev.Sweep)
+	}
 	if ev.AgentID == "" {
 		return errors.New("agent: runner event without agent_id")
 	}

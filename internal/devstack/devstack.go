@@ -49,6 +49,8 @@ type Options struct {
 	PollInterval         time.Duration
 	TokenSweep           time.Duration      // how often expired tokens are revoked (AWS: every minute; terret dev: 30 s); 0: never
 	TokenClock           func() time.Time   // the token sweep's clock (default time.Now), for tests
+	QuotaSweep           time.Duration      // how often quota-deferred wakes are started (AWS: every minute; terret dev: 5 s); 0: never
+	AgentClock           func() time.Time   // the agent runtime's clock (default time.Now), for tests
 	Faults               eventsource.Faults // stream fault injection, for tests
 	Observer             delivery.Observer  // replay reads, for tests and metrics
 	ReplayPage           int                // events per replay read (default 1000)
@@ -95,6 +97,7 @@ type Stack struct {
 	emu    *emulator.Emulator
 
 	measure    Measure
+	quotaSweep *sweeper
 	logStream  *types.StreamSpecification // held back (Measure.LogStreamLater)
 	logMapping eventsource.Mapping
 	logPoller  *eventsource.Poller
@@ -230,7 +233,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	msgD := service.Deliverer(st.Config, awsCfg, logger, tune) // the message function's, shared as there
-	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true, Pause: o.Pause})
+	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +268,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st.sweep = startSweeper(life, deliver, o.TokenSweep, logger)
+	st.sweep = startSweeper(life, deliver, service.SweepInput, o.TokenSweep, logger)
+	st.quotaSweep = startSweeper(life, runner, service.QuotaSweepInput, o.QuotaSweep, logger)
 	return st, nil
 }
 
@@ -281,6 +285,7 @@ func orInt(v, def int) int {
 func (s *Stack) Close() error {
 	var errs []error
 	s.sweep.stop()
+	s.quotaSweep.stop()
 	if s.logPoller != nil {
 		errs = append(errs, s.logPoller.Close())
 	}

@@ -7,19 +7,19 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-
-	"github.com/terret/terret-ws/internal/service"
 )
 
-// sweeper invokes the deliver function with the token sweep's payload on a ticker, as
-// template.yaml's one-minute schedule does on AWS: an expired token's live connection is
-// closed with unauthorized through the same stream path as a rotation.
+// sweeper invokes a function with a sweep's payload on a ticker, as template.yaml's
+// one-minute schedules do on AWS: deliver with the token sweep's (an expired token's
+// live connection is closed with unauthorized through the same stream path as a
+// rotation), and runner with the quota sweep's (a wake a quota deferred runs once the
+// quota allows).
 type sweeper struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func startSweeper(ctx context.Context, deliver lambda.Handler, every time.Duration, logger *slog.Logger) *sweeper {
+func startSweeper(ctx context.Context, fn lambda.Handler, payload string, every time.Duration, logger *slog.Logger) *sweeper {
 	if every <= 0 {
 		return nil
 	}
@@ -36,8 +36,8 @@ func startSweeper(ctx context.Context, deliver lambda.Handler, every time.Durati
 				return
 			case <-t.C:
 			}
-			if _, err := deliver.Invoke(ctx, []byte(service.SweepInput)); err != nil && ctx.Err() == nil {
-				logger.Error("token sweep", "error", err)
+			if _, err := fn.Invoke(ctx, []byte(payload)); err != nil && ctx.Err() == nil {
+				logger.Error("sweep", "payload", payload, "error", err)
 			}
 		}
 	}()

@@ -39,6 +39,9 @@ type AgentOptions struct {
 	// Stderr receives command MCP servers' stderr (nil: os.Stderr).
 	Stderr io.Writer
 	Pause  func(point, agentID string) // agent.Config.Pause, for tests
+	// Now is the runtime's clock (nil: time.Now): quota periods, leases, the quota
+	// sweep. For tests.
+	Now func() time.Time
 }
 
 // ProfileEnv is where profiles run with these options: keys from the environment
@@ -124,6 +127,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		Approvals:      cfg.Approvals,
 		Logger:         logger,
 		Pause:          o.Pause,
+		Now:            o.Now,
 	}, nil
 }
 

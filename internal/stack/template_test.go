@@ -248,7 +248,8 @@ func TestSchema(t *testing.T) {
 
 // TestDeliverEventSources: deliver consumes the log table's stream and the token items
 // of the connections table's stream, with bounded retries that end in the dead-letter
-// queue; asynchronous invocations of deliver and runner end there too.
+// queue; asynchronous invocations of deliver and runner end there too. Runner's one
+// event source is the quota sweep's schedule.
 func TestDeliverEventSources(t *testing.T) {
 	t.Parallel()
 	s := loadStack(t)
@@ -258,8 +259,14 @@ func TestDeliverEventSources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if id != "DeliverFunction" && len(f.Props.Events) > 0 {
-			t.Errorf("%s has event sources %v; only deliver consumes streams", id, keys(f.Props.Events))
+		if id != "DeliverFunction" && len(evs) > 0 {
+			t.Errorf("%s has stream event sources %v; only deliver consumes streams", id, keys(f.Props.Events))
+		}
+		if id == "RunnerFunction" && strings.Join(keys(f.Props.Events), ",") != "QuotaSweep" {
+			t.Errorf("runner's event sources = %v, want the quota sweep", keys(f.Props.Events))
+		}
+		if id != "DeliverFunction" && id != "RunnerFunction" && len(f.Props.Events) > 0 {
+			t.Errorf("%s has event sources %v; want none", id, keys(f.Props.Events))
 		}
 		if id == "DeliverFunction" && len(evs)+1 != len(f.Props.Events) {
 			t.Errorf("deliver's event sources = %v, want the two streams and the token sweep", keys(f.Props.Events))
@@ -323,6 +330,13 @@ func TestDeliverEventSources(t *testing.T) {
 	var sp struct{ Schedule, Input string }
 	if err := json.Unmarshal(sweep.Properties, &sp); err != nil || sweep.Type != "Schedule" || sp.Schedule != "rate(1 minute)" || sp.Input != service.SweepInput {
 		t.Errorf("deliver TokenSweep = %s %s, want Schedule rate(1 minute) with Input %s", sweep.Type, sweep.Properties, service.SweepInput)
+	}
+	// The quota sweep: every minute, the payload agent.Runner.Handle routes to
+	// SweepQuotas.
+	qs := fs["RunnerFunction"].Props.Events["QuotaSweep"]
+	var qp struct{ Schedule, Input string }
+	if err := json.Unmarshal(qs.Properties, &qp); err != nil || qs.Type != "Schedule" || qp.Schedule != "rate(1 minute)" || qp.Input != service.QuotaSweepInput {
+		t.Errorf("runner QuotaSweep = %s %s, want Schedule rate(1 minute) with Input %s", qs.Type, qs.Properties, service.QuotaSweepInput)
 	}
 	if got := s.Resources("AWS::SQS::Queue"); strings.Join(got, ",") != "DeadLetterQueue" {
 		t.Errorf("queues = %v, want DeadLetterQueue", got)
