@@ -224,7 +224,7 @@ func TestFaultSenderKilledBatched(t *testing.T) {
 	const agent, n = "killed-batched", 400
 	e := startSeededStack(t, agent, n)
 	ks := killSender(t, e, agent, n, true)
-	time.Sleep(time.Until(ks.until) + 100*time.Millisecond)
+	ks.expire(t, e, agent)
 	if _, err := e.log.Append(context.Background(), agent, "test/event", map[string]string{"after": "kill"}); err != nil {
 		t.Fatal(err)
 	}
