@@ -77,7 +77,8 @@ type Config struct {
 	// at most CheckpointEvery/2 events.
 	CheckpointEvery int
 	Logger          *slog.Logger
-	// Observer, if set, is told when a replay read starts and ends (metrics, tests).
+	// Observer, if set, is told when a replay read starts and ends (metrics, tests);
+	// one that is a DeliveryObserver also hears what senders post and drop (observe.go).
 	Observer Observer
 }
 

@@ -52,6 +52,7 @@ type sender struct {
 	// released: the lease is no longer this sender's to give back — let go, lost to
 	// another holder, or gone with the record.
 	released bool
+	tally    tally // posts not yet reported to a DeliveryObserver (observe.go)
 }
 
 func (d *Deliverer) newSender(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, w wake) *sender {
@@ -134,6 +135,7 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 			s.lg.Error("abandon lease", "error", aerr)
 		}
 	}
+	s.report()
 	s.lg.Debug("sender done", "from_seq", first, "next_seq", s.p.Next, "duration_ms", time.Since(began).Milliseconds(), "error", *err)
 }
 
@@ -264,6 +266,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 			return err
 		}
 		s.p.Truncated = false
+		s.tally.Truncated++
 	}
 	for i := 0; i < len(batch); {
 		if err := s.renew(); err != nil {
@@ -279,6 +282,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		if err := s.d.post(s.ctx, s.o.ConnID, b); err != nil {
 			return err
 		}
+		s.counted(batch[i : i+k])
 		i += k
 		s.p.Next = batch[i-1].Seq + 1
 		s.unrecorded += k
