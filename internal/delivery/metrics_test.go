@@ -173,6 +173,10 @@ func TestDeliveryMetrics(t *testing.T) {
 	c.send(t, `{"type":"subscribe","from_seq":0}`)
 	next(c, "replay", 0)
 	caughtUp(0)
+	// A subscribe past its budget hands its sender over to a deliver invocation: once
+	// none is left, the fast path's sender is the one to post the next event.
+	r.kicks.settled(t)
+	caughtUp(0)
 	r.appendN(t, r.log, agent, 3, "f")
 	next(c, "fast path", 1, 2, 3)
 	r.fast.Flush()
