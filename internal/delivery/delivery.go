@@ -81,7 +81,8 @@ type Config struct {
 	// events.
 	CheckpointEvery int
 	Logger          *slog.Logger
-	// Observer, if set, is told when a replay read starts and ends (metrics, tests).
+	// Observer, if set, is told when a replay read starts and ends (metrics, tests);
+	// one that is a DeliveryObserver also hears what senders post and drop (observe.go).
 	Observer Observer
 }
 

@@ -61,6 +61,9 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 	case KickWatch:
 		return d.runWatch(ctx, k)
 	case KickDrop:
+		if k.Code != protocol.CodeSuperseded {
+			d.dropped(k.Code) // Supersede counted its own
+		}
 		frames := [][]byte{protocol.Marshal(protocol.NewError(k.Code, message(k.Code)))}
 		if k.Hello {
 			tip, err := d.log.Tip(ctx, k.AgentID)

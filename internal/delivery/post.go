@@ -54,6 +54,7 @@ func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte) e
 // frame, then DeleteConnection; the records go with it.
 func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protocol.Code, msg string) error {
 	d.logger.Info("closing connection", "agent_id", o.AgentID, "connection_id", o.ConnID, "code", string(code))
+	d.dropped(code)
 	if err := d.store.SetState(ctx, o.ConnID, stateFor(code)); err != nil {
 		return err
 	}
@@ -78,6 +79,9 @@ func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protoco
 //     asynchronous deliver invocation sends hello, superseded and closes, allowing the
 //     hello grace of a connection still finishing $connect (KickDrop with Hello).
 func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error {
+	if prev.ConnID != "" {
+		d.dropped(protocol.CodeSuperseded) // here, once, whichever way it goes
+	}
 	switch {
 	case prev.ConnID == "":
 		return nil

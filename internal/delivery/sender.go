@@ -54,6 +54,7 @@ type sender struct {
 	// released: the lease is no longer this sender's to give back — let go, lost to
 	// another holder, or gone with the record.
 	released bool
+	tally    tally // posts not yet reported to a DeliveryObserver (observe.go)
 }
 
 func (d *Deliverer) newSender(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, w wake) *sender {
@@ -141,6 +142,7 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 			s.lg.Error("abandon lease", "error", aerr)
 		}
 	}
+	s.report()
 	s.lg.Debug("sender done", "from_seq", first, "next_seq", s.p.Next, "duration_ms", time.Since(began).Milliseconds(), "error", *err)
 }
 
@@ -307,6 +309,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 			return err
 		}
 		s.p.Truncated = false
+		s.tally.Truncated++
 	}
 	live := s.p.Next >= s.o.ReplayEnd
 	for i := 0; i < len(batch); {
@@ -324,6 +327,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		if err := s.d.post(s.ctx, s.o.ConnID, b); err != nil {
 			return err
 		}
+		s.counted(batch[i : i+k])
 		i += k
 		s.p.Next = batch[i-1].Seq + 1
 		s.unrecorded += k

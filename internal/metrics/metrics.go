@@ -66,6 +66,31 @@ func (r *Recorder) Add(name string, unit Unit, v float64, dims ...Dim) {
 	if r == nil {
 		return
 	}
+	r.add(name, unit, v, []float64{v}, dims)
+}
+
+// MaxValues is the most values one EMF line carries for a metric: CloudWatch takes an
+// array of up to 100 values per metric in a document
+// (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html).
+const MaxValues = 100
+
+// AddValues records len(vs) points of one metric at once, for a caller that aggregates
+// (a latency per event): CloudWatch reads a value array as that many points, so its
+// percentiles see each one. Cost: one EMF line per MaxValues values.
+func (r *Recorder) AddValues(name string, unit Unit, vs []float64, dims ...Dim) {
+	for r != nil && len(vs) > 0 {
+		n := min(len(vs), MaxValues)
+		sum := 0.0
+		for _, v := range vs[:n] {
+			sum += v
+		}
+		r.add(name, unit, sum, vs[:n], dims)
+		vs = vs[n:]
+	}
+}
+
+// add records the points vs (at least one), of sum sum.
+func (r *Recorder) add(name string, unit Unit, sum float64, vs []float64, dims []Dim) {
 	all := append(append([]Dim(nil), r.base...), dims...)
 	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
 	parts := make([]string, len(all))
@@ -80,17 +105,21 @@ func (r *Recorder) Add(name string, unit Unit, v float64, dims ...Dim) {
 		a = &agg{unit: unit, dims: all}
 		r.series[k] = a
 	}
-	a.count++
-	a.sum += v
+	a.count += float64(len(vs))
+	a.sum += sum
 	if r.emf != nil {
+		var v any = vs[0]
+		if len(vs) > 1 {
+			v = vs
+		}
 		_, _ = r.emf.Write(r.line(name, unit, v, all))
 	}
 }
 
-// line is one EMF document: the dimension values and the metric as top-level members,
-// the _aws metadata naming them
+// line is one EMF document: the dimension values and the metric (a number, or an array
+// of numbers) as top-level members, the _aws metadata naming them
 // (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html).
-func (r *Recorder) line(name string, unit Unit, v float64, dims []Dim) []byte {
+func (r *Recorder) line(name string, unit Unit, v any, dims []Dim) []byte {
 	names := make([]string, len(dims))
 	doc := map[string]any{}
 	for i, d := range dims {
@@ -209,3 +238,9 @@ func Default() *Recorder { return std.Load() }
 // Add records on the default recorder; without one it does nothing. Handlers call it in
 // one line at the points they already pass (a refused connection, a replay read).
 func Add(name string, unit Unit, v float64, dims ...Dim) { std.Load().Add(name, unit, v, dims...) }
+
+// AddValues records on the default recorder (Recorder.AddValues); without one it does
+// nothing.
+func AddValues(name string, unit Unit, vs []float64, dims ...Dim) {
+	std.Load().AddValues(name, unit, vs, dims...)
+}

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -94,4 +95,52 @@ terret_replay_reads_total{function="deliver"} 3
 	}
 	var nilRec *metrics.Recorder
 	nilRec.Add("X", metrics.Count, 1) // a nil recorder records nothing, without panicking
+}
+
+// TestAddValues: many points of one metric go out as EMF value arrays of at most
+// MaxValues values each (CloudWatch's limit), every point counted in /metrics.
+func TestAddValues(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	r := metrics.New(&buf, metrics.Dim{Name: "function", Value: "deliver"})
+	vs := make([]float64, metrics.MaxValues+2)
+	for i := range vs {
+		vs[i] = float64(i)
+	}
+	r.AddValues("DeliveryLag", metrics.Milliseconds, vs)
+	r.AddValues("DeliveryLag", metrics.Milliseconds, nil) // nothing to record: no line
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("EMF output has %d lines, want 2:\n%s", len(lines), buf.String())
+	}
+	var got []float64
+	for i, line := range lines {
+		var doc emfDoc
+		var members map[string]any
+		if err := json.Unmarshal([]byte(line), &doc); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal([]byte(line), &members)
+		if m := doc.AWS.CloudWatchMetrics; len(m) != 1 || m[0].Metrics[0].Name != "DeliveryLag" || m[0].Metrics[0].Unit != "Milliseconds" ||
+			len(m[0].Dimensions) != 1 || strings.Join(m[0].Dimensions[0], ",") != "function" {
+			t.Fatalf("line %d = %s, want DeliveryLag in Milliseconds by function", i, line)
+		}
+		arr, ok := members["DeliveryLag"].([]any)
+		if !ok || len(arr) > metrics.MaxValues {
+			t.Fatalf("line %d: DeliveryLag = %v, want an array of at most %d values", i, members["DeliveryLag"], metrics.MaxValues)
+		}
+		for _, v := range arr {
+			got = append(got, v.(float64))
+		}
+	}
+	if len(got) != len(vs) || got[0] != 0 || got[len(got)-1] != vs[len(vs)-1] {
+		t.Errorf("values %v, want %v", got, vs)
+	}
+	var prom bytes.Buffer
+	_ = r.WritePrometheus(&prom)
+	sum := float64(len(vs)*(len(vs)-1)) / 2
+	want := fmt.Sprintf("# TYPE terret_delivery_lag_milliseconds summary\nterret_delivery_lag_milliseconds_sum{function=\"deliver\"} %g\nterret_delivery_lag_milliseconds_count{function=\"deliver\"} %d\n", sum, len(vs))
+	if prom.String() != want {
+		t.Errorf("/metrics =\n%s\nwant\n%s", prom.String(), want)
+	}
 }

@@ -50,25 +50,3 @@ func DeliverHandler(d *delivery.Deliverer, tokens *auth.Store, logger *slog.Logg
 		return d.Handle(ctx, raw)
 	}
 }
-
-// replayMetrics counts replay reads (metric ReplayReads) through delivery's observer.
-type replayMetrics struct{ next delivery.Observer }
-
-func (m replayMetrics) ReplayRead(start bool) {
-	if start {
-		metrics.Add("ReplayReads", metrics.Count, 1)
-	}
-	if m.next != nil {
-		m.next.ReplayRead(start)
-	}
-}
-
-// Wait passes a test's gate on (delivery.Gate).
-func (m replayMetrics) Wait(point, agentID string) {
-	if g, ok := m.next.(delivery.Gate); ok {
-		g.Wait(point, agentID)
-	}
-}
-
-// observer chains the metrics observer before o (a test's or the bench's).
-func observer(o delivery.Observer) delivery.Observer { return replayMetrics{next: o} }

@@ -28,6 +28,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/metrics"
 )
 
 // MaxEnvelopeBytes bounds the JSON envelope of one event. An event is delivered as one
@@ -100,6 +102,7 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 		return false, err
 	}
 	l.observe(sessionID, 0)
+	appended()
 	return true, nil
 }
 
@@ -134,6 +137,7 @@ func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any
 		err = write(ev, attempt)
 		if err == nil {
 			l.observe(sessionID, ev.Seq)
+			appended()
 			return ev, nil
 		}
 		if !errors.Is(err, ErrConflict) {
@@ -213,8 +217,13 @@ func (l *Log) AppendAt(ctx context.Context, sessionID string, seq int64, typ str
 		return Event{}, err
 	}
 	l.observe(sessionID, seq)
+	appended()
 	return ev, nil
 }
+
+// appended counts one event written to the log: metric EventsAppended on the process's
+// default recorder (an EMF line on stdout, no call; nothing without a recorder).
+func appended() { metrics.Add("EventsAppended", metrics.Count, 1) }
 
 // Tip returns the highest seq of the session, read strongly consistent. It returns
 // ErrNotFound if the session has no events.
