@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
@@ -222,9 +219,9 @@ func TestSlotsBoundAcrossInstances(t *testing.T) {
 		{"three groups", 12, 14},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reads := &slotReads{}
-			a := connections.New(reads.client(t), names["ConnectionsTable"]).NewSlots(tc.n, time.Minute)
-			b := connections.New(reads.client(t), names["ConnectionsTable"]).NewSlots(tc.n, time.Minute)
+			reads := &dynamotest.SlotReads{}
+			a := connections.New(reads.Client(t), names["ConnectionsTable"]).NewSlots(tc.n, time.Minute)
+			b := connections.New(reads.Client(t), names["ConnectionsTable"]).NewSlots(tc.n, time.Minute)
 			if got, want := a.Groups(), (tc.n+connections.SlotGroupSize-1)/connections.SlotGroupSize; got != want {
 				t.Fatalf("Groups() = %d, want %d", got, want)
 			}
@@ -293,7 +290,7 @@ func TestSlotsBoundAcrossInstances(t *testing.T) {
 					t.Errorf("slot %d was never taken", i)
 				}
 			}
-			calls, most, spread := reads.stats()
+			calls, most, spread := reads.Stats()
 			if calls == 0 {
 				t.Fatal("no BatchGetItem of slot items seen: the meter is not counting")
 			}
@@ -339,63 +336,6 @@ func TestSlotGroups(t *testing.T) {
 			t.Errorf("acquire in group %d of 2 = %v, want ErrNoSlotGroup", g, err)
 		}
 	}
-}
-
-// slotReads counts, on the wire, the slot keys of every BatchGetItem its clients send.
-type slotReads struct {
-	mu     sync.Mutex
-	calls  int // BatchGetItem calls with slot keys
-	most   int // most slot keys in one call
-	spread int // calls whose keys span more than one group
-}
-
-// client returns a DynamoDB Local client whose requests slotReads counts.
-func (r *slotReads) client(t *testing.T) *dynamodb.Client {
-	t.Helper()
-	base := dynamotest.Client(t)
-	return dynamodb.New(base.Options(), func(o *dynamodb.Options) {
-		o.APIOptions = append(append([]func(*middleware.Stack) error(nil), o.APIOptions...), func(st *middleware.Stack) error {
-			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("CountSlotReads",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if req, ok := in.Parameters.(*dynamodb.BatchGetItemInput); ok {
-						r.count(req)
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.After)
-		})
-	})
-}
-
-func (r *slotReads) count(req *dynamodb.BatchGetItemInput) {
-	groups := map[int]bool{}
-	keys := 0
-	for _, ka := range req.RequestItems {
-		for _, k := range ka.Keys {
-			pk, ok := k["pk"].(*types.AttributeValueMemberS)
-			if !ok || !strings.HasPrefix(pk.Value, "slot#") {
-				continue
-			}
-			i, _ := strconv.Atoi(strings.TrimPrefix(pk.Value, "slot#"))
-			groups[i/connections.SlotGroupSize] = true
-			keys++
-		}
-	}
-	if keys == 0 {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls++
-	r.most = max(r.most, keys)
-	if len(groups) > 1 {
-		r.spread++
-	}
-}
-
-func (r *slotReads) stats() (calls, most, spread int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.calls, r.most, r.spread
 }
 
 // TestWatchClaim: one watcher per agent; it may extend its own claim, another may take

@@ -8,17 +8,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
@@ -244,10 +238,10 @@ func TestMaxConcurrentReplays(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			obs := &peakObserver{n: int64(tc.slots), full: make(chan struct{})}
-			reads := &slotReads{}
+			reads := &dynamotest.SlotReads{}
 			// Pages of 10 events: each replay is several reads, so the replays contend.
 			e := startStack(t, devstack.Options{MaxConcurrentReplays: tc.slots, Observer: obs, ReplayPage: 10,
-				Measure: devstack.Measure{Clients: reads.meter}})
+				Measure: devstack.Measure{Clients: reads.Meter}})
 			events := tc.events
 			clients := make([]*client, tc.conns)
 			var setup sync.WaitGroup
@@ -291,7 +285,7 @@ func TestMaxConcurrentReplays(t *testing.T) {
 			if obs.total.Load() < int64(tc.conns) {
 				t.Fatalf("%d replay reads for %d subscribes", obs.total.Load(), tc.conns)
 			}
-			calls, most, spread := reads.stats()
+			calls, most, spread := reads.Stats()
 			if calls == 0 {
 				t.Fatal("no BatchGetItem of slot items seen: the meter is not counting")
 			}
@@ -333,59 +327,4 @@ func (o *peakObserver) ReplayRead(start bool) {
 	// A slow read (a large page, a busy table): each read holds its slot long enough
 	// that the waiting subscribes poll against full slots however fast the machine is.
 	time.Sleep(50 * time.Millisecond)
-}
-
-// slotReads counts, on the wire, the replay slot keys of every BatchGetItem the
-// handlers send.
-type slotReads struct {
-	mu     sync.Mutex
-	calls  int // BatchGetItem calls with slot keys
-	most   int // most slot keys in one call
-	spread int // calls whose keys span more than one slot group
-}
-
-// meter adds the counting middleware to the handlers' AWS config.
-func (r *slotReads) meter(cfg aws.Config) aws.Config {
-	cfg.APIOptions = append(append([]func(*middleware.Stack) error(nil), cfg.APIOptions...), func(st *middleware.Stack) error {
-		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("CountSlotReads",
-			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-				if req, ok := in.Parameters.(*dynamodb.BatchGetItemInput); ok {
-					r.count(req)
-				}
-				return next.HandleInitialize(ctx, in)
-			}), middleware.After)
-	})
-	return cfg
-}
-
-func (r *slotReads) count(req *dynamodb.BatchGetItemInput) {
-	groups := map[int]bool{}
-	keys := 0
-	for _, ka := range req.RequestItems {
-		for _, k := range ka.Keys {
-			pk, ok := k["pk"].(*ddbtypes.AttributeValueMemberS)
-			if !ok || !strings.HasPrefix(pk.Value, "slot#") {
-				continue
-			}
-			i, _ := strconv.Atoi(strings.TrimPrefix(pk.Value, "slot#"))
-			groups[i/connections.SlotGroupSize] = true
-			keys++
-		}
-	}
-	if keys == 0 {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls++
-	r.most = max(r.most, keys)
-	if len(groups) > 1 {
-		r.spread++
-	}
-}
-
-func (r *slotReads) stats() (calls, most, spread int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.calls, r.most, r.spread
 }
