@@ -92,17 +92,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	if *sf.region != "" && *sf.table == "" && *sf.agentsTable != "" {
-		// Profiles live in the agents table alone; the connections table the shared
-		// store flags ask for against AWS is not used here.
-		*sf.table = "-"
-	}
-	st, err := sf.open(ctx, env)
+	st, err := sf.openAgents(ctx, env)
 	if err != nil {
 		return err
-	}
-	if st.agents == "" {
-		return fmt.Errorf("%w: --agents-table is required against deployed tables", errUsage)
 	}
 	switch sub {
 	case "put":
@@ -209,4 +201,20 @@ func problems(file string, err error) error {
 		lines[i] = file + ": " + p.String()
 	}
 	return fmt.Errorf("%w:\n%s", errBadProfile, strings.Join(lines, "\n"))
+}
+
+// openAgents opens the store for a command that uses the agents table alone (profiles,
+// quotas, usage): against deployed tables it needs --agents-table and not --table.
+func (f storeFlags) openAgents(ctx context.Context, env config.CLIEnv) (store, error) {
+	if *f.region != "" && *f.table == "" && *f.agentsTable != "" {
+		*f.table = "-" // the connections table the shared store flags ask for is not used
+	}
+	st, err := f.open(ctx, env)
+	if err != nil {
+		return store{}, err
+	}
+	if st.agents == "" {
+		return store{}, fmt.Errorf("%w: --agents-table is required against deployed tables", errUsage)
+	}
+	return st, nil
 }

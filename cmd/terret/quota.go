@@ -66,15 +66,9 @@ func runAgentQuota(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fmt.Errorf("%w: %s must be 0 (no cap of the agent's own) or more, got %d", errUsage, c.flag, v)
 		}
 	}
-	if *sf.region != "" && *sf.table == "" && *sf.agentsTable != "" {
-		*sf.table = "-" // as agent put: only the agents table is used
-	}
-	st, err := sf.open(ctx, env)
+	st, err := sf.openAgents(ctx, env)
 	if err != nil {
 		return err
-	}
-	if st.agents == "" {
-		return fmt.Errorf("%w: --agents-table is required against deployed tables", errUsage)
 	}
 	raw, err := agent.GetProfile(ctx, st.db, st.agents, *agentID)
 	if err != nil {

@@ -35,12 +35,9 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !auth.ValidAgentID(*agentID) {
 		return fmt.Errorf("%w: --agent is required (1-128 of A-Z a-z 0-9 . _ -)", errUsage)
 	}
-	st, err := sf.open(ctx, env)
+	st, err := sf.openAgents(ctx, env)
 	if err != nil {
 		return err
-	}
-	if st.agents == "" {
-		return fmt.Errorf("%w: --agents-table is required against AWS", errUsage)
 	}
 	c, err := agent.Usage(ctx, st.db, st.agents, *agentID)
 	if err != nil {
