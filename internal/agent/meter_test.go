@@ -2,8 +2,6 @@ package agent_test
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -42,30 +40,14 @@ func parseEMF(t *testing.T, out string) []emfPoint {
 	t.Helper()
 	var pts []emfPoint
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var doc struct {
-			AWS struct {
-				CloudWatchMetrics []struct {
-					Namespace  string
-					Dimensions [][]string
-					Metrics    []struct{ Name, Unit string }
-				}
-			} `json:"_aws"`
+		l, err := metrics.Parse(line)
+		if err != nil {
+			t.Fatal(err)
 		}
-		var members map[string]any
-		if err := json.Unmarshal([]byte(line), &doc); err != nil {
-			t.Fatalf("EMF line %q: %v", line, err)
+		if len(l.Values) != 1 {
+			t.Fatalf("EMF line %s: %d values, want one", line, len(l.Values))
 		}
-		_ = json.Unmarshal([]byte(line), &members)
-		m := doc.AWS.CloudWatchMetrics
-		if len(m) != 1 || m[0].Namespace != metrics.Namespace || len(m[0].Metrics) != 1 || len(m[0].Dimensions) != 1 {
-			t.Fatalf("EMF line %s: want one metric of namespace %s with one dimension set", line, metrics.Namespace)
-		}
-		var dims []string
-		for _, d := range m[0].Dimensions[0] {
-			dims = append(dims, fmt.Sprintf("%s=%v", d, members[d]))
-		}
-		v, _ := members[m[0].Metrics[0].Name].(float64)
-		pts = append(pts, emfPoint{name: m[0].Metrics[0].Name, unit: m[0].Metrics[0].Unit, value: v, dims: strings.Join(dims, ",")})
+		pts = append(pts, emfPoint{name: l.Name, unit: string(l.Unit), value: l.Values[0], dims: l.Dims})
 	}
 	return pts
 }

@@ -3,7 +3,6 @@ package delivery_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -47,47 +46,19 @@ func (o *emfOut) readEMF(t *testing.T) map[string]*series {
 		if line == "" {
 			continue
 		}
-		var doc struct {
-			AWS struct {
-				CloudWatchMetrics []struct {
-					Namespace  string
-					Dimensions [][]string
-					Metrics    []struct{ Name, Unit string }
-				}
-			} `json:"_aws"`
+		l, err := metrics.Parse(line)
+		if err != nil {
+			t.Fatal(err)
 		}
-		var members map[string]any
-		if err := json.Unmarshal([]byte(line), &doc); err != nil {
-			t.Fatalf("EMF line %q: %v", line, err)
-		}
-		_ = json.Unmarshal([]byte(line), &members)
-		m := doc.AWS.CloudWatchMetrics
-		if len(m) != 1 || m[0].Namespace != metrics.Namespace || len(m[0].Metrics) != 1 || len(m[0].Dimensions) != 1 {
-			t.Fatalf("EMF line %s: want one metric of namespace %s with one dimension set", line, metrics.Namespace)
-		}
-		var dims []string
-		for _, d := range m[0].Dimensions[0] {
-			dims = append(dims, fmt.Sprintf("%s=%v", d, members[d]))
-		}
-		k := m[0].Metrics[0].Name + "{" + strings.Join(dims, ",") + "}"
+		k := l.Name + "{" + l.Dims + "}"
 		s := got[k]
 		if s == nil {
-			s = &series{unit: m[0].Metrics[0].Unit}
+			s = &series{unit: string(l.Unit)}
 			got[k] = s
-		} else if s.unit != m[0].Metrics[0].Unit {
-			t.Errorf("%s in %s and %s", k, s.unit, m[0].Metrics[0].Unit)
+		} else if s.unit != string(l.Unit) {
+			t.Errorf("%s in %s and %s", k, s.unit, l.Unit)
 		}
-		switch v := members[m[0].Metrics[0].Name].(type) {
-		case float64:
-			s.points = append(s.points, v)
-		case []any:
-			for _, x := range v {
-				f, _ := x.(float64)
-				s.points = append(s.points, f)
-			}
-		default:
-			t.Errorf("%s: value %v is no number nor array of numbers", k, v)
-		}
+		s.points = append(s.points, l.Values...)
 	}
 	return got
 }

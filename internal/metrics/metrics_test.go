@@ -144,3 +144,31 @@ func TestAddValues(t *testing.T) {
 		t.Errorf("/metrics =\n%s\nwant\n%s", prom.String(), want)
 	}
 }
+
+// TestParse reads back what a Recorder writes: one value, a value array, the
+// dimensions in their set's order (sorted by name); a line of another shape is an error.
+func TestParse(t *testing.T) {
+	var b bytes.Buffer
+	r := metrics.New(&b, metrics.Dim{Name: "function", Value: "deliver"})
+	r.Add("Lagged", metrics.Count, 1)
+	r.AddValues("DeliveryLag", metrics.Milliseconds, []float64{3, 5}, metrics.Dim{Name: "Path", Value: "fast"})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []metrics.Line{
+		{Name: "Lagged", Unit: metrics.Count, Values: []float64{1}, Dims: "function=deliver"},
+		{Name: "DeliveryLag", Unit: metrics.Milliseconds, Values: []float64{3, 5}, Dims: "Path=fast,function=deliver"},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), b.String())
+	}
+	for i, line := range lines {
+		got, err := metrics.Parse(line)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want[i]) {
+			t.Errorf("Parse(%s) = %+v, %v; want %+v", line, got, err, want[i])
+		}
+	}
+	for _, bad := range []string{`{}`, `not json`, `{"_aws":{"CloudWatchMetrics":[{"Namespace":"terret","Dimensions":[[]],"Metrics":[{"Name":"X"}]}]},"X":"y"}`} {
+		if got, err := metrics.Parse(bad); err == nil {
+			t.Errorf("Parse(%s) = %+v, want an error", bad, got)
+		}
+	}
+}
