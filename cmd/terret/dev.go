@@ -100,7 +100,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return "", errors.New("terret dev: still starting")
 	}})
 	// The same metrics the functions write as CloudWatch EMF, in Prometheus text format.
-	rec := metrics.New(nil)
+	rec := metrics.New(nil, "")
 	metrics.SetDefault(rec)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", rec.Handler())

@@ -60,7 +60,7 @@ func parseEMF(t *testing.T, out string) []emfPoint {
 func TestRuntimeMetrics(t *testing.T) {
 	out := &lockedBuffer{}
 	prev := metrics.Default()
-	metrics.SetDefault(metrics.New(out, metrics.Dim{Name: "function", Value: "runner"}))
+	metrics.SetDefault(metrics.New(out, "", metrics.Dim{Name: "function", Value: "runner"}))
 	t.Cleanup(func() { metrics.SetDefault(prev) })
 
 	// As TestDeadlineHandover: 6 s invocations that hand over with under 3 s left.

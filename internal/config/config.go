@@ -38,6 +38,7 @@ type Config struct {
 	DynamoDBEndpoint     string // DYNAMODB_ENDPOINT, local only
 	LambdaEndpoint       string // LAMBDA_ENDPOINT, local only
 	LogLevel             string // LOG_LEVEL, default "info"
+	MetricsNamespace     string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
 	// OriginSecret (ORIGIN_SECRET, connect only, optional) is the value CloudFront adds
 	// as the origin header; when set, $connect refuses a handshake without it. A secret:
 	// never log it or print the Config.
@@ -62,7 +63,8 @@ var vars = map[string][]string{
 }
 
 // Vars returns the environment variables function reads (besides the optional
-// LOG_LEVEL, DYNAMODB_ENDPOINT and LAMBDA_ENDPOINT), or nil for an unknown function.
+// LOG_LEVEL, METRICS_NAMESPACE, DYNAMODB_ENDPOINT and LAMBDA_ENDPOINT), or nil for an
+// unknown function.
 func Vars(function string) []string { return append([]string(nil), vars[function]...) }
 
 // Load reads the configuration of function from the environment and checks that every
@@ -94,6 +96,7 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		DynamoDBEndpoint:   getenv("DYNAMODB_ENDPOINT"),
 		LambdaEndpoint:     getenv("LAMBDA_ENDPOINT"),
 		LogLevel:           orDefault(getenv("LOG_LEVEL"), "info"),
+		MetricsNamespace:   strings.TrimSpace(getenv("METRICS_NAMESPACE")),
 		OriginSecret:       getenv("ORIGIN_SECRET"),
 	}
 	var err error

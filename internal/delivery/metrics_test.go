@@ -83,7 +83,7 @@ func total(s *series) float64 {
 func TestDeliveryMetrics(t *testing.T) {
 	t.Parallel()
 	out := &emfOut{}
-	rec := metrics.New(out, metrics.Dim{Name: "function", Value: "deliver"})
+	rec := metrics.New(out, "", metrics.Dim{Name: "function", Value: "deliver"})
 	r := startRig(t, rigConfig{cfg: delivery.Config{
 		ReplayLimit: 5, OutboundQueue: 8, Observer: service.DeliveryMetrics(rec, nil),
 	}})

@@ -27,8 +27,10 @@ const (
 	Milliseconds Unit = "Milliseconds"
 )
 
-// Namespace is the CloudWatch namespace of every metric.
-const Namespace = "terret"
+// DefaultNamespace is the CloudWatch namespace of a Recorder given none. A deployed
+// stack sets its own (METRICS_NAMESPACE, "terret/<stack name>" in template.yaml), so
+// two stacks in one account and region never mix their metrics.
+const DefaultNamespace = "terret"
 
 // Dim is one dimension.
 type Dim struct{ Name, Value string }
@@ -49,15 +51,19 @@ type agg struct {
 type Recorder struct {
 	mu     sync.Mutex
 	emf    io.Writer // nil: no EMF lines
+	ns     string    // CloudWatch namespace of the EMF lines
 	base   []Dim
 	now    func() time.Time
 	series map[key]*agg
 }
 
-// New returns a Recorder writing EMF lines to emf (nil: none) with the dimensions base on
-// every point (e.g. the function name).
-func New(emf io.Writer, base ...Dim) *Recorder {
-	return &Recorder{emf: emf, base: base, now: time.Now, series: map[key]*agg{}}
+// New returns a Recorder writing EMF lines of namespace ns (empty: DefaultNamespace) to
+// emf (nil: none) with the dimensions base on every point (e.g. the function name).
+func New(emf io.Writer, ns string, base ...Dim) *Recorder {
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	return &Recorder{emf: emf, ns: ns, base: base, now: time.Now, series: map[key]*agg{}}
 }
 
 // Add records one point: value v of metric name (CamelCase) in unit, with dims beyond the
@@ -130,7 +136,7 @@ func (r *Recorder) line(name string, unit Unit, v any, dims []Dim) []byte {
 	doc["_aws"] = map[string]any{
 		"Timestamp": r.now().UnixMilli(),
 		"CloudWatchMetrics": []any{map[string]any{
-			"Namespace":  Namespace,
+			"Namespace":  r.ns,
 			"Dimensions": [][]string{names},
 			"Metrics":    []any{map[string]any{"Name": name, "Unit": string(unit)}},
 		}},

@@ -25,11 +25,18 @@ type emfDoc struct {
 
 // TestEMF: every point is one JSON line in CloudWatch's embedded metric format: the
 // namespace, one dimension set naming exactly the dimensions present as members, the
-// metric with its unit, and its value as a member.
+// metric with its unit, and its value as a member. The namespace is the one given (a
+// stack's own), or DefaultNamespace.
 func TestEMF(t *testing.T) {
 	t.Parallel()
+	var other bytes.Buffer
+	metrics.New(&other, "", metrics.Dim{Name: "function", Value: "connect"}).Add("Connections", metrics.Count, 1)
+	if l, err := metrics.Parse(strings.TrimSpace(other.String())); err != nil || l.Namespace != metrics.DefaultNamespace {
+		t.Errorf("namespace of a Recorder given none = %+v (%v), want %s", l, err, metrics.DefaultNamespace)
+	}
+	const ns = "terret/prod-stack"
 	var buf bytes.Buffer
-	r := metrics.New(&buf, metrics.Dim{Name: "function", Value: "connect"})
+	r := metrics.New(&buf, ns, metrics.Dim{Name: "function", Value: "connect"})
 	r.Add("RefusedConnections", metrics.Count, 1)
 	r.Add("DeliveryLag", metrics.Milliseconds, 12.5, metrics.Dim{Name: "path", Value: "stream"})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
@@ -52,9 +59,9 @@ func TestEMF(t *testing.T) {
 		}
 		_ = json.Unmarshal([]byte(lines[i]), &members)
 		m := doc.AWS.CloudWatchMetrics
-		if doc.AWS.Timestamp == 0 || len(m) != 1 || m[0].Namespace != metrics.Namespace || len(m[0].Metrics) != 1 ||
+		if doc.AWS.Timestamp == 0 || len(m) != 1 || m[0].Namespace != ns || len(m[0].Metrics) != 1 ||
 			m[0].Metrics[0].Name != w.name || m[0].Metrics[0].Unit != w.unit {
-			t.Fatalf("line %d = %s, want %s in %s of namespace %s", i, lines[i], w.name, w.unit, metrics.Namespace)
+			t.Fatalf("line %d = %s, want %s in %s of namespace %s", i, lines[i], w.name, w.unit, ns)
 		}
 		if members[w.name] != w.value {
 			t.Errorf("line %d: %s = %v, want %v", i, w.name, members[w.name], w.value)
@@ -74,7 +81,7 @@ func TestEMF(t *testing.T) {
 // counts, a summary's sum and count otherwise, one series per dimension set.
 func TestPrometheus(t *testing.T) {
 	t.Parallel()
-	r := metrics.New(nil, metrics.Dim{Name: "function", Value: "deliver"})
+	r := metrics.New(nil, "", metrics.Dim{Name: "function", Value: "deliver"})
 	r.Add("ReplayReads", metrics.Count, 1)
 	r.Add("ReplayReads", metrics.Count, 2)
 	r.Add("DeliveryLag", metrics.Milliseconds, 10, metrics.Dim{Name: "path", Value: "stream"})
@@ -102,7 +109,7 @@ terret_replay_reads_total{function="deliver"} 3
 func TestAddValues(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
-	r := metrics.New(&buf, metrics.Dim{Name: "function", Value: "deliver"})
+	r := metrics.New(&buf, "", metrics.Dim{Name: "function", Value: "deliver"})
 	vs := make([]float64, metrics.MaxValues+2)
 	for i := range vs {
 		vs[i] = float64(i)
@@ -149,13 +156,13 @@ func TestAddValues(t *testing.T) {
 // dimensions in their set's order (sorted by name); a line of another shape is an error.
 func TestParse(t *testing.T) {
 	var b bytes.Buffer
-	r := metrics.New(&b, metrics.Dim{Name: "function", Value: "deliver"})
+	r := metrics.New(&b, "", metrics.Dim{Name: "function", Value: "deliver"})
 	r.Add("Lagged", metrics.Count, 1)
 	r.AddValues("DeliveryLag", metrics.Milliseconds, []float64{3, 5}, metrics.Dim{Name: "Path", Value: "fast"})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []metrics.Line{
-		{Name: "Lagged", Unit: metrics.Count, Values: []float64{1}, Dims: "function=deliver"},
-		{Name: "DeliveryLag", Unit: metrics.Milliseconds, Values: []float64{3, 5}, Dims: "Path=fast,function=deliver"},
+		{Namespace: "terret", Name: "Lagged", Unit: metrics.Count, Values: []float64{1}, Dims: "function=deliver"},
+		{Namespace: "terret", Name: "DeliveryLag", Unit: metrics.Milliseconds, Values: []float64{3, 5}, Dims: "Path=fast,function=deliver"},
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), b.String())

@@ -108,7 +108,7 @@ func Boot(function string) Env {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	metrics.SetDefault(metrics.New(os.Stdout, metrics.Dim{Name: "function", Value: function}))
+	metrics.SetDefault(metrics.New(os.Stdout, cfg.MetricsNamespace, metrics.Dim{Name: "function", Value: function}))
 	return Env{Config: cfg, AWS: awsCfg, Logger: Logger(os.Stdout, cfg.LogLevel)}
 }
 

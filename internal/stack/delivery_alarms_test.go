@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/terret/terret-ws/internal/metrics"
 )
 
 // deliveryMetrics are the delivery metrics the dashboard shows, with the statistics
@@ -26,6 +24,11 @@ var deliveryMetrics = map[string][]string{
 // postingFunctions are the functions that post events to clients, so record delivery
 // metrics: message (a subscribe's first second of replay), deliver, runner (fast path).
 var postingFunctions = []string{"deliver", "message", "runner"}
+
+// emfNamespace is the functions' EMF namespace as the template sets it (Globals'
+// METRICS_NAMESPACE): one per stack, and what every alarm and widget on those metrics
+// reads.
+const emfNamespace = "terret/${AWS::StackName}"
 
 // TestDeliveryAlarmsAndDashboard: the delivery lag alarm takes the worst p99 of
 // DeliveryLag over the functions that post, against DeliveryLagAlarmMilliseconds; the
@@ -71,9 +74,9 @@ func TestDeliveryAlarmsAndDashboard(t *testing.T) {
 				continue
 			}
 			ms := m.MetricStat
-			if ms == nil || ms.Metric.Namespace != metrics.Namespace || ms.Metric.MetricName != c.metric || ms.Stat != c.stat ||
+			if ms == nil || ms.Metric.Namespace != emfNamespace || ms.Metric.MetricName != c.metric || ms.Stat != c.stat ||
 				len(ms.Metric.Dimensions) != 1 || ms.Metric.Dimensions[0].Name != "function" {
-				t.Errorf("%s: metric %s = %+v, want the %s of %s/%s by function", c.id, m.ID, ms, c.stat, metrics.Namespace, c.metric)
+				t.Errorf("%s: metric %s = %+v, want the %s of %s/%s by function", c.id, m.ID, ms, c.stat, emfNamespace, c.metric)
 				continue
 			}
 			ids[m.ID] = ms.Metric.Dimensions[0].Value
@@ -109,7 +112,7 @@ func TestDeliveryAlarmsAndDashboard(t *testing.T) {
 		t.Fatalf("DashboardBody: %v", err)
 	}
 	searched := map[string]bool{}
-	search := regexp.MustCompile(`^SEARCH\('Namespace="` + metrics.Namespace + `" MetricName="(\w+)"', '(\w+)', \d+\)$`)
+	search := regexp.MustCompile(`^SEARCH\('Namespace="` + regexp.QuoteMeta(emfNamespace) + `" MetricName="(\w+)"', '(\w+)', \d+\)$`)
 	for _, w := range doc.Widgets {
 		for _, line := range w.Properties.Metrics {
 			var e struct{ Expression string }
@@ -123,7 +126,7 @@ func TestDeliveryAlarmsAndDashboard(t *testing.T) {
 	for name, stats := range deliveryMetrics {
 		for _, st := range stats {
 			if !searched[name+"/"+st] {
-				t.Errorf("dashboard has no SEARCH of %s/%s by %s", metrics.Namespace, name, st)
+				t.Errorf("dashboard has no SEARCH of %s/%s by %s", emfNamespace, name, st)
 			}
 		}
 	}

@@ -340,7 +340,7 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 			t.Errorf("dashboard lacks %s", f.Props.FunctionName)
 		}
 	}
-	for _, want := range []string{`"IteratorAge"`, `"${DeadLetterQueue.QueueName}"`, `"RefusedConnections"`, `["terret", "Connections"`} {
+	for _, want := range []string{`"IteratorAge"`, `"${DeadLetterQueue.QueueName}"`, `"RefusedConnections"`, `["` + emfNamespace + `", "Connections"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("dashboard lacks %s", want)
 		}

@@ -126,6 +126,8 @@ func lambdaEnv(t *testing.T, s *Stack, fn Function, tables map[string]string, mg
 			v = mgmt
 		case strings.HasPrefix(v, "${AWS::StackName}-"):
 			v = strings.TrimPrefix(v, "${AWS::StackName}-")
+		case v == emfNamespace:
+			v = "terret/rie"
 		case strings.HasPrefix(v, "${") && strings.HasSuffix(v, "}") && tables[strings.Trim(v, "${}")] != "":
 			v = tables[strings.Trim(v, "${}")]
 		case strings.HasPrefix(v, "${") && strings.HasSuffix(v, "}") && s.Get("Parameters", strings.Trim(v, "${}")) != nil:
@@ -205,12 +207,12 @@ func TestRouteFunctionsUnderRIE(t *testing.T) {
 	// the invocation's response.
 	var got []string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if got = emfMetrics(outputs["ConnectFunction"].String()); contains(got, "terret/Connections Count function=connect") || time.Now().After(deadline) {
+		if got = emfMetrics(outputs["ConnectFunction"].String()); contains(got, "terret/rie/Connections Count function=connect") || time.Now().After(deadline) {
 			break
 		}
 	}
-	if !contains(got, "terret/Connections Count function=connect") {
-		t.Errorf("connect's EMF metrics = %v, want terret/Connections Count function=connect", got)
+	if !contains(got, "terret/rie/Connections Count function=connect") {
+		t.Errorf("connect's EMF metrics = %v, want terret/rie/Connections Count function=connect", got)
 	}
 
 	kicks := lam.requests()

@@ -90,7 +90,7 @@ func TestGlobals(t *testing.T) {
 	if g.Timeout < 1 || g.Timeout > 29 {
 		t.Errorf("Globals Timeout = %d, want 1..29 (API Gateway's integration timeout)", g.Timeout)
 	}
-	if want := map[string]string{"LOG_LEVEL": "${LogLevel}"}; !equalMaps(g.Environment.Variables, want) {
+	if want := map[string]string{"LOG_LEVEL": "${LogLevel}", "METRICS_NAMESPACE": emfNamespace}; !equalMaps(g.Environment.Variables, want) {
 		t.Errorf("Globals Environment = %v, want %v (everything else is per function)", g.Environment.Variables, want)
 	}
 	fs := functions(t, s)
@@ -111,7 +111,7 @@ func TestGlobals(t *testing.T) {
 }
 
 // TestEnvironment: each function's environment is exactly what internal/config says the
-// function reads (config.Vars) plus LOG_LEVEL, wired to the right resources and
+// function reads (config.Vars) plus LOG_LEVEL and METRICS_NAMESPACE, wired to the right resources and
 // parameters; the local-only variables are never set.
 func TestEnvironment(t *testing.T) {
 	t.Parallel()
@@ -131,6 +131,7 @@ func TestEnvironment(t *testing.T) {
 		"TITLER_MODEL":           "${TitlerModel}",
 		"AGENT_PROFILE":          "${AgentProfile}",
 		"LOG_LEVEL":              "${LogLevel}",
+		"METRICS_NAMESPACE":      emfNamespace,
 		"ORIGIN_SECRET":          "${OriginSecret}",
 	}
 	fs := functions(t, s)
@@ -144,8 +145,8 @@ func TestEnvironment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, wantKeys := keys(env), append(vars, "LOG_LEVEL"); !equalSets(got, wantKeys) {
-			t.Errorf("%s environment = %v, want config.Vars(%q) + LOG_LEVEL = %v", f.LogicalID, got, f.Name, sorted(wantKeys))
+		if got, wantKeys := keys(env), append(vars, "LOG_LEVEL", "METRICS_NAMESPACE"); !equalSets(got, wantKeys) {
+			t.Errorf("%s environment = %v, want config.Vars(%q) + LOG_LEVEL + METRICS_NAMESPACE = %v", f.LogicalID, got, f.Name, sorted(wantKeys))
 		}
 		for k, v := range env {
 			if w, ok := want[k]; !ok {
@@ -185,12 +186,12 @@ func TestEnvironment(t *testing.T) {
 
 // TestEnvironmentReaders: internal/config is the only reader of the environment, every
 // name it reads is one config.Vars lists for some function (or one of the optional
-// LOG_LEVEL, DYNAMODB_ENDPOINT, LAMBDA_ENDPOINT, or a TERRET_* variable of the command
+// LOG_LEVEL, METRICS_NAMESPACE, DYNAMODB_ENDPOINT, LAMBDA_ENDPOINT, or a TERRET_* variable of the command
 // line), and each functions/X/main.go loads the configuration of its own name X.
 func TestEnvironmentReaders(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
-	listed := map[string]bool{"LOG_LEVEL": true, "DYNAMODB_ENDPOINT": true, "LAMBDA_ENDPOINT": true}
+	listed := map[string]bool{"LOG_LEVEL": true, "METRICS_NAMESPACE": true, "DYNAMODB_ENDPOINT": true, "LAMBDA_ENDPOINT": true}
 	for _, fn := range wantFunctions {
 		for _, v := range config.Vars(FunctionName(fn)) {
 			listed[v] = true
