@@ -63,9 +63,8 @@ type state struct {
 	// and the consumption are one write and a claim that logged nothing still has its
 	// text. It goes with the turn.
 	TurnWake *inboxItem `dynamodbav:"turn_wake,omitempty"`
-	// Queued are the injects queued on the state item (attributes "inbox#<id>"), in
-	// arrival order.
-	Queued []inboxItem `dynamodbav:"-"`
+	// Inbox holds the injects queued on the state item, by inbox id.
+	Inbox map[string]inboxItem `dynamodbav:"inbox,omitempty"`
 	Counters
 }
 
@@ -94,8 +93,8 @@ type inboxItem struct {
 	Wake      bool   `dynamodbav:"wake"`
 	Truncated bool   `dynamodbav:"truncated"`
 	At        string `dynamodbav:"at"`
-	// attr is the state item's attribute holding an inline inject ("inbox#<id>", or
-	// "turn_wake" once a turn claimed it); "" for an item of its own.
+	// attr is the state item's attribute holding an inline inject (inboxAttr, or
+	// turnWakeAttr once a turn claimed it); "" for an item of its own.
 	attr string `dynamodbav:"-"`
 }
 
@@ -107,9 +106,18 @@ type inboxItem struct {
 // chat messages are shorter.
 const InlineTextBytes = 256
 
-// turnWakeAttr is the state item's attribute holding the recorded turn's inline
-// waking inject.
-const turnWakeAttr = "turn_wake"
+// MaxInline is how many injects may be queued on the state item at once; more wait as
+// inbox items of their own. It bounds the state item (every write of it is billed by
+// its whole size) at about 2 KB, far below DynamoDB's 400 KB item limit, however many
+// steers a client sends while a turn works.
+const MaxInline = 4
+
+// The state item's attributes holding inline injects: the queue (a map by inbox id)
+// and the recorded turn's waking inject.
+const (
+	inboxAttr    = "inbox"
+	turnWakeAttr = "turn_wake"
+)
 
 type store struct {
 	db    DB
@@ -145,18 +153,10 @@ func decodeState(item map[string]types.AttributeValue) (state, error) {
 	if st.TurnWake != nil {
 		st.TurnWake.attr = turnWakeAttr
 	}
-	for k, v := range item {
-		if !strings.HasPrefix(k, inboxPrefix) {
-			continue
-		}
-		var it inboxItem
-		if err := attributevalue.Unmarshal(v, &it); err != nil {
-			return state{}, fmt.Errorf("agent: decode queued inject %s: %w", k, err)
-		}
-		it.attr = k
-		st.Queued = append(st.Queued, it)
+	for id, it := range st.Inbox {
+		it.ID, it.attr = id, inboxAttr
+		st.Inbox[id] = it
 	}
-	slices.SortFunc(st.Queued, func(a, b inboxItem) int { return strings.Compare(a.ID, b.ID) })
 	return st, nil
 }
 
@@ -231,9 +231,9 @@ func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, val
 		return fmt.Errorf("agent: encode waking inject: %w", err)
 	}
 	*set = append(*set, "#turn_wake = :w")
-	*remove = append(*remove, "#q")
-	*cond = append(*cond, "attribute_exists(#q)")
-	attrs["#turn_wake"], attrs["#q"] = turnWakeAttr, c.wake.attr
+	*remove = append(*remove, "#inbox.#q")
+	*cond = append(*cond, "attribute_exists(#inbox.#q)")
+	attrs["#turn_wake"], attrs["#inbox"], attrs["#q"] = turnWakeAttr, inboxAttr, c.wake.ID
 	vals[":w"] = w
 	return nil
 }
@@ -678,24 +678,51 @@ func randomHex(nbytes int) string {
 }
 
 // putInbox queues one inject and, when it is queued on the state item, counts the
-// stimulus in the same write. It reports whether the stimulus was counted. Cost: 1
-// write unit for an inline inject (the state item stays under 1 KB); 1 per KB of the
-// item otherwise.
+// stimulus in the same write. It reports whether the stimulus was counted. A text of
+// at most InlineTextBytes goes on the state item while fewer than MaxInline wait there
+// (the agent's first one also creates the queue: one failed conditional write more,
+// once); otherwise it is an item of its own. Cost: 1 write unit for an inline inject
+// (the state item stays small); 1 per KB of the item otherwise, plus 1 when the queue
+// on the state item was found full.
 func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bool, error) {
 	if len(it.Text) <= InlineTextBytes {
 		v, err := attributevalue.Marshal(it)
 		if err != nil {
 			return false, fmt.Errorf("agent: encode inbox item: %w", err)
 		}
-		_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-			UpdateExpression:          aws.String("SET #q = :it ADD #pending :one"),
-			ExpressionAttributeNames:  map[string]string{"#q": inboxPrefix + it.ID, "#pending": "pending"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":it": v, ":one": n(1)},
-		})
-		if err != nil {
-			return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+		for range 3 {
+			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+				UpdateExpression:                    aws.String("SET #inbox.#id = :it ADD #pending :one"),
+				ConditionExpression:                 aws.String("attribute_exists(#inbox) AND size(#inbox) < :max"),
+				ExpressionAttributeNames:            map[string]string{"#inbox": inboxAttr, "#id": it.ID, "#pending": "pending"},
+				ExpressionAttributeValues:           map[string]types.AttributeValue{":it": v, ":one": n(1), ":max": n(MaxInline)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			})
+			ccf, failed := isCCF(err)
+			if err == nil {
+				return true, nil
+			}
+			if !failed {
+				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+			}
+			if _, exists := ccf.Item[inboxAttr]; exists {
+				break // the queue is full: an item of its own
+			}
+			// No queue yet: create it with this inject in it.
+			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+				UpdateExpression:          aws.String("SET #inbox = :q ADD #pending :one"),
+				ConditionExpression:       aws.String("attribute_not_exists(#inbox)"),
+				ExpressionAttributeNames:  map[string]string{"#inbox": inboxAttr, "#pending": "pending"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{it.ID: v}}, ":one": n(1)},
+			})
+			if err == nil {
+				return true, nil
+			}
+			if _, raced := isCCF(err); !raced {
+				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+			}
+			// Another inject created it meanwhile: queue into it.
 		}
-		return true, nil
 	}
 	item, err := attributevalue.MarshalMap(it)
 	if err != nil {
@@ -749,7 +776,9 @@ func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state,
 		}
 		start = page.LastEvaluatedKey
 	}
-	out = append(out, cur.Queued...)
+	for _, it := range cur.Inbox {
+		out = append(out, it)
+	}
 	if cur.TurnWake != nil {
 		out = append(out, *cur.TurnWake)
 	}
@@ -762,7 +791,7 @@ func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state,
 // the turn). Removing a missing one is no error, so a repeated drain is harmless.
 func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxItem) error {
 	var remove []string
-	attrs := map[string]string{}
+	attrs := map[string]string{"#inbox": inboxAttr}
 	for _, it := range items {
 		switch it.attr {
 		case turnWakeAttr:
@@ -772,8 +801,8 @@ func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxI
 			}
 		default:
 			ph := fmt.Sprintf("#q%d", len(remove))
-			remove = append(remove, ph)
-			attrs[ph] = it.attr
+			remove = append(remove, "#inbox."+ph)
+			attrs[ph] = it.ID
 		}
 	}
 	if len(remove) == 0 {

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func stateItem(t *testing.T, e *env) map[string]types.AttributeValue {
 func TestTurnWrites(t *testing.T) {
 	t.Parallel()
 	const (
-		queue   = "UpdateItem SET #q = :it ADD #pending :one"
+		queue   = "UpdateItem SET #inbox.#id = :it ADD #pending :one"
 		claim   = "UpdateItem SET #owner = :me, #lease_until = :until, #pending = if_not_exists(#pending, :zero), #turn_id = :t, #turn_seq = :seq, #turn_key = :k"
 		release = "UpdateItem REMOVE #owner, #lease_until, #turn_id"
 	)
@@ -83,7 +84,7 @@ func TestTurnWrites(t *testing.T) {
 		text string
 		want []string // each write's operation and the start of its update expression
 	}{
-		{"short text", "second", []string{queue, claim + ", #turn_wake = :w REMOVE #cancel_turn, #cancel_reason, #q", release}},
+		{"short text", "second", []string{queue, claim + ", #turn_wake = :w REMOVE #cancel_turn, #cancel_reason, #inbox.#q", release}},
 		{"long text", strings.Repeat("long text ", agent.InlineTextBytes/10+1), []string{"PutItem", claim + " REMOVE #cancel_turn, #cancel_reason", "DeleteItem", release}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,11 +126,72 @@ func TestTurnWrites(t *testing.T) {
 			if c.Turns != 2 || c.QuotaTurns != 2 {
 				t.Errorf("counters %+v; want turns 2 and quota_turns 2", c)
 			}
-			for a, v := range stateItem(t, e) {
-				if slices.Contains([]string{"owner", "lease_until", "turn_id", "turn_key", "turn_wake"}, a) || strings.HasPrefix(a, "inbox#") {
+			item := stateItem(t, e)
+			for a, v := range item {
+				if slices.Contains([]string{"owner", "lease_until", "turn_id", "turn_key", "turn_wake"}, a) {
 					t.Errorf("state item after the turn has %s = %v, want none", a, v)
 				}
 			}
+			if n := queued(t, item); n != 0 {
+				t.Errorf("%d injects still queued on the state item after the turn, want 0", n)
+			}
 		})
+	}
+}
+
+// queued counts the injects queued on a state item.
+func queued(t *testing.T, item map[string]types.AttributeValue) int {
+	t.Helper()
+	q, ok := item["inbox"]
+	if !ok {
+		return 0
+	}
+	m, ok := q.(*types.AttributeValueMemberM)
+	if !ok {
+		t.Fatalf("state item's inbox is %T, want a map", q)
+	}
+	return len(m.Value)
+}
+
+// At most agent.MaxInline injects wait on the state item; more wait as inbox items of
+// their own, and a turn drains both kinds together in the order they were sent.
+func TestInlineQueueBound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, opts{})
+	var want []string
+	for i := range agent.MaxInline + 2 {
+		text := fmt.Sprintf("steer %d", i)
+		e.inject(text, false)
+		want = append(want, text)
+	}
+	if n := queued(t, stateItem(t, e)); n != agent.MaxInline {
+		t.Fatalf("%d injects queued on the state item, want %d", n, agent.MaxInline)
+	}
+	e.inject("go", true)
+	evs := e.waitTurnEnds(1)
+	e.settle()
+	e.noErrors()
+	var got []string
+	for _, ev := range ofType(evs, agent.TypeContextInjected) {
+		got = append(got, str(ev, "text"))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("context/injected %q, want %q\n%s", got, want, dump(evs))
+	}
+	if um := ofType(evs, agent.TypeUserMessage); len(um) != 1 || str(um[0], "text") != "go" {
+		t.Errorf("user/message\n%s", dump(evs))
+	}
+	if n := queued(t, stateItem(t, e)); n != 0 {
+		t.Errorf("%d injects still queued after the turn, want 0", n)
+	}
+	out, err := e.db.Query(e.ctx, &dynamodb.QueryInput{TableName: aws.String(e.names["AgentsTable"]), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "agent#" + e.agentID},
+			":p": &types.AttributeValueMemberS{Value: "inbox#"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Items) != 0 {
+		t.Errorf("%d inbox items left after the turn, want 0", len(out.Items))
 	}
 }
