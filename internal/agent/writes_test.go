@@ -195,3 +195,33 @@ func TestInlineQueueBound(t *testing.T) {
 		t.Errorf("%d inbox items left after the turn, want 0", len(out.Items))
 	}
 }
+
+// An inject too long for the state item is stored gzip-compressed when that makes its
+// item smaller (its put and its delete are billed per KB), and is logged as sent.
+func TestLongInjectCompressed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, opts{})
+	text := strings.Repeat("A long steer that a user pasted. ", 60) // ~2 KB
+	e.inject(text, false)
+	out, err := e.db.Query(e.ctx, &dynamodb.QueryInput{TableName: aws.String(e.names["AgentsTable"]), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "agent#" + e.agentID},
+			":p": &types.AttributeValueMemberS{Value: "inbox#"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Items) != 1 {
+		t.Fatalf("%d inbox items, want 1", len(out.Items))
+	}
+	gz, ok := out.Items[0]["gz"].(*types.AttributeValueMemberB)
+	if _, plain := out.Items[0]["text"]; plain || !ok || len(gz.Value) >= 1024 {
+		t.Fatalf("inbox item %v: want the text gzip-compressed under 1 KB and no plain text", out.Items[0])
+	}
+	e.inject("go", true)
+	evs := e.waitTurnEnds(1)
+	e.settle()
+	e.noErrors()
+	if ci := ofType(evs, agent.TypeContextInjected); len(ci) != 1 || str(ci[0], "text") != text {
+		t.Errorf("the compressed inject is not logged as sent\n%s", dump(evs))
+	}
+}
