@@ -121,7 +121,7 @@ const (
 	CrashToolRun      = "tool_run"      // a run of tools executed, its tool/result events not logged
 	CrashParked       = "parked"        // approval/requested logged, lease not yet released
 	CrashTurnEnded    = "turn_ended"    // turn/end logged, the state item not yet updated
-	CrashAfterAcquire = "after_acquire" // the lease is taken, nothing read yet
+	CrashAfterAcquire = "after_acquire" // the lease is taken, with the claim of the turn to start when there is one; nothing logged
 	CrashQuotaStarted = "quota_started" // a quota-refused turn's turn/start is logged, its turn/end not yet
 )
 

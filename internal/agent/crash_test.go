@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
@@ -320,4 +321,81 @@ func leaseOwner(t *testing.T, e *env) string {
 		return ""
 	}
 	return owner.Value
+}
+
+// The lease write also claims the turn a queued wake starts, and moves a short wake's
+// text from the queue onto the turn (turn_wake). A runner killed right after that write
+// leaves the turn claimed with nothing logged: a cancel finds the turn (it is not
+// not_running) and the next runner starts that turn from the moved text, logged once,
+// and ends it cancelled; without a cancel, the next stimulus's runner runs it to the
+// end, the stimulus riding it as context/injected.
+func TestCrashAfterClaimingLeaseWrite(t *testing.T) {
+	t.Parallel()
+	for _, cancel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancel=%v", cancel), func(t *testing.T) {
+			t.Parallel()
+			var armed atomic.Bool
+			hook, crashed := crashOnce(agent.CrashAfterAcquire)
+			e := newEnv(t, opts{crash: func(p string) bool { return armed.Load() && hook(p) }})
+			e.inject("first", true) // titles the session and starts the quota day: the next lease write claims
+			e.waitFor("session/titled", 30*time.Second, func(evs []sessionlog.Event) bool {
+				return count(evs, agent.TypeSessionTitled) == 1
+			})
+			e.settle()
+			armed.Store(true)
+			e.inject("claimed words", true)
+			waitChan(t, crashed, "the crash")
+			e.settle()
+
+			item := stateItem(t, e)
+			var wake struct {
+				Text string `dynamodbav:"text"`
+			}
+			if w, ok := item["turn_wake"]; ok {
+				if err := attributevalue.Unmarshal(w, &wake); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, claimed := item["turn_id"]; !claimed || wake.Text != "claimed words" {
+				t.Fatalf("after the crash the state item has turn_id %v and turn_wake text %q; want the turn claimed with the wake's text", claimed, wake.Text)
+			}
+			if n := queued(t, item); n != 0 {
+				t.Errorf("the claimed wake is still queued (%d queued)", n)
+			}
+			if got := count(e.events(), agent.TypeUserMessage); got != 1 {
+				t.Fatalf("%d user/message events after the crash, want 1 (the first turn's)", got)
+			}
+
+			want := agent.StatusCompleted
+			if cancel {
+				if err := e.svc.Cancel(e.ctx, e.agentID, "stop it"); err != nil {
+					t.Fatalf("cancel of the claimed turn: %v, want nil", err)
+				}
+				want = agent.StatusCancelled
+			} else {
+				e.inject("kick", true)
+			}
+			evs := e.waitTurnEnds(2)
+			e.settle()
+			e.noErrors()
+			if n := count(evs, agent.TypeUserMessage); n != 2 || indexOf(evs, agent.TypeUserMessage, map[string]any{"text": "claimed words"}) < 0 {
+				t.Errorf("the claimed wake must start the turn, logged once (%d user/message)\n%s", n, dump(evs))
+			}
+			if got := lastTurnEnd(t, evs)["status"]; got != want {
+				t.Errorf("turn/end status %v, want %s\n%s", got, want, dump(evs))
+			}
+			if !cancel && (count(evs, agent.TypeContextInjected) != 1 || indexOf(evs, agent.TypeContextInjected, map[string]any{"text": "kick"}) < 0) {
+				t.Errorf("the stimulus rides the resumed turn once\n%s", dump(evs))
+			}
+			item = stateItem(t, e)
+			for _, a := range []string{"turn_wake", "turn_id"} {
+				if _, ok := item[a]; ok {
+					t.Errorf("state item after the turn has %s", a)
+				}
+			}
+			if n := queued(t, item); n != 0 {
+				t.Errorf("%d injects still queued after the turn, want 0", n)
+			}
+		})
+	}
 }

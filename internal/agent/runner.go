@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,19 +179,30 @@ func (inv *invocation) run(ctx context.Context) error {
 
 // acquire takes the lease, waiting for a live holder to prove itself or a dead one's
 // lease to expire, and returns the state item as the lease write left it. It reports
-// false when a live holder will see this stimulus.
+// false when a live holder will see this stimulus. When planClaim finds a turn to
+// start, the lease write claims it too.
 func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 	lease := inv.c.cfg.LeaseDuration
+	c, err := inv.planClaim(ctx)
+	if err != nil {
+		return state{}, false, err
+	}
 	var seen *state
 	for {
 		now := inv.c.now()
-		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(lease))
+		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(lease), c)
 		if err != nil {
 			return state{}, false, err
 		}
 		if ok {
 			inv.profileJSON = st.Profile
 			return st, true, nil
+		}
+		if c != nil {
+			c = nil
+			if st.Owner == "" || st.Owner == inv.me || st.LeaseUntil < now.UnixMilli() {
+				continue // the lease is free, but the claim no longer holds: take the lease alone
+			}
 		}
 		if seen != nil && (st.Owner != seen.Owner || st.LeaseUntil != seen.LeaseUntil) {
 			// The holder renewed (or handed on) after this stimulus was recorded: it
@@ -205,6 +217,48 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 		}
 	}
 }
+
+// planClaim reads the agent before the lease write — its inbox and state item in one
+// Query, then the log — so that the write taking the lease can also claim the turn a
+// queued wake starts, instead of a write of its own (a cancel racing the start finds
+// the turn from that write on, as before). It returns the claim when the lease looks
+// free, no turn is recorded or open, a wake not yet logged is queued, and the quota
+// allows a turn in the current day and month (a new period's counters are rolled
+// over after the lease is taken, and the turn claimed then). Otherwise it returns nil
+// and the lease is taken alone; the log read is then skipped when a live holder has
+// it. Cost: one strongly consistent Query (usually 1 read unit) and the log read the
+// runner makes anyway.
+func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
+	items, pre, err := inv.c.store.inbox(ctx, inv.agent)
+	if err != nil {
+		return nil, err
+	}
+	now := inv.c.now()
+	if pre.Owner != "" && pre.Owner != inv.me && pre.LeaseUntil >= now.UnixMilli() {
+		return nil, nil
+	}
+	if pre.TurnID != "" || pre.QuotaDay != now.UTC().Format(time.DateOnly) || pre.QuotaMonth != now.UTC().Format("2006-01") {
+		return nil, nil
+	}
+	prof, err := inv.c.agentProfile(pre.Profile)
+	if err != nil || !quotaAllows(prof, pre.Counters, now) {
+		return nil, nil // the runner refuses the turn, or fails it on its profile
+	}
+	if err := inv.log.refresh(ctx); err != nil {
+		return nil, err
+	}
+	if inv.log.turn != nil {
+		return nil, nil
+	}
+	for _, it := range items {
+		if it.Wake && !inv.log.logged[it.ID] {
+			return &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}, nil
+		}
+	}
+	return nil, nil
+}
+
+func newTurnID() string { return "turn_" + randomHex(8) }
 
 // heartbeat renews the lease every third of its duration until ctx ends; lost is
 // called if the lease turns out to be someone else's.
@@ -266,11 +320,12 @@ func (inv *invocation) apply(ctx context.Context, st state) error {
 	if err := inv.log.refresh(ctx); err != nil {
 		return err
 	}
-	items, err := inv.c.store.inbox(ctx, inv.agent)
+	items, _, err := inv.c.store.inbox(ctx, inv.agent)
 	if err != nil {
 		return err
 	}
-	inv.seenPending, inv.inbox = st.Pending, items
+	inv.seenPending = st.Pending
+	inv.setInbox(items)
 	return nil
 }
 
@@ -287,6 +342,25 @@ func (inv *invocation) boundary(ctx context.Context) error {
 // append appends one event to the agent's log.
 func (inv *invocation) append(ctx context.Context, typ string, payload any) (sessionlog.Event, error) {
 	return inv.log.append(ctx, typ, payload)
+}
+
+// setInbox keeps items as the inbox, but for the recorded turn's inline wake once it
+// is logged: that one leaves the state item with the turn, and is not drained.
+func (inv *invocation) setInbox(items []inboxItem) {
+	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == turnWakeAttr && inv.log.logged[it.ID] })
+}
+
+// nextWake is the waking inject the next turn starts with: the one a recorded claim
+// that logged nothing yet was made for (its key is turn_key), else the oldest.
+func (inv *invocation) nextWake() *inboxItem {
+	if inv.st.TurnID != "" && inv.st.TurnKey != "" {
+		for i := range inv.inbox {
+			if it := &inv.inbox[i]; it.Wake && !inv.log.logged[it.ID] && it.key() == inv.st.TurnKey {
+				return it
+			}
+		}
+	}
+	return inv.oldestWake()
 }
 
 // oldestWake is the first queued inject that asks for a turn and is not logged yet.

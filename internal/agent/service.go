@@ -30,36 +30,42 @@ func New(cfg Config) (*Service, error) {
 	return &Service{c: c}, nil
 }
 
-// Inject queues text in the agent's inbox (cut to MaxTextBytes, marked truncated)
-// and counts the stimulus; with wake it starts the runner, which starts a turn with
-// the text as its user/message if the agent is idle, or drains it into the running
-// or open turn's next step as context/injected. The inbox is keyed by the frame's
+// Inject queues text in the agent's inbox (cut to MaxTextBytes, marked truncated);
+// with wake it starts the runner, which starts a turn with the text as its
+// user/message if the agent is idle, or drains it into the running or open turn's
+// next step as context/injected. The inbox is keyed by the frame's
 // protocol.Stamp (from ctx), so steers drain in the order the client sent them
 // whatever order their handlers ran in.
 //
-// The stimulus is counted only when a runner holds the agent's lease: that runner must
-// not let go without reading the inbox again. A runner that takes the lease after the
-// inbox write reads the inbox anyway, so with no holder the count is skipped — a
-// consistent read instead of a write. Cost: the inbox write (1 write unit per KB of
-// text), 1 read unit, 1 more write unit while a runner works, and with wake one
-// asynchronous invoke.
+// A text of at most InlineTextBytes is queued on the agent's state item, and that one
+// write also counts the stimulus: a runner holding the lease must not let go without
+// reading the inbox again. A longer text is an inbox item of its own; the stimulus is
+// then counted only when a runner holds the agent's lease, since a runner that takes
+// the lease after the inbox write reads the inbox anyway — a consistent read instead
+// of a write. Cost: 1 write unit for a short text; for a longer one the inbox write
+// (1 write unit per KB), 1 read unit, 1 more write unit while a runner works. With
+// wake, one asynchronous invoke.
 func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) error {
 	text, cut := boundText(text, MaxTextBytes)
 	now := s.c.now()
 	st := s.c.stamp(ctx)
 	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, Truncated: cut, At: now.UTC().Format(sessionlog.TimeFormat)}
-	if err := s.c.store.putInbox(ctx, agentID, it); err != nil {
-		return err
-	}
-	// Read after the inbox write: a holder seen here may already have read the inbox
-	// (the count makes its release fail); one not seen took the lease after the write.
-	cur, err := s.c.store.getState(ctx, agentID, "owner")
+	counted, err := s.c.store.putInbox(ctx, agentID, it)
 	if err != nil {
 		return err
 	}
-	if cur.Owner != "" {
-		if err := s.c.store.bump(ctx, agentID); err != nil {
+	if !counted {
+		// Read after the inbox write: a holder seen here may already have read the
+		// inbox (the count makes its release fail); one not seen took the lease after
+		// the write.
+		cur, err := s.c.store.getState(ctx, agentID, "owner")
+		if err != nil {
 			return err
+		}
+		if cur.Owner != "" {
+			if err := s.c.store.bump(ctx, agentID); err != nil {
+				return err
+			}
 		}
 	}
 	s.c.pause(PauseQueued, agentID)

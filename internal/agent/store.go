@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +61,13 @@ type state struct {
 	CancelAt       string `dynamodbav:"cancel_at"`
 	CancelAtReason string `dynamodbav:"cancel_at_reason"`
 	Profile        string `dynamodbav:"profile"` // per-agent profile override, JSON
+	// TurnWake is the recorded turn's waking inject when it was queued on the state
+	// item: the write that claims the turn moves it here from the queue, so the claim
+	// and the consumption are one write and a claim that logged nothing still has its
+	// text. It goes with the turn.
+	TurnWake *inboxItem `dynamodbav:"turn_wake,omitempty"`
+	// Inbox holds the injects queued on the state item, by inbox id.
+	Inbox map[string]inboxItem `dynamodbav:"inbox,omitempty"`
 	Counters
 }
 
@@ -77,14 +88,42 @@ type Counters struct {
 	QuotaTokens int64  `dynamodbav:"quota_tokens" json:"quota_tokens"`
 }
 
-// inboxItem is one queued inject.
+// inboxItem is one queued inject: an attribute of the state item (inline) when its
+// text is at most InlineTextBytes, an item of its own otherwise.
 type inboxItem struct {
 	ID        string `dynamodbav:"id"`
-	Text      string `dynamodbav:"text"`
+	Text      string `dynamodbav:"text,omitempty"`
 	Wake      bool   `dynamodbav:"wake"`
 	Truncated bool   `dynamodbav:"truncated"`
 	At        string `dynamodbav:"at"`
+	// Gz holds Text gzip-compressed, instead of Text, in an inbox item of its own
+	// whose text compresses (see compress).
+	Gz []byte `dynamodbav:"gz,omitempty"`
+	// attr is the state item's attribute holding an inline inject (inboxAttr, or
+	// turnWakeAttr once a turn claimed it); "" for an item of its own.
+	attr string `dynamodbav:"-"`
 }
+
+// InlineTextBytes is the longest inject text queued on the agent's state item rather
+// than as an inbox item of its own. Queued there, an inject costs one write (which
+// also counts the stimulus) and no delete: the write that claims the turn, or the
+// one that clears a drain, takes it off. The state item is billed by its whole size
+// on every write (1 write unit per KB), so only short texts go there; most steers and
+// chat messages are shorter.
+const InlineTextBytes = 256
+
+// MaxInline is how many injects may be queued on the state item at once; more wait as
+// inbox items of their own. It bounds the state item (every write of it is billed by
+// its whole size) at about 2 KB, far below DynamoDB's 400 KB item limit, however many
+// steers a client sends while a turn works.
+const MaxInline = 4
+
+// The state item's attributes holding inline injects: the queue (a map by inbox id)
+// and the recorded turn's waking inject.
+const (
+	inboxAttr    = "inbox"
+	turnWakeAttr = "turn_wake"
+)
 
 type store struct {
 	db    DB
@@ -117,6 +156,13 @@ func decodeState(item map[string]types.AttributeValue) (state, error) {
 	if err := attributevalue.UnmarshalMap(item, &st); err != nil {
 		return state{}, fmt.Errorf("agent: decode state item: %w", err)
 	}
+	if st.TurnWake != nil {
+		st.TurnWake.attr = turnWakeAttr
+	}
+	for id, it := range st.Inbox {
+		it.ID, it.attr = id, inboxAttr
+		st.Inbox[id] = it
+	}
 	return st, nil
 }
 
@@ -132,7 +178,8 @@ func names(attrs ...string) map[string]string {
 
 // boundaryAttrs are what a runner reads at a step boundary (not the profile or the
 // counters, which only grow the read).
-var boundaryAttrs = []string{"owner", "lease_until", "pending", "turn_id", "turn_seq", "cancel_turn", "cancel_reason", "model_main", "model_titler",
+var boundaryAttrs = []string{"owner", "lease_until", "pending", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
+	"cancel_at", "cancel_at_reason", "model_main", "model_titler",
 	"quota_day", "quota_turns", "quota_month", "quota_tokens"}
 
 // getState reads the state item strongly consistent; attrs limits the attributes
@@ -163,15 +210,71 @@ func (st *store) update(ctx context.Context, agentID string, in *dynamodb.Update
 	return st.db.UpdateItem(ctx, in)
 }
 
+// claim is a new turn to record on the state item: its id, a lower bound of its
+// first seq, and the waking inject that starts it. An inline wake moves from the
+// queue to turn_wake in the same write.
+type claim struct {
+	turnID string
+	seq    int64
+	wake   inboxItem
+}
+
+// clause adds the claim's parts to an update: the turn's id, first seq and wake key
+// set, any cancel of an earlier turn removed, an inline wake moved off the queue; and
+// the conditions that the wake is still queued there.
+func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, vals map[string]types.AttributeValue) error {
+	*set = append(*set, "#turn_id = :t", "#turn_seq = :seq", "#turn_key = :k")
+	*remove = append(*remove, "#cancel_turn", "#cancel_reason")
+	for _, a := range []string{"turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason"} {
+		attrs["#"+a] = a
+	}
+	vals[":t"], vals[":seq"], vals[":k"] = s(c.turnID), n(c.seq), s(c.wake.key())
+	if c.wake.attr == "" || c.wake.attr == turnWakeAttr {
+		return nil
+	}
+	w, err := attributevalue.Marshal(c.wake)
+	if err != nil {
+		return fmt.Errorf("agent: encode waking inject: %w", err)
+	}
+	*set = append(*set, "#turn_wake = :w")
+	*remove = append(*remove, "#inbox.#q")
+	*cond = append(*cond, "attribute_exists(#inbox.#q)")
+	attrs["#turn_wake"], attrs["#inbox"], attrs["#q"] = turnWakeAttr, inboxAttr, c.wake.ID
+	vals[":w"] = w
+	return nil
+}
+
+func expression(set, remove []string) string {
+	expr := "SET " + strings.Join(set, ", ")
+	if len(remove) > 0 {
+		expr += " REMOVE " + strings.Join(remove, ", ")
+	}
+	return expr
+}
+
 // acquire takes the agent's lease for me until `until` if it is free, expired or
 // already mine, and returns the state after the write. When another invocation holds
-// it, it returns that state and false.
-func (st *store) acquire(ctx context.Context, agentID, me string, now, until time.Time) (state, bool, error) {
+// it, it returns that state and false. With c set, the same write claims the turn c,
+// on the further condition that no turn is recorded (and an inline wake is still
+// queued); when only that fails, it returns the state found and false as well, and
+// the caller takes the lease without the claim. Cost: 1 write unit either way.
+func (st *store) acquire(ctx context.Context, agentID, me string, now, until time.Time, c *claim) (state, bool, error) {
+	set := []string{"#owner = :me", "#lease_until = :until", "#pending = if_not_exists(#pending, :zero)"}
+	var remove []string
+	cond := []string{"(attribute_not_exists(#owner) OR #lease_until < :now OR #owner = :me)"}
+	attrs := names("owner", "lease_until", "pending")
+	vals := map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli()), ":now": n(now.UnixMilli()), ":zero": n(0)}
+	if c != nil {
+		cond = append(cond, "attribute_not_exists(#turn_id)")
+		if err := c.clause(&set, &remove, &cond, attrs, vals); err != nil {
+			return state{}, false, err
+		}
+	}
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String("SET #owner = :me, #lease_until = :until, #pending = if_not_exists(#pending, :zero)"),
-		ConditionExpression:                 aws.String("attribute_not_exists(#owner) OR #lease_until < :now OR #owner = :me"),
-		ExpressionAttributeNames:            names("owner", "lease_until", "pending"),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli()), ":now": n(now.UnixMilli()), ":zero": n(0)},
+		UpdateExpression:                    aws.String(expression(set, remove)),
+		ConditionExpression:                 aws.String(strings.Join(cond, " AND ")),
+		ExpressionAttributeNames:            attrs,
+		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -278,15 +381,23 @@ func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSe
 	return nil
 }
 
-// claimTurn is setTurn for a new turn started by the waking inject whose stamp key is
-// wakeKey: any cancel recorded for an earlier turn goes. It returns the state after
-// the write, whose CancelAt says whether a cancel sent after the wake is owed.
-func (st *store) claimTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64, wakeKey string) (state, error) {
+// claimTurn is setTurn for a new turn c, started by a waking inject: any cancel
+// recorded for an earlier turn goes, and an inline wake moves off the queue. It
+// returns the state after the write, whose CancelAt says whether a cancel sent after
+// the wake is owed.
+func (st *store) claimTurn(ctx context.Context, agentID, me string, c claim) (state, error) {
+	var set, remove []string
+	cond := []string{"#owner = :me"}
+	attrs := names("owner")
+	vals := map[string]types.AttributeValue{":me": s(me)}
+	if err := c.clause(&set, &remove, &cond, attrs, vals); err != nil {
+		return state{}, err
+	}
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq, #turn_key = :k REMOVE #cancel_turn, #cancel_reason"),
-		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq), ":k": s(wakeKey)},
+		UpdateExpression:          aws.String(expression(set, remove)),
+		ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
+		ExpressionAttributeNames:  attrs,
+		ExpressionAttributeValues: vals,
 		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if _, ok := isCCF(err); ok {
@@ -347,11 +458,11 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 // on turnID being the recorded turn: finishTurn alone, or folded into release.
 func finishing(turnID string, u TurnUsage) *dynamodb.UpdateItemInput {
 	return &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #cancel_turn, #cancel_reason " +
+		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason " +
 			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall, " +
 			"#quota_turns :one, #quota_tokens :tok"),
 		ConditionExpression: aws.String("#turn_id = :t"),
-		ExpressionAttributeNames: names("turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
+		ExpressionAttributeNames: names("turn_id", "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason",
 			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
 			"quota_turns", "quota_tokens"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
@@ -365,9 +476,9 @@ func finishing(turnID string, u TurnUsage) *dynamodb.UpdateItemInput {
 // clearTurn forgets a claimed turn that never started.
 func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #cancel_turn, #cancel_reason"),
+		UpdateExpression:          aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason"),
 		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
 	})
 	if _, ok := isCCF(err); ok {
@@ -490,22 +601,18 @@ func (st *store) forgo(ctx context.Context, agentID, key string) (bool, error) {
 
 // wakeBefore reports whether a waking inject with a stamp key below key is queued: a
 // turn the cancel with that key must stop is owed. Cost: one strongly consistent
-// Query of the inbox up to key (usually empty or one item).
+// Query of the agent's inbox and state item (usually one read unit).
 func (st *store) wakeBefore(ctx context.Context, agentID, key string) (bool, error) {
-	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:              aws.String(st.table),
-		KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :lo AND :hi"),
-		FilterExpression:       aws.String("wake = :true"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": s(pk(agentID)), ":lo": s(inboxPrefix), ":hi": s(inboxPrefix + key + "~"),
-			":true": &types.AttributeValueMemberBOOL{Value: true},
-		},
-		ConsistentRead: aws.Bool(true),
-	})
+	items, _, err := st.inbox(ctx, agentID)
 	if err != nil {
-		return false, fmt.Errorf("agent: read inbox of %s: %w", agentID, err)
+		return false, err
 	}
-	return len(out.Items) > 0, nil
+	for _, it := range items {
+		if it.Wake && it.attr != turnWakeAttr && it.key() <= key {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // setLatest sets attr to value on the state item unless a later frame already set it:
@@ -576,59 +683,176 @@ func randomHex(nbytes int) string {
 	return hex.EncodeToString(b)
 }
 
-// putInbox stores one inject.
-func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) error {
-	item, err := attributevalue.MarshalMap(it)
+// putInbox queues one inject and, when it is queued on the state item, counts the
+// stimulus in the same write. It reports whether the stimulus was counted. A text of
+// at most InlineTextBytes goes on the state item while fewer than MaxInline wait there
+// (the agent's first one also creates the queue: one failed conditional write more,
+// once); otherwise it is an item of its own. Cost: 1 write unit for an inline inject
+// (the state item stays small); 1 per KB of the item otherwise, plus 1 when the queue
+// on the state item was found full.
+func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bool, error) {
+	if len(it.Text) <= InlineTextBytes {
+		v, err := attributevalue.Marshal(it)
+		if err != nil {
+			return false, fmt.Errorf("agent: encode inbox item: %w", err)
+		}
+		for range 3 {
+			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+				UpdateExpression:                    aws.String("SET #inbox.#id = :it ADD #pending :one"),
+				ConditionExpression:                 aws.String("attribute_exists(#inbox) AND size(#inbox) < :max"),
+				ExpressionAttributeNames:            map[string]string{"#inbox": inboxAttr, "#id": it.ID, "#pending": "pending"},
+				ExpressionAttributeValues:           map[string]types.AttributeValue{":it": v, ":one": n(1), ":max": n(MaxInline)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			})
+			ccf, failed := isCCF(err)
+			if err == nil {
+				return true, nil
+			}
+			if !failed {
+				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+			}
+			if _, exists := ccf.Item[inboxAttr]; exists {
+				break // the queue is full: an item of its own
+			}
+			// No queue yet: create it with this inject in it.
+			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+				UpdateExpression:          aws.String("SET #inbox = :q ADD #pending :one"),
+				ConditionExpression:       aws.String("attribute_not_exists(#inbox)"),
+				ExpressionAttributeNames:  map[string]string{"#inbox": inboxAttr, "#pending": "pending"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{it.ID: v}}, ":one": n(1)},
+			})
+			if err == nil {
+				return true, nil
+			}
+			if _, raced := isCCF(err); !raced {
+				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+			}
+			// Another inject created it meanwhile: queue into it.
+		}
+	}
+	item, err := attributevalue.MarshalMap(compress(it))
 	if err != nil {
-		return fmt.Errorf("agent: encode inbox item: %w", err)
+		return false, fmt.Errorf("agent: encode inbox item: %w", err)
 	}
 	for k, v := range key(agentID, inboxPrefix+it.ID) {
 		item[k] = v
 	}
 	if _, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.table), Item: item}); err != nil {
-		return fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+		return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 	}
-	return nil
+	return false, nil
 }
 
-// inbox returns the agent's queued injects in arrival order, read strongly consistent.
-func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, error) {
+// compress stores the text of an inbox item of its own gzip-compressed when that makes
+// the item smaller: its put and its delete are each billed 1 write unit per KB of the
+// item, and text compresses, typically to a half or a third (AWS's advice for large
+// attributes: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-use-s3-too.html).
+func compress(it inboxItem) inboxItem {
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	_, _ = zw.Write([]byte(it.Text))
+	if zw.Close() != nil || b.Len() >= len(it.Text) {
+		return it
+	}
+	it.Gz, it.Text = b.Bytes(), ""
+	return it
+}
+
+// decompress restores the text of an inbox item stored compressed.
+func decompress(it inboxItem) (inboxItem, error) {
+	if it.Gz == nil {
+		return it, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(it.Gz))
+	if err == nil {
+		var text []byte
+		if text, err = io.ReadAll(io.LimitReader(zr, 2*MaxTextBytes)); err == nil {
+			it.Text, it.Gz = string(text), nil
+			return it, nil
+		}
+	}
+	return inboxItem{}, fmt.Errorf("agent: decompress inbox item %s: %w", it.ID, err)
+}
+
+// inbox returns the agent's queued injects in arrival order — the inbox items, the
+// injects queued on the state item and the recorded turn's inline wake — and the state
+// item, all read strongly consistent in one Query of the agent's items from "inbox#"
+// to "state".
+func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state, error) {
 	var out []inboxItem
+	var cur state
 	var start map[string]types.AttributeValue
 	for {
 		page, err := st.db.Query(ctx, &dynamodb.QueryInput{
 			TableName:              aws.String(st.table),
-			KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :p)"),
+			KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :lo AND :hi"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":pk": s(pk(agentID)), ":p": s(inboxPrefix),
+				":pk": s(pk(agentID)), ":lo": s(inboxPrefix), ":hi": s(skState),
 			},
 			ConsistentRead:    aws.Bool(true),
 			ExclusiveStartKey: start,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("agent: read inbox of %s: %w", agentID, err)
+			return nil, state{}, fmt.Errorf("agent: read inbox of %s: %w", agentID, err)
 		}
 		for _, item := range page.Items {
+			if sk, _ := item["sk"].(*types.AttributeValueMemberS); sk != nil && sk.Value == skState {
+				if cur, err = decodeState(item); err != nil {
+					return nil, state{}, err
+				}
+				continue
+			}
 			var it inboxItem
 			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return nil, fmt.Errorf("agent: decode inbox item: %w", err)
+				return nil, state{}, fmt.Errorf("agent: decode inbox item: %w", err)
+			}
+			if it, err = decompress(it); err != nil {
+				return nil, state{}, err
 			}
 			out = append(out, it)
 		}
 		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
+			break
 		}
 		start = page.LastEvaluatedKey
 	}
+	for _, it := range cur.Inbox {
+		out = append(out, it)
+	}
+	if cur.TurnWake != nil {
+		out = append(out, *cur.TurnWake)
+	}
+	slices.SortFunc(out, func(a, b inboxItem) int { return strings.Compare(a.ID, b.ID) })
+	return out, cur, nil
 }
 
-// deleteInbox removes drained injects, one DeleteItem each (a drain usually holds one
-// or two; deleting a missing item is no error, so a repeated drain is harmless).
-func (st *store) deleteInbox(ctx context.Context, agentID string, ids []string) error {
-	for _, id := range ids {
-		if _, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: key(agentID, inboxPrefix+id)}); err != nil {
-			return fmt.Errorf("agent: delete drained inbox item %s of %s: %w", id, agentID, err)
+// deleteInbox takes drained injects off the inbox: one DeleteItem per inbox item, and
+// one write for all those queued on the state item (a recorded turn's wake goes with
+// the turn). Removing a missing one is no error, so a repeated drain is harmless.
+func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxItem) error {
+	var remove []string
+	attrs := map[string]string{"#inbox": inboxAttr}
+	for _, it := range items {
+		switch it.attr {
+		case turnWakeAttr:
+		case "":
+			if _, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: key(agentID, inboxPrefix+it.ID)}); err != nil {
+				return fmt.Errorf("agent: delete drained inbox item %s of %s: %w", it.ID, agentID, err)
+			}
+		default:
+			ph := fmt.Sprintf("#q%d", len(remove))
+			remove = append(remove, "#inbox."+ph)
+			attrs[ph] = it.ID
 		}
+	}
+	if len(remove) == 0 {
+		return nil
+	}
+	if _, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:         aws.String("REMOVE " + strings.Join(remove, ", ")),
+		ExpressionAttributeNames: attrs,
+	}); err != nil {
+		return fmt.Errorf("agent: remove drained injects of %s: %w", agentID, err)
 	}
 	return nil
 }

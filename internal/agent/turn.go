@@ -37,7 +37,7 @@ func (inv *invocation) work(ctx context.Context, st state) (outcome, error) {
 		if inv.deadlineNear(ctx) {
 			return outHandover, nil
 		}
-		it := inv.oldestWake()
+		it := inv.nextWake()
 		if it == nil {
 			return outIdle, nil
 		}
@@ -104,25 +104,29 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 }
 
 // startTurn opens a turn with a waking inject as its user/message. The turn is
-// recorded on the state item first, so a cancel racing the start finds it.
+// recorded on the state item first — by the lease write (planClaim), by a dead
+// invocation's claim, or here — so a cancel racing the start finds it. An inject
+// queued on the state item left the queue with that claim; an inbox item of its own
+// is deleted once its user/message is logged.
 func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
-	id := inv.st.TurnID // claimed by an invocation that died before logging anything
+	id := inv.st.TurnID // claimed with the lease, or by an invocation that died before logging anything
 	if id == "" {
-		id = "turn_" + randomHex(8)
-		seq := inv.log.last + 1
-		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, id, seq, it.key())
+		c := claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}
+		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, c)
 		if err != nil {
 			return err
 		}
-		inv.st.TurnID, inv.st.TurnSeq, inv.st.CancelTurn = id, seq, ""
-		if st.CancelAt != "" && it.key() <= st.CancelAt {
-			// A cancel sent after this wake was served before it: the turn the wake
-			// starts is the one that cancel stops.
-			if err := inv.c.store.cancelClaimed(ctx, inv.agent, inv.me, id, st.CancelAtReason); err != nil {
-				return err
-			}
-			inv.st.CancelTurn, inv.st.CancelReason = id, st.CancelAtReason
+		id = c.turnID
+		inv.st.TurnID, inv.st.TurnSeq, inv.st.TurnKey, inv.st.CancelTurn = id, c.seq, it.key(), ""
+		inv.st.CancelAt, inv.st.CancelAtReason = st.CancelAt, st.CancelAtReason
+	}
+	if inv.st.CancelAt != "" && it.key() <= inv.st.CancelAt && inv.st.CancelTurn != id {
+		// A cancel sent after this wake was served before the claim: the turn the wake
+		// starts is the one that cancel stops.
+		if err := inv.c.store.cancelClaimed(ctx, inv.agent, inv.me, id, inv.st.CancelAtReason); err != nil {
+			return err
 		}
+		inv.st.CancelTurn, inv.st.CancelReason = id, inv.st.CancelAtReason
 	}
 	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, Truncated: it.Truncated}); err != nil {
 		return err
@@ -130,8 +134,10 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 	if err := inv.crash(CrashUserMessage); err != nil {
 		return err
 	}
-	if err := inv.c.store.deleteInbox(ctx, inv.agent, []string{it.ID}); err != nil {
-		return err
+	if it.attr == "" {
+		if err := inv.c.store.deleteInbox(ctx, inv.agent, []inboxItem{it}); err != nil {
+			return err
+		}
 	}
 	inv.dropInbox(it.ID)
 	_, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id})
@@ -216,19 +222,17 @@ func (inv *invocation) drain(ctx context.Context) error {
 	if err := inv.crash(CrashInboxRead); err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(inv.inbox))
 	for _, it := range inv.inbox {
 		if !inv.log.logged[it.ID] {
 			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, Truncated: it.Truncated}); err != nil {
 				return err
 			}
 		}
-		ids = append(ids, it.ID)
 	}
 	if err := inv.crash(CrashInboxLogged); err != nil {
 		return err
 	}
-	if err := inv.c.store.deleteInbox(ctx, inv.agent, ids); err != nil {
+	if err := inv.c.store.deleteInbox(ctx, inv.agent, inv.inbox); err != nil {
 		return err
 	}
 	inv.inbox = nil
@@ -259,11 +263,11 @@ func (inv *invocation) settle(ctx context.Context) error {
 	if err := sleep(ctx, wait); err != nil {
 		return err
 	}
-	items, err := inv.c.store.inbox(ctx, inv.agent)
+	items, _, err := inv.c.store.inbox(ctx, inv.agent)
 	if err != nil {
 		return err
 	}
-	inv.inbox = items
+	inv.setInbox(items)
 	return nil
 }
 
