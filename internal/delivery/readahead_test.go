@@ -5,15 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/history"
+	"github.com/terret/terret-ws/internal/protocol"
 )
 
 // TestReadAheadHistory: replays of many small pages, each read one page ahead of its
@@ -149,4 +154,113 @@ func resubscribingClient(c *wsClient, h *history.History, rng *rand.Rand, seeded
 		}
 	}
 	return nil
+}
+
+// hookedPosts runs after each event frame posted, on the sender's goroutine: a test's
+// way to act at an exact point of a sender's work.
+type hookedPosts struct {
+	delivery.PostAPI
+	after func(connID string, seq int64)
+}
+
+func (p *hookedPosts) PostToConnection(ctx context.Context, in *apigatewaymanagementapi.PostToConnectionInput, opts ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.PostToConnectionOutput, error) {
+	out, err := p.PostAPI.PostToConnection(ctx, in, opts...)
+	var f wsFrame
+	if err == nil && json.Unmarshal(in.Data, &f) == nil && f.Seq != nil {
+		p.after(aws.ToString(in.ConnectionId), *f.Seq)
+	}
+	return out, err
+}
+
+// readAheadGate closes reached[agent] once the second replay read of agent has read
+// its page: the first page is awaited, the second is read ahead.
+type readAheadGate struct {
+	reads   sync.Map // agent → *atomic.Int32
+	reached map[string]chan struct{}
+}
+
+func (g *readAheadGate) ReplayRead(bool) {}
+
+func (g *readAheadGate) Wait(point, agentID string) {
+	ch, ok := g.reached[agentID]
+	if point != delivery.GateReplayRead || !ok {
+		return
+	}
+	n, _ := g.reads.LoadOrStore(agentID, new(atomic.Int32))
+	if n.(*atomic.Int32).Add(1) == 2 {
+		close(ch)
+	}
+}
+
+// TestReadAheadDroppedOnResubscribe is TestReadAheadNeverPostedStale's resubscribe over
+// DynamoDB Local and the local gateway: right after seq 1 of the first page (0…2) is
+// posted, with the second page (3…5) already read ahead, the connection resubscribes
+// (from 1, back into the first page, or from 7, past the page read ahead). Every frame
+// after that is the new subscription's, from its from_seq on, exactly: the page read
+// ahead for the old one is never posted. CheckpointEvery 1 makes the sender write its
+// cursor before each post, so it learns of the resubscribe before its next post.
+func TestReadAheadDroppedOnResubscribe(t *testing.T) {
+	t.Parallel()
+	froms := map[string]int64{"rd1": 1, "rd7": 7}
+	gate := &readAheadGate{reached: map[string]chan struct{}{}}
+	for agent := range froms {
+		gate.reached[agent] = make(chan struct{})
+	}
+	var r *rig
+	var conns sync.Map // connection → agent
+	var acted sync.Map // agent → struct{}
+	hook := func(connID string, seq int64) {
+		a, ok := conns.Load(connID)
+		if !ok || seq != 1 {
+			return
+		}
+		agent := a.(string)
+		if _, done := acted.LoadOrStore(agent, struct{}{}); done {
+			return
+		}
+		<-gate.reached[agent]
+		ctx := protocol.WithStamp(context.Background(), protocol.Stamp{At: time.Now().UnixMilli() + 1000})
+		if err := r.d.Subscribe(ctx, agent, connID, froms[agent]); err != nil {
+			t.Errorf("resubscribe %s from %d: %v", agent, froms[agent], err)
+		}
+	}
+	r = startRig(t, rigConfig{
+		cfg:   delivery.Config{ReplayPage: 3, CheckpointEvery: 1, Observer: gate},
+		posts: func(p delivery.PostAPI) delivery.PostAPI { return &hookedPosts{PostAPI: p, after: hook} },
+	})
+	var agents []string
+	for agent := range froms {
+		agents = append(agents, agent)
+	}
+	seed(t, r, agents, 8) // seqs 0 (session/created) … 8
+	clients := map[string]*wsClient{}
+	for _, agent := range agents {
+		c := r.dial(t, agent, r.token(t, agent))
+		c.hello(t)
+		o, err := r.conns.Owner(context.Background(), agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns.Store(o.ConnID, agent)
+		c.send(t, `{"type":"subscribe","from_seq":0}`)
+		clients[agent] = c
+	}
+	for _, agent := range agents {
+		c, from := clients[agent], froms[agent]
+		var got []int64
+		for len(got) < 2 || got[len(got)-1] != 8 {
+			f, err := c.next(patience)
+			if err != nil || f.Seq == nil {
+				t.Fatalf("%s after %v: frame %s (%v), want an event", agent, got, f.raw, err)
+			}
+			got = append(got, *f.Seq)
+		}
+		want := []int64{0, 1}
+		for s := from; s <= 8; s++ {
+			want = append(want, s)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s events = %v; want %v: 0 and 1, then the new subscription's from %d on", agent, got, want, from)
+		}
+	}
 }
