@@ -99,15 +99,17 @@ type Observer interface {
 
 // Gate is an Observer a test may add to hold a sender at a point of its work, to hit a
 // race window deterministically. Points: GateKickPump (an asynchronous pump kick,
-// before it takes the lease) and GateHello (under the lease, before hello is posted).
+// before it takes the lease), GateHello (under the lease, before hello is posted) and
+// GateReplayRead (a replay page read in the background, before the sender may take it).
 type Gate interface {
 	Wait(point, agentID string)
 }
 
 // Gate points.
 const (
-	GateKickPump = "kick_pump"
-	GateHello    = "hello"
+	GateKickPump   = "kick_pump"
+	GateHello      = "hello"
+	GateReplayRead = "replay_read"
 )
 
 func (d *Deliverer) gate(point, agentID string) {

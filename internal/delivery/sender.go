@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/terret/terret-ws/internal/connections"
@@ -47,7 +46,9 @@ type sender struct {
 	half       int                 // CheckpointEvery/2: the most events of one batch
 	stored     int64               // the cursor as last stored: p.Next of the last write that answered
 	inflight   chan checkpointDone // a cursor write under way (checkpoint.go), or nil
-	slotsBack  []chan struct{}     // replay slots being given back (read), closed when done
+	slotsBack  []chan struct{}     // replay reads and slots being given back (replay.go), closed when done
+	ahead      *readAhead          // the replay read begun one page ahead (replay.go), or nil
+	slot       slotLease           // a replay slot kept from the last read for the next one
 	// resubscribed is set when the record turned out to serve a newer subscription
 	// (adopt); the events in hand belong to the old one.
 	resubscribed bool
@@ -63,7 +64,7 @@ func (d *Deliverer) newSender(ctx context.Context, o connections.Owner, holder s
 		lg:     d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID),
 		p:      connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated},
 		stopAt: w.stopAt, looked: time.Now(),
-		half: max(d.cfg.CheckpointEvery/2, 1), stored: o.Next,
+		half: max(d.cfg.CheckpointEvery/2, 1), stored: o.Next, slot: noSlot,
 	}
 }
 
@@ -124,6 +125,8 @@ func (s *sender) run() (err error) {
 // holding the lease then leaves the progress made so that the next sender continues
 // from it.
 func (s *sender) finish(err *error, began time.Time, first int64) {
+	s.dropAhead()
+	s.giveBackSlot()
 	for _, done := range s.slotsBack {
 		<-done
 	}
@@ -148,9 +151,10 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 
 // adopt takes cur, the record as a write under the lease returned it. It is the one
 // place a resubscribe is noticed: the new subscription's cursor replaces the progress
-// made for the old one.
+// made for the old one, and a page read ahead for the old one is dropped.
 func (s *sender) adopt(cur connections.Owner) {
 	if cur.Sub != s.o.Sub {
+		s.dropAhead()
 		s.p = connections.Progress{Next: cur.Next, HelloSent: s.p.HelloSent || cur.HelloSent, Truncated: cur.Truncated}
 		s.unrecorded, s.resubscribed, s.stored = 0, true, cur.Next
 	}
@@ -444,75 +448,6 @@ func (s *sender) handover() error {
 	}
 	s.released = true
 	return s.d.Kick(s.ctx, Kick{Kind: KickPump, AgentID: s.o.AgentID})
-}
-
-// read returns the next events from the log. Replay reads (below ReplayEnd) hold one of
-// the cluster-wide replay slots for the duration of the read only; tail reads are never
-// gated.
-func (s *sender) read(next int64) ([]sessionlog.Event, error) {
-	d, ctx, o := s.d, s.ctx, s.o
-	if next >= o.ReplayEnd {
-		return d.log.Read(ctx, o.AgentID, next, d.cfg.OutboundQueue+1)
-	}
-	limit := int(min(int64(d.cfg.ReplayPage), o.ReplayEnd-next))
-	holder := connections.NewHolder(connections.HolderOnce).ID
-	slot, err := s.acquireSlot(holder)
-	if err != nil {
-		return nil, err
-	}
-	// The slot goes back while the sender posts the page: the read is over, and the
-	// bound is on reads. finish waits for it, so that no frozen invocation keeps it.
-	defer func() {
-		done := make(chan struct{})
-		s.slotsBack = append(s.slotsBack, done)
-		go func() {
-			defer close(done)
-			if err := d.slots.Release(context.WithoutCancel(ctx), holder, slot); err != nil {
-				d.logger.Error("release replay slot", "error", err, "slot", slot)
-			}
-		}()
-	}()
-	if obs := d.cfg.Observer; obs != nil {
-		obs.ReplayRead(true)
-		defer obs.ReplayRead(false)
-	}
-	return d.log.Read(ctx, o.AgentID, next, limit)
-}
-
-// acquireSlot waits, with jittered polling, for a replay slot. The connection stays
-// open meanwhile; only this read waits, and the connection's lease is kept renewed. A
-// sender with a budget (stopAt) hands the wait over when it runs out.
-//
-// Each poll reads one group of slots, picked at random afresh (not by agent: a waiter
-// must not starve behind one busy group while another has a free slot), so W waiters
-// spread their reads over the G groups. The backoff cap stays 500 ms whatever G is: a
-// longer cap would leave a freed slot unfound for longer (its group is polled W/G times
-// per cap), and a shorter one would spend the read load the groups save
-// (docs/scale.md, "The replay slots").
-func (s *sender) acquireSlot(holder string) (int, error) {
-	d, ctx := s.d, s.ctx
-	began := time.Now()
-	groups := d.slots.Groups()
-	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
-		slot, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(groups))
-		if err != nil || slot >= 0 {
-			if waited := time.Since(began); waited > time.Second {
-				d.logger.Debug("waited for a replay slot", "wait_ms", waited.Milliseconds())
-			}
-			return slot, err
-		}
-		if err := s.renew(); err != nil {
-			return -1, err
-		}
-		if d.nearDeadline(ctx) || s.pastStop() {
-			return -1, errDeadline
-		}
-		select {
-		case <-ctx.Done():
-			return -1, fmt.Errorf("delivery: wait for replay slot: %w", ctx.Err())
-		case <-time.After(wait/2 + mrand.N(wait/2+1)):
-		}
-	}
 }
 
 // lagging reports whether the live tail is more than OutboundQueue events behind.
