@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/terret/terret-ws/internal/connections"
@@ -36,21 +37,31 @@ const (
 // else owed) before it hands the rest over, as a subscribe's does.
 const replyBudget = time.Second
 
-// Reply posts frame, an error reply to a frame c sent, after hello. If hello is not
-// recorded yet the reply is recorded for the sender that posts hello, which posts it
-// right after (1 write unit, and a wake-up that sends hello here if no sender is at
-// work); otherwise it is posted at once (1 failed conditional write, then the post). A
-// connection that no longer owns its agent is being closed (superseded, lagged or gone)
-// and gets no reply; nor does one with connections.MaxReplies replies already owed.
-// Nothing here waits for hello.
+// Reply posts frame, an error reply to a frame c sent, after hello. The common case,
+// hello recorded, costs what a reply always did: one strongly consistent read of the
+// ownership record, then the post. Before hello, the reply is recorded for the sender
+// that posts hello, which posts it right after (1 write unit), and a wake-up sends
+// hello here if no sender is at work. A connection that no longer owns its agent is
+// being closed (superseded, lagged or gone) and gets no reply; nor does one with
+// connections.MaxReplies replies already owed. Nothing here waits for hello.
 func (d *Deliverer) Reply(ctx context.Context, c connections.Conn, frame []byte) error {
-	err := d.store.OweReply(ctx, c.AgentID, c.ID, frame)
+	o, err := d.store.Owner(ctx, c.AgentID)
+	switch {
+	case errors.Is(err, connections.ErrNotFound) || err == nil && o.ConnID != c.ID:
+		err = fmt.Errorf("%w: %s by %s", connections.ErrNotOwner, c.AgentID, c.ID)
+	case err != nil:
+		return err
+	case o.HelloSent:
+		return d.post(ctx, c.ID, frame)
+	default:
+		err = d.store.OweReply(ctx, c.AgentID, c.ID, frame)
+	}
 	switch {
 	case err == nil:
 		_, err = d.pump(ctx, c.AgentID, nil, wake{stopAt: time.Now().Add(replyBudget)})
 		return err
 	case errors.Is(err, connections.ErrHelloSent):
-		return d.post(ctx, c.ID, frame)
+		return d.post(ctx, c.ID, frame) // recorded meanwhile: it went out before
 	case errors.Is(err, connections.ErrNotOwner), errors.Is(err, connections.ErrRepliesFull):
 		d.logger.Info("reply not sent", "agent_id", c.AgentID, "connection_id", c.ID, "reason", err.Error())
 		return nil
