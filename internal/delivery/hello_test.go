@@ -41,7 +41,7 @@ type fates struct {
 	once    sync.Once
 }
 
-func newFates(t *testing.T, agent string, f map[string]fate) *fates {
+func newFates(agent string, f map[string]fate) *fates {
 	g := &fates{agent: agent, fate: f, reached: map[string]chan struct{}{}, release: make(chan struct{})}
 	for p := range f {
 		g.reached[p] = make(chan struct{})
@@ -136,7 +136,7 @@ func TestReplyAfterHello(t *testing.T) {
 	t.Run("no sender at work", func(t *testing.T) {
 		t.Parallel()
 		const agent = "reply-idle"
-		g := newFates(t, agent, map[string]fate{delivery.GateKickPump: hold})
+		g := newFates(agent, map[string]fate{delivery.GateKickPump: hold})
 		r := helloRig(t, names, g, helloLease, nil)
 		c := r.dial(t, agent, r.token(t, agent))
 		g.await(t, delivery.GateKickPump) // the connect's sender is held before the lease
@@ -146,7 +146,7 @@ func TestReplyAfterHello(t *testing.T) {
 	t.Run("a sender posting hello", func(t *testing.T) {
 		t.Parallel()
 		const agent = "reply-busy"
-		g := newFates(t, agent, map[string]fate{delivery.GateHello: hold})
+		g := newFates(agent, map[string]fate{delivery.GateHello: hold})
 		r := helloRig(t, names, g, 0, nil) // the default: held longer than helloLease, it would lose it
 		c := r.dial(t, agent, r.token(t, agent))
 		g.await(t, delivery.GateHello) // under the lease, hello not posted yet
@@ -201,7 +201,7 @@ func TestHelloBeforeSupersededKilled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			agent := fmt.Sprintf("killed-%d", i)
-			g := newFates(t, agent, tc.fates)
+			g := newFates(agent, tc.fates)
 			served := make(chan string, 10)
 			r := helloRig(t, names, g, tc.lease, served)
 			tok := r.token(t, agent)
