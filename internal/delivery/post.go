@@ -88,7 +88,7 @@ func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error
 		return d.Drop(ctx, prev.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
 	default:
 		if prev.Lease != "" && prev.LeaseUntil.After(time.Now()) {
-			d.logger.Info("superseded before hello: its sender closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
+			d.logger.Info("superseded before hello with its sender at work: it or the closer closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
 		}
 		return d.Kick(ctx, Kick{Kind: KickDrop, AgentID: prev.AgentID, ConnectionID: prev.ConnID, Code: protocol.CodeSuperseded, Hello: true})
 	}
