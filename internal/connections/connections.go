@@ -58,6 +58,12 @@ type Conn struct {
 	// Order is the highest order field of a frame of this socket that has taken effect
 	// (0: none yet); see MarkOrder.
 	Order int64
+	// Unwelcomed: superseded before its hello went out, and closing it is owed — hello
+	// (unless HelloPosted), superseded, the delete — by the holder of the closing lease
+	// (Closer, until CloserUntil); see TakeClose.
+	Unwelcomed, HelloPosted bool
+	Closer                  string
+	CloserUntil             time.Time
 }
 
 // Owner is an agent's ownership record: the owning connection and its delivery state.
@@ -88,6 +94,8 @@ type Owner struct {
 	Batch bool
 	// WatchUntil is when the watcher's claim (ClaimWatch) runs out; zero: none.
 	WatchUntil time.Time
+	// Replies are error replies owed to the connection right after hello (OweReply).
+	Replies [][]byte
 }
 
 // API is the part of the DynamoDB client the store uses.
@@ -189,13 +197,16 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 			{claimConn, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.table), Item: st.connItem(Conn{ID: connID, AgentID: agentID, TokenHash: tokenHash, State: StateAuthorized})}}},
 		}
 		if prev.ConnID != "" && prev.ConnID != connID {
+			set := "SET #state = :sup, #expires_at = if_not_exists(#expires_at, :exp)"
+			vals := map[string]types.AttributeValue{
+				":sup": s(string(StateSuperseded)), ":exp": n(st.now().Add(connTTL).Unix()),
+			}
+			if !prev.HelloSent {
+				set += unwelcomedSet(prev, vals) // closing it is owed, hello first (welcome.go)
+			}
 			items = append(items, txItem{claimReplaced, types.TransactWriteItem{Update: &types.Update{
-				TableName:        aws.String(st.table),
-				Key:              connKey(prev.ConnID),
-				UpdateExpression: aws.String("SET #state = :sup, #expires_at = if_not_exists(#expires_at, :exp)"),
-				ExpressionAttributeValues: map[string]types.AttributeValue{
-					":sup": s(string(StateSuperseded)), ":exp": n(st.now().Add(connTTL).Unix()),
-				},
+				TableName: aws.String(st.table), Key: connKey(prev.ConnID),
+				UpdateExpression: aws.String(set), ExpressionAttributeValues: vals,
 			}}})
 		}
 		err = st.transact(ctx, items)
@@ -607,7 +618,7 @@ func (st *Store) connItem(c Conn) map[string]types.AttributeValue {
 }
 
 func decodeConn(item map[string]types.AttributeValue) Conn {
-	return Conn{
+	c := Conn{
 		ID:          strings.TrimPrefix(str(item, attrPK), "conn#"),
 		AgentID:     str(item, attrAgent),
 		TokenHash:   str(item, attrTokenHash),
@@ -615,6 +626,8 @@ func decodeConn(item map[string]types.AttributeValue) Conn {
 		ConnectedAt: time.UnixMilli(num(item, attrConnectedAt)),
 		Order:       num(item, attrOrder),
 	}
+	decodeWelcome(&c, item)
+	return c
 }
 
 func decodeOwner(item map[string]types.AttributeValue) Owner {
@@ -636,6 +649,7 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 		LeaseKind: kindOf(str(item, attrLease), str(item, attrLeaseKind)),
 		Pending:   boolean(item, attrPending),
 		Batch:     boolean(item, attrBatch),
+		Replies:   replies(item),
 	}
 	if ms := num(item, attrLeaseUntil); ms > 0 {
 		o.LeaseUntil = time.UnixMilli(ms)

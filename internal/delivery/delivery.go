@@ -99,8 +99,9 @@ type Observer interface {
 
 // Gate is an Observer a test may add to hold a sender at a point of its work, to hit a
 // race window deterministically. Points: GateKickPump (an asynchronous pump kick,
-// before it takes the lease), GateHello (under the lease, before hello is posted) and
-// GateReplayRead (a replay page read in the background, before the sender may take it).
+// before it takes the lease), GateHello (under the lease, before hello is posted),
+// GateReplayRead (a replay page read in the background, before the sender may take it)
+// and the closing points of welcome.go (GateCloseHello, GateCloseSuperseded).
 type Gate interface {
 	Wait(point, agentID string)
 }
@@ -135,6 +136,11 @@ type Records interface {
 	SetState(ctx context.Context, connID string, state connections.State) error
 	Disown(ctx context.Context, agentID, connID string) error
 	Forget(ctx context.Context, connID, agentID string) error
+	// Hello first (welcome.go).
+	OweReply(ctx context.Context, agentID, connID string, frame []byte) error
+	TakeReplies(ctx context.Context, agentID, connID string) ([][]byte, error)
+	TakeClose(ctx context.Context, connID, holder string, ttl time.Duration, helloPosted bool) (connections.Conn, bool, error)
+	Settle(ctx context.Context, connID, holder string) error
 }
 
 var _ Records = (*connections.Store)(nil)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
@@ -112,6 +113,9 @@ type rigConfig struct {
 	names tables.Names                            // default: fresh tables there
 	posts func(delivery.PostAPI) delivery.PostAPI // wraps the @connections client
 	cfg   delivery.Config
+	// served, if set, receives the connection id of each frame once the message
+	// function has served it: a barrier for "it did not post".
+	served chan<- string
 }
 
 func startRig(t *testing.T, rc rigConfig) *rig {
@@ -157,6 +161,12 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	sock := socket.New(r.tokens, r.conns, r.log, r.d, nil, logger)
 	connect.Bind(lambda.NewHandler(sock.Connect))
 	message.Bind(lambda.NewHandler(sock.Message))
+	if rc.served != nil {
+		message.Bind(lambda.NewHandler(func(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+			defer func() { rc.served <- req.RequestContext.ConnectionID }()
+			return sock.Message(ctx, req)
+		}))
+	}
 	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
 	deliver.Bind(lambda.NewHandler(func(ctx context.Context, raw json.RawMessage) (any, error) {
 		out, err := r.d.Handle(ctx, raw)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
@@ -29,8 +28,8 @@ type Kick struct {
 	ConnectionID string        `json:"connection_id,omitempty"`
 	Code         protocol.Code `json:"code,omitempty"`
 	Watcher      string        `json:"watcher,omitempty"` // KickWatch: the claim to act under
-	// Hello (KickDrop): the connection was never sent hello; send it (with AgentID's
-	// tip) before the error frame.
+	// Hello (KickDrop): the connection was superseded before its hello went out; close
+	// it hello first, as its closer (runClose).
 	Hello bool `json:"hello,omitempty"`
 }
 
@@ -61,33 +60,19 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 	case KickWatch:
 		return d.runWatch(ctx, k)
 	case KickDrop:
+		if k.Hello {
+			return d.runClose(ctx, k) // superseded before hello (welcome.go)
+		}
 		if k.Code != protocol.CodeSuperseded {
 			d.dropped(k.Code) // Supersede counted its own
 		}
-		frames := [][]byte{protocol.Marshal(protocol.NewError(k.Code, message(k.Code)))}
-		if k.Hello {
-			tip, err := d.log.Tip(ctx, k.AgentID)
-			if err != nil {
-				return err
-			}
-			frames = append([][]byte{protocol.Marshal(protocol.NewHello(k.AgentID, tip))}, frames...)
+		// The connection may still be finishing $connect: allow it the hello grace.
+		err := d.postHello(ctx, k.ConnectionID, protocol.Marshal(protocol.NewError(k.Code, message(k.Code))))
+		if errors.Is(err, ErrGone) {
+			return nil
 		}
-		// The connection may still be finishing $connect: allow the hello grace on the
-		// first post.
-		deadline := time.Now().Add(d.cfg.HelloGrace)
-		for i := 0; i < len(frames); {
-			err := d.post(ctx, k.ConnectionID, frames[i])
-			if errors.Is(err, ErrGone) && i == 0 && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			if errors.Is(err, ErrGone) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			i++
+		if err != nil {
+			return err
 		}
 		return d.deleteConn(ctx, k.ConnectionID)
 	default:

@@ -70,14 +70,13 @@ func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protoco
 //
 //   - hello went out (the common case): Drop — one post and one DeleteConnection, as
 //     for any drop;
-//   - no hello yet, and a sender holds a live lease on the record: that sender is
-//     posting hello or about to. It finds its lease lost when it records hello, and
-//     then sends superseded and closes (unwelcomed). Nothing is posted here, so the two
-//     never race on the socket;
-//   - no hello yet and no live lease: nobody else can post to the connection any more
-//     (a sender acquires only the record, which now names the new owner). An
-//     asynchronous deliver invocation sends hello, superseded and closes, allowing the
-//     hello grace of a connection still finishing $connect (KickDrop with Hello).
+//   - no hello yet: the claim marked the connection's record unwelcomed and carried the
+//     replaced record's sender lease over as its closing lease. An asynchronous deliver
+//     invocation (KickDrop with Hello, runClose) closes it — hello, superseded, the
+//     delete — once it can take that lease: at once when no sender held it, or, when a
+//     sender was posting hello, after that sender has closed the connection itself
+//     (sender.unwelcomed) or died and its lease run out. One closer at a time posts, so
+//     two never race on the socket (welcome.go).
 func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error {
 	if prev.ConnID != "" {
 		d.dropped(protocol.CodeSuperseded) // here, once, whichever way it goes
@@ -87,46 +86,12 @@ func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error
 		return nil
 	case prev.HelloSent:
 		return d.Drop(ctx, prev.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
-	case prev.Lease != "" && prev.LeaseUntil.After(time.Now()):
-		d.logger.Info("superseded before hello: its sender closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
-		return nil
 	default:
+		if prev.Lease != "" && prev.LeaseUntil.After(time.Now()) {
+			d.logger.Info("superseded before hello with its sender at work: it or the closer closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
+		}
 		return d.Kick(ctx, Kick{Kind: KickDrop, AgentID: prev.AgentID, ConnectionID: prev.ConnID, Code: protocol.CodeSuperseded, Hello: true})
 	}
-}
-
-// unwelcomed finishes a sender that lost its lease (cause) while hello was owed to
-// o.ConnID: if the connection was superseded meanwhile, Supersede left it to this
-// sender, which sends hello (unless helloPosted), superseded, and closes it. Any other
-// loss (the connection gone, the lease expired and taken) returns cause. It costs one
-// read, on this path only.
-func (d *Deliverer) unwelcomed(ctx context.Context, o connections.Owner, cause error, helloPosted bool) error {
-	if !errors.Is(cause, connections.ErrLeaseLost) {
-		return cause
-	}
-	c, err := d.store.Conn(ctx, o.ConnID)
-	if errors.Is(err, connections.ErrNotFound) {
-		return cause
-	}
-	if err != nil {
-		return err
-	}
-	if c.State != connections.StateSuperseded {
-		return cause
-	}
-	if !helloPosted {
-		tip, err := d.log.Tip(ctx, o.AgentID)
-		if err != nil {
-			return err
-		}
-		if err := d.postHello(ctx, o.ConnID, protocol.Marshal(protocol.NewHello(o.AgentID, tip))); err != nil {
-			if errors.Is(err, ErrGone) {
-				return nil
-			}
-			return err
-		}
-	}
-	return d.Drop(ctx, o.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
 }
 
 // Drop posts an error frame with code to connID and closes it. A connection already
@@ -149,9 +114,3 @@ func (d *Deliverer) deleteConn(ctx context.Context, connID string) error {
 }
 
 func message(code protocol.Code) string { return protocol.Refusal(code).Message }
-
-// Send posts one protocol frame to connID outside the event stream (an error reply).
-// It returns ErrGone if the connection no longer exists.
-func (d *Deliverer) Send(ctx context.Context, connID string, frame []byte) error {
-	return d.post(ctx, connID, frame)
-}

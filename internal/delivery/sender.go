@@ -80,6 +80,11 @@ func (s *sender) run() (err error) {
 				return err
 			}
 		}
+		if len(s.o.Replies) > 0 { // owed right after hello (welcome.go)
+			if err := s.postReplies(); err != nil {
+				return err
+			}
+		}
 		s.resubscribed = false
 		batch, fromHints, err := s.next()
 		if err != nil {
@@ -260,15 +265,17 @@ func (s *sender) room() int {
 // pastStop reports whether a sender with a budget has run out of it.
 func (s *sender) pastStop() bool { return !s.stopAt.IsZero() && time.Now().After(s.stopAt) }
 
-// hello posts hello and records it. A lease lost on the way may mean the connection was
-// superseded meanwhile: Supersede then left the closing to this sender (unwelcomed).
+// hello posts hello and records it; the record that write returns carries the error
+// replies owed right after hello (run posts them). A lease lost on the way may mean
+// the connection was superseded meanwhile: the claim then made this sender its closer
+// (unwelcomed).
 func (s *sender) hello() error {
 	tip, err := s.d.log.Tip(s.ctx, s.o.AgentID)
 	if err != nil {
 		return err
 	}
 	if err := s.renew(); err != nil {
-		return s.d.unwelcomed(s.ctx, s.o, err, false)
+		return s.unwelcomed(err, false)
 	}
 	s.d.gate(GateHello, s.o.AgentID)
 	if err := s.d.postHello(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewHello(s.o.AgentID, tip))); err != nil {
@@ -276,7 +283,7 @@ func (s *sender) hello() error {
 	}
 	s.p.HelloSent = true
 	if err := s.checkpoint(); err != nil {
-		return s.d.unwelcomed(s.ctx, s.o, err, true)
+		return s.unwelcomed(err, true)
 	}
 	return nil
 }

@@ -396,40 +396,26 @@ func checkText(text string) error {
 	return nil
 }
 
-// reply sends a protocol frame to an open connection, after hello: hello is the first
-// frame every accepted client receives, so an early error reply waits for it.
+// reply sends a protocol frame to an open connection, after hello: delivery owns that
+// order (delivery.Deliverer.Reply), and nothing here waits for hello.
 func (s *Server) reply(ctx context.Context, lg *slog.Logger, c connections.Conn, f protocol.Error) {
-	if err := s.awaitHello(ctx, c); err != nil {
-		lg.Warn("await hello", "error", err)
-	}
-	if err := s.deliver.Send(ctx, c.ID, protocol.Marshal(f)); err != nil && !errors.Is(err, delivery.ErrGone) {
+	if err := s.deliver.Reply(ctx, c, protocol.Marshal(f)); err != nil && !errors.Is(err, delivery.ErrGone) {
 		lg.Warn("reply", "error", err)
-	}
-}
-
-// awaitHello makes sure hello went out to c before anything else is posted to it.
-func (s *Server) awaitHello(ctx context.Context, c connections.Conn) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		o, err := s.conns.Owner(ctx, c.AgentID)
-		if err != nil || o.ConnID != c.ID || o.HelloSent {
-			return err
-		}
-		if err := s.deliver.Pump(ctx, c.AgentID, nil); err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return errors.New("socket: hello not sent in time")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // refuse answers a frame from a connection that may not send any — superseded,
 // revoked, unauthorized or unknown — with code's refusal frame, and closes it.
+// A superseded connection may not have had hello yet: delivery sends it first.
 func (s *Server) refuse(ctx context.Context, lg *slog.Logger, connID string, code protocol.Code) {
 	lg.Info("frame from a connection that may not send", "code", string(code))
-	if err := s.deliver.Drop(ctx, connID, code, protocol.Refusal(code).Message); err != nil {
+	var err error
+	if code == protocol.CodeSuperseded {
+		err = s.deliver.RefuseSuperseded(ctx, connID)
+	} else {
+		err = s.deliver.Drop(ctx, connID, code, protocol.Refusal(code).Message)
+	}
+	if err != nil {
 		lg.Warn("drop", "error", err)
 	}
 }

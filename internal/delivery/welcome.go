@@ -1,0 +1,228 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/protocol"
+)
+
+// Hello first (docs/architecture.md, "Hello first"): hello is the first frame a
+// connection receives. Delivery owns that order; nobody outside it waits for hello.
+//
+//   - An error reply to a connection's frame (Reply) that may precede hello is recorded
+//     on the ownership record, conditional on hello not being recorded; the sender that
+//     posts hello finds it in the record its hello write returns and posts it next
+//     (sender.postReplies). A reply whose condition fails because hello is recorded is
+//     posted at once.
+//   - A connection superseded before its hello went out is closed by one closer, the
+//     holder of a closing lease on its conn# record (connections.Store.TakeClose): the
+//     claim that superseded it carries the replaced record's sender lease over, so the
+//     sender that may be posting hello at that moment finishes (hello, superseded, the
+//     delete), and a closer kicked by the connect takes over should that sender die, once
+//     its lease has run out (runClose).
+
+// Gate points of the closing of a connection superseded before its hello (see Gate):
+// GateCloseHello under the closing lease before hello is posted, GateCloseSuperseded
+// after hello was posted and recorded, before the superseded frame.
+const (
+	GateCloseHello      = "close_hello"
+	GateCloseSuperseded = "close_superseded"
+)
+
+// replyBudget bounds how long a Reply's own wake-up sends (hello, the reply, anything
+// else owed) before it hands the rest over, as a subscribe's does.
+const replyBudget = time.Second
+
+// Reply posts frame, an error reply to a frame c sent, after hello. The common case,
+// hello recorded, costs what a reply always did: one strongly consistent read of the
+// ownership record, then the post. Before hello, the reply is recorded for the sender
+// that posts hello, which posts it right after (1 write unit), and a wake-up sends
+// hello here if no sender is at work. A connection that no longer owns its agent is
+// being closed (superseded, lagged or gone) and gets no reply; nor does one with
+// connections.MaxReplies replies already owed. Nothing here waits for hello.
+func (d *Deliverer) Reply(ctx context.Context, c connections.Conn, frame []byte) error {
+	o, err := d.store.Owner(ctx, c.AgentID)
+	switch {
+	case errors.Is(err, connections.ErrNotFound) || err == nil && o.ConnID != c.ID:
+		err = fmt.Errorf("%w: %s by %s", connections.ErrNotOwner, c.AgentID, c.ID)
+	case err != nil:
+		return err
+	case o.HelloSent:
+		return d.post(ctx, c.ID, frame)
+	default:
+		err = d.store.OweReply(ctx, c.AgentID, c.ID, frame)
+	}
+	switch {
+	case err == nil:
+		_, err = d.pump(ctx, c.AgentID, nil, wake{stopAt: time.Now().Add(replyBudget)})
+		return err
+	case errors.Is(err, connections.ErrHelloSent):
+		return d.post(ctx, c.ID, frame) // recorded meanwhile: it went out before
+	case errors.Is(err, connections.ErrNotOwner), errors.Is(err, connections.ErrRepliesFull):
+		d.logger.Info("reply not sent", "agent_id", c.AgentID, "connection_id", c.ID, "reason", err.Error())
+		return nil
+	default:
+		return err
+	}
+}
+
+// postReplies posts the error replies recorded for the connection before its hello
+// (Reply), right after hello. Taking them is one atomic write, so a reply is posted
+// once at most: a sender that dies between taking and posting loses it, as a message
+// function that dies before posting its reply would.
+func (s *sender) postReplies() error {
+	replies, err := s.d.store.TakeReplies(s.ctx, s.o.AgentID, s.o.ConnID)
+	s.o.Replies = nil
+	if err != nil {
+		return err
+	}
+	for _, r := range replies {
+		if err := s.d.post(s.ctx, s.o.ConnID, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unwelcomed finishes a sender that lost its lease (cause) while hello was owed: if the
+// connection was superseded meanwhile, the claim handed this sender's lease over as
+// the connection's closing lease, and the sender closes it — hello unless helloPosted,
+// superseded, the delete (closeUnwelcomed). It returns cause, which ends the sender,
+// unless the closing failed.
+func (s *sender) unwelcomed(cause error, helloPosted bool) error {
+	if !errors.Is(cause, connections.ErrLeaseLost) {
+		return cause
+	}
+	if _, err := s.d.closeUnwelcomed(s.ctx, s.o.ConnID, s.holder, helloPosted); err != nil {
+		return err
+	}
+	return cause
+}
+
+// closeUnwelcomed closes connID, superseded before its hello went out, as holder, if
+// holder can take its closing lease (connections.Store.TakeClose): hello unless it was
+// posted (by holder itself, helloPosted, or by an earlier closer), then superseded,
+// then the delete. It returns the live closing lease of another closer (nothing was
+// done: that closer finishes, or dies and its lease runs out), and zero when nothing is
+// left owed to connID. Cost: 3 write units and the posts; 1 write unit when another
+// closer holds the lease or nothing is owed.
+func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, helloPosted bool) (busyUntil time.Time, err error) {
+	c, taken, err := d.store.TakeClose(ctx, connID, holder, d.cfg.Lease, helloPosted)
+	switch {
+	case errors.Is(err, connections.ErrNotFound):
+		return time.Time{}, nil // gone with the connection
+	case err != nil:
+		return time.Time{}, err
+	case !c.Unwelcomed:
+		return time.Time{}, nil
+	case !taken:
+		return c.CloserUntil, nil
+	}
+	lg := d.logger.With("agent_id", c.AgentID, "connection_id", connID)
+	if !c.HelloPosted {
+		d.gate(GateCloseHello, c.AgentID)
+		tip, err := d.log.Tip(ctx, c.AgentID)
+		if err != nil {
+			return time.Time{}, err
+		}
+		// The connection may still be finishing $connect: postHello allows for it.
+		err = d.postHello(ctx, connID, protocol.Marshal(protocol.NewHello(c.AgentID, tip)))
+		if errors.Is(err, ErrGone) {
+			return time.Time{}, d.settle(ctx, connID, holder)
+		}
+		if err != nil {
+			return time.Time{}, err
+		}
+		// Recorded, so that a closer after this one sends superseded only.
+		c, taken, err = d.store.TakeClose(ctx, connID, holder, d.cfg.Lease, true)
+		switch {
+		case errors.Is(err, connections.ErrNotFound):
+			return time.Time{}, nil
+		case err != nil:
+			return time.Time{}, err
+		case !taken:
+			return c.CloserUntil, nil // out of time: the closer after this one finishes
+		}
+	}
+	d.gate(GateCloseSuperseded, c.AgentID)
+	lg.Info("closing a connection superseded before its hello")
+	if err := d.Drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded)); err != nil {
+		return time.Time{}, err
+	}
+	return time.Time{}, d.settle(ctx, connID, holder)
+}
+
+// settle records that nothing more is owed to connID; a closer that lost the lease
+// meanwhile leaves it to the next one.
+func (d *Deliverer) settle(ctx context.Context, connID, holder string) error {
+	if err := d.store.Settle(ctx, connID, holder); err != nil && !errors.Is(err, connections.ErrLeaseLost) {
+		return err
+	}
+	return nil
+}
+
+// runClose serves a KickDrop with Hello, which a connect sends for a connection it
+// superseded before its hello went out (Supersede): it closes the connection
+// (closeUnwelcomed) as soon as it can take the closing lease. While another closer
+// holds it — the sender that was posting hello when the connection was superseded —
+// it looks at the record (1 read unit) with a growing pause, at most until that lease
+// runs out: a live closer is done within a look or two, a dead one's lease runs out and
+// this invocation finishes in its place. Near its invocation's deadline it hands over to
+// a fresh one. Lambda retries it should it die; the retry takes over from it likewise.
+func (d *Deliverer) runClose(ctx context.Context, k Kick) error {
+	holder := connections.NewHolder(connections.HolderRetried).ID
+	pause := watchSlack
+	for {
+		busyUntil, err := d.closeUnwelcomed(ctx, k.ConnectionID, holder, false)
+		if err != nil || busyUntil.IsZero() {
+			return err
+		}
+		for {
+			wake := busyUntil.Add(watchSlack)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Until(wake)+d.cfg.HandoverMargin {
+				return d.Kick(ctx, k)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(pause, time.Until(wake))):
+			}
+			pause = min(2*pause, 8*time.Second)
+			c, err := d.store.Conn(ctx, k.ConnectionID)
+			if errors.Is(err, connections.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if !c.Unwelcomed {
+				return nil
+			}
+			if !c.CloserUntil.After(time.Now()) || c.Closer == "" {
+				break // free, or run out: try to take it
+			}
+			busyUntil = c.CloserUntil
+		}
+	}
+}
+
+// RefuseSuperseded answers a frame from connID, a connection that was superseded:
+// superseded and the close — after hello, for a connection superseded before its hello
+// went out. Its closer sends those; this tries once to be that closer (should the
+// kicked one be lost) and otherwise leaves it to the closer at work. Cost: 1 read unit,
+// and for such a connection 1 write unit.
+func (d *Deliverer) RefuseSuperseded(ctx context.Context, connID string) error {
+	c, err := d.store.Conn(ctx, connID)
+	if err == nil && c.Unwelcomed {
+		_, err = d.closeUnwelcomed(ctx, connID, connections.NewHolder(connections.HolderOnce).ID, false)
+		return err
+	}
+	if err != nil && !errors.Is(err, connections.ErrNotFound) {
+		return err
+	}
+	return d.Drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
+}
