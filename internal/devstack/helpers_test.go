@@ -28,7 +28,8 @@ type env struct {
 	stack  *devstack.Stack
 	tokens *auth.Store
 	log    *sessionlog.Log
-	pause  *pauser // the runtime's pause hook; nil when the functions run emulated (runtime_test.go)
+	pause  *pauser      // the runtime's pause hook; nil when the functions run emulated (runtime_test.go)
+	calls  *invocations // the handlers' returns (startRuntimeStack only; invocations_test.go)
 }
 
 func startStack(t *testing.T, o devstack.Options) env {
@@ -261,18 +262,6 @@ func (c *client) events(from, to int64) []frame {
 		want++
 	}
 	return out
-}
-
-// quiet asserts nothing arrives for d.
-func (c *client) quiet(d time.Duration) {
-	c.t.Helper()
-	f, err := c.next(d)
-	if err == nil {
-		c.t.Fatalf("unexpected frame %s", f)
-	}
-	if !errors.Is(err, errTimeout) {
-		c.t.Fatalf("socket failed while quiet: %v", err)
-	}
 }
 
 func appendN(t *testing.T, l *sessionlog.Log, session string, n int) {
