@@ -124,7 +124,9 @@ func (e env) tryDial(agent, token string) (*client, error) {
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
 	}
-	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	// The handshake waits for the $connect handler: bounded like any wait for the
+	// server (frameTimeout), which on a loaded machine can take more than 10 s.
+	dctx, dcancel := context.WithTimeout(ctx, frameTimeout)
 	defer dcancel()
 	c, _, err := websocket.Dial(dctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
