@@ -223,7 +223,10 @@ var errNoFrame = errors.New("no frame in time")
 
 func (r *rig) dial(t *testing.T, agent, token string) *wsClient {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The handshake waits for the $connect handler's five DynamoDB requests: bounded
+	// like any wait for an outcome (patience), which on a loaded machine can take more
+	// than 10 s.
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, r.gw.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}},
