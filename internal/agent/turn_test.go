@@ -214,9 +214,10 @@ func TestWakeFalseWaitsForNextTurn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, opts{})
 	e.inject("queued first", false)
-	time.Sleep(300 * time.Millisecond)
-	if e.inv.calls.Load() != 0 || e.tip() != 0 {
-		t.Fatalf("wake:false on an idle agent started something")
+	// Inject invokes the runner, if at all, before it returns: with no invocation
+	// asked for, nothing can append.
+	if calls, tip := e.inv.calls.Load(), e.tip(); calls != 0 || tip != 0 {
+		t.Fatalf("wake:false on an idle agent: %d runner invocations, tip %d; want 0, 0", calls, tip)
 	}
 	e.inject("now go", true)
 	evs := e.waitTurnEnds(1)

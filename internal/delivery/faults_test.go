@@ -233,7 +233,10 @@ var errNoFrame = errors.New("no frame in time")
 
 func (r *rig) dial(t *testing.T, agent, token string) *wsClient {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The handshake waits for the $connect handler's five DynamoDB requests: bounded
+	// like any wait for an outcome (patience), which on a loaded machine can take more
+	// than 10 s.
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, r.gw.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}},
@@ -323,11 +326,27 @@ func (c *wsClient) follow(s *history.Sub, tip int64, gap time.Duration) error {
 	return nil
 }
 
-// quiet asserts that no frame arrives for d.
-func (c *wsClient) quiet(t *testing.T, d time.Duration) {
+// settle shows that nothing more comes to c for s, which has reached agent's tip: it
+// appends one more event (tip+1, tagged "marker") and follows s to it. A connection's
+// frames arrive in the order they were posted, so a duplicate or a straggler posted
+// before the marker arrives before it and fails s.
+func (r *rig) settle(t *testing.T, c *wsClient, s *history.Sub, agent string, tip int64) {
 	t.Helper()
-	if f, err := c.next(d); !errors.Is(err, errNoFrame) {
-		t.Fatalf("frame %s (%v) where none was due", f.raw, err)
+	r.appendN(t, r.log, agent, 1, "marker")
+	if err := c.follow(s, tip+1, patience); err != nil {
+		t.Fatalf("following the marker after seq %d: %v", tip, err)
+	}
+	r.fast.Flush()
+}
+
+// nothingReceived asserts that no frame has reached c (a frame still on its way is
+// not seen: callers know that nothing was posted).
+func (c *wsClient) nothingReceived(t *testing.T) {
+	t.Helper()
+	select {
+	case r := <-c.frames:
+		t.Fatalf("frame %s (%v) where none was due", r.f.raw, r.err)
+	default:
 	}
 }
 
@@ -402,7 +421,7 @@ func TestFaultPostLimitExceeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
-	c.quiet(t, 200*time.Millisecond)
+	r.settle(t, c, s, agent, 30)
 	h.CheckLog(t, readAll(t, r.log, agent))
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
@@ -488,7 +507,9 @@ func TestFaultPostGone(t *testing.T) {
 	if attempts != 1 {
 		t.Errorf("%d posts to the gone connection, want 1 (Gone is final)", attempts)
 	}
-	c.quiet(t, 200*time.Millisecond) // the socket itself is open: nothing reached it
+	// Every post to the connection went through gp, which answered Gone: nothing
+	// reached the socket, which is itself still open.
+	c.nothingReceived(t)
 	s.Drop()
 	evs := readAll(t, r.log, agent)
 	if len(evs) != 11 {
@@ -579,10 +600,11 @@ func TestFaultDynamoDBThrottled(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
-	c.quiet(t, 200*time.Millisecond)
+	r.settle(t, c, s, agent, tip)
 	evs := readAll(t, sessionlog.New(dynamotest.Client(t), names["LogTable"]), agent)
 	h.CheckLog(t, evs)
-	// Each append landed exactly once.
+	// Each append landed exactly once (the writers' and settle's marker).
+	tip++
 	seen := map[string]int{}
 	for _, ev := range evs[1:] {
 		seen[string(ev.Payload)]++
@@ -650,10 +672,10 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
-	c.quiet(t, 200*time.Millisecond)
+	r.settle(t, c, s, agent, 20)
 	evs := readAll(t, sessionlog.New(dynamolocal.Client(srv.Endpoint()), names["LogTable"]), agent)
-	if len(evs) != 21 {
-		t.Errorf("a fresh reader sees %d events, want 21", len(evs))
+	if len(evs) != 22 {
+		t.Errorf("a fresh reader sees %d events, want 22 (0..20 and the marker)", len(evs))
 	}
 	h.CheckLog(t, evs)
 }

@@ -57,15 +57,17 @@ func TestHelloFirstThenReplayAndTail(t *testing.T) {
 	}
 	appendN(t, e.log, "a1", 30) // live tail
 	c.events(1, 30)
-	c.quiet(300 * time.Millisecond)
+	// Each once: the next frame after 30 is the next event appended.
+	appendN(t, e.log, "a1", 1)
+	c.events(31, 31)
 
 	// A second connection replays then tails with no seam.
 	c2 := e.dial(t, "a1", tok)
 	c.expectError("superseded")
 	c.expectClosed()
 	h2 := c2.hello("a1")
-	if h2.Last != 30 {
-		t.Fatalf("hello last_seq %d, want 30", h2.Last)
+	if h2.Last != 31 {
+		t.Fatalf("hello last_seq %d, want 31", h2.Last)
 	}
 	c2.send(map[string]any{"type": "subscribe", "from_seq": 25})
 	done := make(chan error, 1)
@@ -78,11 +80,12 @@ func TestHelloFirstThenReplayAndTail(t *testing.T) {
 		}
 		done <- nil
 	}()
-	c2.events(25, 40)
+	c2.events(25, 41)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	c2.quiet(300 * time.Millisecond)
+	appendN(t, e.log, "a1", 1)
+	c2.events(42, 42)
 }
 
 func TestResubscribeMidStream(t *testing.T) {
@@ -106,7 +109,9 @@ func TestResubscribeMidStream(t *testing.T) {
 		}
 	}
 	c.events(6, 200)
-	c.quiet(300 * time.Millisecond)
+	// Nothing of the first replay follows the second: the next frame is the next event.
+	appendN(t, e.log, "a1", 1)
+	c.events(201, 201)
 }
 
 func TestReplayTruncated(t *testing.T) {

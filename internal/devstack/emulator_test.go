@@ -133,7 +133,7 @@ func TestEmulatorRunnerKilledMidInvocation(t *testing.T) {
 		id := a.startTurn(script)
 		a.follow(id, callW("sleep", windowArgs), resultW(windowResult), answerW("after the kill", 2), endW("completed", ""))
 		a.titled()
-		a.quiet(time.Second)
+		a.settled(1) // the killed attempt failed; its retry returned
 		for typ, n := range map[string]int{"turn/start": 1, "tool/call": 1, "tool/result": 1, "turn/end": 1} {
 			if got := a.count(typ); got != n {
 				a.failf("%s %d times, want %d", typ, got, n)

@@ -550,6 +550,20 @@ func TestFaultSenderKilledWakeupWithinLease(t *testing.T) {
 	const agent, n = "killed-wake", 400
 	e := startSeededStack(t, agent, n)
 	ks := killSenderMidReplay(t, e, agent, n)
+	// The dead sender's last write renews its lease, as one killed right after a
+	// checkpoint leaves it: the lease left at the append no longer depends on how long
+	// the kill and the reads after it took on a loaded machine. Nothing else writes the
+	// record meanwhile (no append, no wake-up).
+	conns := connStore(e)
+	o, err := conns.Owner(context.Background(), agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err = conns.Checkpoint(context.Background(), o, o.Lease, connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated}, senderLease)
+	if err != nil {
+		t.Fatalf("renew the dead sender's lease: %v", err)
+	}
+	ks.until = o.LeaseUntil
 	if time.Until(ks.until) < senderLease/4 {
 		t.Fatalf("the dead sender's lease is nearly over already (%v left)", time.Until(ks.until))
 	}

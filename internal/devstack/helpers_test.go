@@ -28,7 +28,8 @@ type env struct {
 	stack  *devstack.Stack
 	tokens *auth.Store
 	log    *sessionlog.Log
-	pause  *pauser // the runtime's pause hook; nil when the functions run emulated (runtime_test.go)
+	pause  *pauser      // the runtime's pause hook; nil when the functions run emulated (runtime_test.go)
+	calls  *invocations // the handlers' returns (startRuntimeStack only; invocations_test.go)
 }
 
 func startStack(t *testing.T, o devstack.Options) env {
@@ -123,7 +124,9 @@ func (e env) tryDial(agent, token string) (*client, error) {
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
 	}
-	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	// The handshake waits for the $connect handler: bounded like any wait for the
+	// server (frameTimeout), which on a loaded machine can take more than 10 s.
+	dctx, dcancel := context.WithTimeout(ctx, frameTimeout)
 	defer dcancel()
 	c, _, err := websocket.Dial(dctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
@@ -261,18 +264,6 @@ func (c *client) events(from, to int64) []frame {
 		want++
 	}
 	return out
-}
-
-// quiet asserts nothing arrives for d.
-func (c *client) quiet(d time.Duration) {
-	c.t.Helper()
-	f, err := c.next(d)
-	if err == nil {
-		c.t.Fatalf("unexpected frame %s", f)
-	}
-	if !errors.Is(err, errTimeout) {
-		c.t.Fatalf("socket failed while quiet: %v", err)
-	}
 }
 
 func appendN(t *testing.T, l *sessionlog.Log, session string, n int) {

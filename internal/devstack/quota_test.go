@@ -38,7 +38,7 @@ func TestRuntimeQuota(t *testing.T) {
 		y, m, d := now.Date()
 		reason := "quota: turns_per_day 1 reached; resets at " + time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339)
 		a.follow(ts.str("turn_id"), endW("rejected", reason))
-		a.quiet(time.Second) // the wake does not run
+		a.settled(2) // the refused wake does not run
 
 		put(`{"quotas":{"turns_per_day":2}}`)
 		a.inject("third", true)
@@ -48,7 +48,6 @@ func TestRuntimeQuota(t *testing.T) {
 		}
 		// The queued wake starts the turn; the new one joins it as context.
 		a.follow(id, injectedW("third"), answerW("third", 0), endW("completed", ""))
-		a.quiet(500 * time.Millisecond)
-		a.matchLog()
+		a.settled(3)
 	}})
 }

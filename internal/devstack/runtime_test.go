@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/coder/websocket"
 
@@ -43,8 +43,14 @@ func startRuntimeStack(t *testing.T, o devstack.Options) env {
 		p = newPauser()
 		o.Pause = p.hook
 	}
+	calls := newInvocations()
+	wrap := calls.wrap
+	if outer := o.Measure.Wrap; outer != nil {
+		wrap = func(name string, h lambda.Handler) lambda.Handler { return outer(name, calls.wrap(name, h)) }
+	}
+	o.Measure.Wrap = wrap
 	e := startStack(t, o)
-	e.pause = p
+	e.pause, e.calls = p, calls
 	t.Cleanup(func() {
 		if p != nil {
 			p.close() // first: a handler held at a pause point would keep Close waiting
@@ -159,9 +165,10 @@ type agentConn struct {
 	e            env
 	agent, token string
 	c            *client
-	next         int64    // seq of the next event
-	seen         []event  // every event received, over all connections
-	calls        []string // ids of tool/call events still without a tool/result, in log order
+	next         int64          // seq of the next event
+	seen         []event        // every event received, over all connections
+	calls        []string       // ids of tool/call events still without a tool/result, in log order
+	sent         map[string]int // frames sent, by body (handled waits for their handling)
 }
 
 func (a *agentConn) failf(format string, args ...any) {
@@ -234,6 +241,10 @@ func (a *agentConn) send(v any) {
 	if err := a.c.c.Write(ctx, websocket.MessageText, []byte(b)); err != nil {
 		a.failf("send %.80s: %v", b, err)
 	}
+	if a.sent == nil {
+		a.sent = map[string]int{}
+	}
+	a.sent[b]++
 }
 
 func (a *agentConn) inject(text string, wake bool) {
@@ -292,18 +303,6 @@ func (a *agentConn) expect(typ string) event {
 		a.fatalf("got %s, want a %s event", ev, typ)
 	}
 	return ev
-}
-
-// quiet asserts nothing arrives for d.
-func (a *agentConn) quiet(d time.Duration) {
-	f, err := a.c.next(d)
-	switch {
-	case errors.Is(err, errTimeout):
-	case err != nil:
-		a.failf("socket failed while quiet: %v", err)
-	default:
-		a.fatalf("unexpected frame %s", f)
-	}
 }
 
 // startTurn reads the waking user/message carrying text and its turn/start, and
@@ -481,17 +480,12 @@ func (a *agentConn) titled() {
 	}
 }
 
-// maybeTitled accepts a session/titled within a few seconds, or nothing.
-func (a *agentConn) maybeTitled() {
-	f, err := a.c.next(3 * time.Second)
-	switch {
-	case errors.Is(err, errTimeout):
-	case err != nil:
-		a.failf("socket failed: %v", err)
-	default:
-		if ev := a.event(f); ev.Type != "session/titled" || ev.str("title") == "" {
-			a.fatalf("after the turn: %s, want nothing or session/titled", ev)
-		}
+// maybeTitled accepts a session/titled, or nothing, once the flow's n runner
+// invocations have returned.
+func (a *agentConn) maybeTitled(n int) {
+	a.ran(n)
+	if a.tip() >= a.next {
+		a.titled()
 	}
 }
 
@@ -575,24 +569,6 @@ func (a *agentConn) arm(point string) *hold {
 		return nil
 	}
 	return a.e.pause.arm(point, a.agent)
-}
-
-// returned waits until the runner invocations held at agent.PauseReturned have
-// returned (everything they append is then in the log) and lets them go. In emulated
-// mode (nil holds) it waits four seconds instead, longer than a runner that found the
-// agent busy waits for the holder's heartbeat.
-func (a *agentConn) returned(holds ...*hold) { a.returnedOr(4*time.Second, holds...) }
-
-// returnedOr is returned, waiting d in emulated mode.
-func (a *agentConn) returnedOr(d time.Duration, holds ...*hold) {
-	for _, h := range holds {
-		if h == nil {
-			a.quiet(d)
-			return
-		}
-		h.wait(a)
-		h.release()
-	}
 }
 
 // tip is the newest seq in the log, read from the store.
@@ -699,8 +675,7 @@ func TestRuntimePlainTextWake(t *testing.T) {
 		if m, c := a.usage(evs[1]); m != 1 || c != 0 {
 			a.failf("turn/end usage: %d model calls, %d tool calls; want 1, 0", m, c)
 		}
-		a.quiet(500 * time.Millisecond)
-		a.matchLog()
+		a.settled(1)
 	}})
 }
 
@@ -774,15 +749,14 @@ func TestRuntimeScriptSteps(t *testing.T) {
 				}
 			}
 			if tc.mayBeUntitled {
-				a.maybeTitled()
+				a.maybeTitled(1)
 			} else {
 				a.titled()
 			}
-			a.quiet(time.Second)
+			a.settled(1)
 			if n := a.count("turn/start"); n != 1 {
 				a.failf("%d turns started, want 1", n)
 			}
-			a.matchLog()
 		}})
 	}
 	runFlows(t, e, flows...)
@@ -799,51 +773,37 @@ func TestRuntimeSteering(t *testing.T) {
 			w := a.window()
 			a.inject(script, true)
 			w.wait("sleep")
-			// Two runner invocations return: the steer's (with wake) and the turn's.
-			var returned []*hold
-			if wake {
-				returned = append(returned, a.arm(agent.PauseReturned), a.arm(agent.PauseReturned))
-			}
 			w.act(agent.PauseQueued, map[string]any{"type": "inject", "text": "steer text", "wake": wake})
 			w.release()
 			id := a.startTurn(script)
 			a.follow(id, callW("sleep", windowArgs), resultW(windowResult), injectedW("steer text"),
 				answerW("after the steer", 2), endW("completed", ""))
 			a.titled()
+			// With wake, the runner the steer started found the agent busy and waited
+			// for the holder's lease (up to a heartbeat, 5 s): it must start nothing.
 			if wake {
-				// The runner the waking inject started found the agent busy and waited
-				// for the holder's lease (up to a heartbeat, 5 s): it must start nothing.
-				// Once both invocations have returned, nothing more can be appended.
-				a.returned(returned...)
+				a.settled(2)
+			} else {
+				a.settled(1)
 			}
 			if n := a.count("turn/start"); n != 1 {
 				a.failf("%d turns started, want 1", n)
 			}
-			a.matchLog()
 		}
 	}
 	runFlows(t, e,
 		flow{"inject wake false while a turn runs", steer(false)},
 		flow{"inject wake true while a turn runs", steer(true)},
 		flow{"inject wake false on an idle agent", func(a *agentConn) {
-			// Queued, with no runner invoked: nothing can append after the queueing.
-			queued := a.arm(agent.PauseQueued)
+			// Queued, with no runner invoked: once its handler has returned, nothing
+			// is appended for it.
 			a.inject("queued text", false)
-			if queued != nil {
-				queued.wait(a)
-				queued.release()
-			} else {
-				a.quiet(2 * time.Second)
-			}
-			if tip := a.tip(); tip != 0 {
-				a.failf("a non-waking inject on an idle agent appended: tip %d", tip)
-			}
+			a.settled(0)
 			a.inject("go", true)
 			id := a.startTurn("go")
 			// The newest user message is the injected context: the scripted reply is it.
 			a.follow(id, injectedW("queued text"), answerW("queued text", 0), endW("completed", ""), titledW("go"))
-			a.quiet(500 * time.Millisecond)
-			a.matchLog()
+			a.settled(1)
 		}},
 		flow{"inject while the final answer streams", func(a *agentConn) {
 			// The steer lands while "abc" streams: the turn does not end after that
@@ -875,8 +835,7 @@ func TestRuntimeSteering(t *testing.T) {
 			a.follow(id, callW("echo", `{"text":"x"}`), resultW(`{"text":"x"}`), answerW("abc", 3),
 				injectedW("late steer"), answerW("again", 2), endW("completed", ""))
 			a.titled()
-			a.quiet(500 * time.Millisecond)
-			a.matchLog()
+			a.settled(1) // the late steer does not wake
 		}},
 		flow{"two wakes at once: one turn, the other rides it", func(a *agentConn) {
 			a.inject("wake one", true)
@@ -924,11 +883,10 @@ func TestRuntimeSteering(t *testing.T) {
 				a.failf("the other wake was injected %d times, want 1", injected)
 			}
 			a.follow("", titledW(first))
-			a.quiet(time.Second)
+			a.settled(2)
 			if n := a.count("turn/start"); n != 1 {
 				a.failf("%d turns started, want 1", n)
 			}
-			a.matchLog()
 		}},
 		flow{"a wake resumes an open turn", func(a *agentConn) {
 			// A runner died mid-turn: the log holds a turn/start with no turn/end and
@@ -952,8 +910,7 @@ func TestRuntimeSteering(t *testing.T) {
 			// resumed turn's next step.
 			a.follow(id, resultW(`{"text":"owed"}`), injectedW("after the crash"), answerW("after the crash", 0),
 				endW("completed", ""), titledW("before the crash"))
-			a.quiet(time.Second)
-			a.matchLog()
+			a.settled(1)
 		}},
 	)
 }
@@ -966,11 +923,15 @@ func TestRuntimeCancel(t *testing.T) {
 	e := startRuntimeStack(t, devstack.Options{})
 	flows := []flow{{"no turn", func(a *agentConn) {
 		a.refused("not_running", `{"type":"cancel","reason":"nothing to stop"}`, `{"type":"cancel"}`)
-		// The socket stays open: a new subscribe replays.
+		// The socket stays open: a new subscribe replays, once: the next event after
+		// session/created is the next turn's.
 		a.send(`{"type":"subscribe","from_seq":0}`)
 		a.next, a.seen = 0, nil
 		a.expect("session/created")
-		a.quiet(300 * time.Millisecond)
+		a.inject("after the replay", true)
+		id := a.startTurn("after the replay")
+		a.follow(id, answerW("after the replay", 0), endW("completed", ""), titledW("after the replay"))
+		a.settled(1)
 	}}}
 	for _, tc := range []struct{ name, frame, reason string }{
 		{"during a tool run", `{"type":"cancel","reason":"user pressed stop"}`, "user pressed stop"},
@@ -1051,14 +1012,13 @@ func TestRuntimeApprovals(t *testing.T) {
 		flow{"approve and deny", func(a *agentConn) {
 			a.refused("stale_call", approveFrame("call_never")) // no turn at all
 			script := `{"script":[{"call":[{"tool":"echo","args":{"text":"plain"}},{"tool":"guarded_echo","args":{"text":"first"}}]},{"call":[{"tool":"guarded_echo","args":{"text":"second"}}]},{"say":"all decided"}]}`
-			parked := a.arm(agent.PauseReturned)
 			a.inject(script, true)
 			id := a.startTurn(script)
 			evs := a.follow(id, callW("echo", `{"text":"plain"}`), callW("guarded_echo", `{"text":"first"}`),
 				resultW(`{"text":"plain"}`), requestedW("guarded_echo", `{"text":"first"}`))
 			plain, first := evs[0].str("id"), a.calls[0]
 			// Parked: the runner has returned, and nothing runs without a verdict.
-			a.returnedOr(700*time.Millisecond, parked)
+			a.ran(1)
 			// A typo, and a call that never asked.
 			a.refused("stale_call", approveFrame(first+"x"), `{"type":"deny","call_id":"call_typo"}`, approveFrame(plain))
 
@@ -1073,27 +1033,24 @@ func TestRuntimeApprovals(t *testing.T) {
 			a.follow(id, resolvedW("denied", "not today"), errorW("denied: not today"), answerW("all decided", 2), endW("completed", ""))
 			a.titled()
 			a.refused("stale_call", approveFrame(second), approveFrame(first)) // their turn has closed
-			a.matchLog()
+			a.settled(3)                                                       // the wake's, the approval's, the denial's
 		}},
 		flow{"a wake while parked waits for the verdict", func(a *agentConn) {
 			script := `{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"held"}}]},{"say":"resumed"}]}`
-			parked := a.arm(agent.PauseReturned)
 			a.inject(script, true)
 			id := a.startTurn(script)
 			a.follow(id, callW("guarded_echo", `{"text":"held"}`), requestedW("guarded_echo", `{"text":"held"}`))
-			a.returnedOr(0, parked)
+			a.ran(1)
 			// The wake resumes the open turn, which still owes the parked call: it
 			// parks again, with no second turn and no second request (the next event
 			// must be the verdict's).
-			resumed := a.arm(agent.PauseReturned)
 			a.inject("meanwhile", true)
-			a.returnedOr(2*time.Second, resumed)
+			a.ran(2)
 			a.send(approveFrame(a.calls[0]))
 			a.follow(id, resolvedW("approved", ""), resultW(`{"text":"held"}`), injectedW("meanwhile"),
 				answerW("resumed", 2), endW("completed", ""))
 			a.titled()
-			a.quiet(500 * time.Millisecond)
-			a.matchLog()
+			a.settled(3)
 		}},
 		flow{"cancel a parked turn", func(a *agentConn) {
 			script := `{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"one"}}]}]}`
@@ -1116,10 +1073,11 @@ func TestRuntimeApprovals(t *testing.T) {
 			a.send(`{"type":"cancel","reason":"user gave up"}`)
 			a.follow(id, resolvedW("denied", "user gave up"), errorW("denied: user gave up"), errorW("cancelled before execution"),
 				endW("cancelled", "user gave up"))
-			a.quiet(500 * time.Millisecond)
+			// The first wake's, the denial's, the second wake's, the cancel's.
+			a.settled(4)
 			a.refused("stale_call", approveFrame(parked))
 			a.refused("not_running", `{"type":"cancel"}`)
-			a.matchLog()
+			a.settled(4)
 		}},
 	)
 }
@@ -1159,8 +1117,7 @@ func TestRuntimeSetPolicy(t *testing.T) {
 			b, _ := json.Marshal(bounds)
 			setPolicy(a, string(b))
 			setPolicy(a, `["echo","clock"]`)
-			a.quiet(500 * time.Millisecond) // a policy starts no turn
-			a.matchLog()
+			a.settled(0) // a policy starts no turn
 		}},
 		flow{"a call outside the policy is not executed", func(a *agentConn) {
 			setPolicy(a, `["echo","clock"]`)
@@ -1181,8 +1138,7 @@ func TestRuntimeSetPolicy(t *testing.T) {
 			a.inject(script, true)
 			id = a.startTurn(script)
 			a.follow(id, callW("echo", `{"text":"no"}`), errorW("not allowed by policy"), answerW("two", 2), endW("completed", ""))
-			a.quiet(500 * time.Millisecond)
-			a.matchLog()
+			a.settled(2)
 		}},
 		flow{"a policy set mid-turn decides the next call", func(a *agentConn) {
 			// The turn starts under a policy without clock; while its sleep runs a new
@@ -1226,16 +1182,16 @@ func TestRuntimeSetModel(t *testing.T) {
 			`{"type":"set_model","role":"","spec":"scripted"}`,
 			`{"type":"set_model","role":"painter","spec":"scripted"}`, // unknown role
 		)
-		// Accepted: no error frame comes, and the next turn runs on the scripted model
-		// with no protocol frame between its events.
+		// Accepted: once their handlers have returned (an error frame would have been
+		// posted by then) the next turn runs on the scripted model with no protocol
+		// frame before or between its events.
 		a.send(`{"type":"set_model","role":"main","spec":"scripted"}`)
 		a.send(`{"type":"set_model","role":"titler","spec":"scripted"}`)
-		a.quiet(time.Second)
+		a.settled(0)
 		a.inject("still scripted", true)
 		id := a.startTurn("still scripted")
 		a.follow(id, answerW("still scripted", 0), endW("completed", ""), titledW("still scripted"))
-		a.quiet(500 * time.Millisecond)
-		a.matchLog()
+		a.settled(1)
 	}})
 }
 
@@ -1253,7 +1209,6 @@ func TestRuntimeLiveness(t *testing.T) {
 		// (a tool/call already on its way is lost with the socket, as a real drop
 		// loses it).
 		w.wait("sleep")
-		returned := a.arm(agent.PauseReturned)
 		last := a.next - 1
 		a.c.c.CloseNow()
 		evs, err := a.e.log.Read(context.Background(), a.agent, last+1, 100)
@@ -1266,26 +1221,16 @@ func TestRuntimeLiveness(t *testing.T) {
 			}
 		}
 
-		// The turn carries on with no socket: wait for its end in the log.
+		// The turn carries on with no socket: once its runner has returned, its end is
+		// in the log.
 		w.release()
-		if returned != nil {
-			a.returned(returned)
+		a.ran(1)
+		evs, err = a.e.log.Read(context.Background(), a.agent, last+1, 100)
+		if err != nil {
+			a.failf("read log: %v", err)
 		}
-		deadline := time.Now().Add(frameTimeout)
-		for ended := false; !ended; {
-			evs, err := a.e.log.Read(context.Background(), a.agent, last+1, 100)
-			if err != nil {
-				a.failf("read log: %v", err)
-			}
-			for _, ev := range evs {
-				ended = ended || ev.Type == "turn/end"
-			}
-			if !ended && time.Now().After(deadline) {
-				a.failf("no turn/end %v after the socket closed; the log after seq %d: %v", frameTimeout, last, evs)
-			}
-			if !ended { // emulated only: in process the runner has returned
-				time.Sleep(100 * time.Millisecond)
-			}
+		if n := len(evs); n < 2 || evs[n-1].Type != "session/titled" || evs[n-2].Type != "turn/end" {
+			a.failf("the runner returned with no socket; the log after seq %d is %v, want it to end with turn/end and session/titled", last, evs)
 		}
 
 		a.connect(last + 1)
@@ -1294,6 +1239,6 @@ func TestRuntimeLiveness(t *testing.T) {
 		if got, tip := a.next-1, a.tip(); got != tip {
 			a.failf("received up to seq %d, the log's tip is %d", got, tip)
 		}
-		a.matchLog()
+		a.settled(1)
 	}})
 }
