@@ -34,8 +34,8 @@ import (
 const (
 	writerProcs      = 3
 	writerGoroutines = 5
-	writerRounds     = 2
-	writerPerRound   = 6
+	writerRounds     = 3
+	writerPerRound   = 3
 )
 
 // Lines of the writer process protocol on its stdout; anything else it prints is kept
