@@ -27,10 +27,12 @@ import (
 // The shape of TestMultiProcessWritersGapless: 8 writers — OS processes and goroutines,
 // each with its own Log (its own tip cache, as separate Lambda instances have) — append
 // to one session in rounds. A round starts only when every writer is ready, so all 8
-// append at once; and since each writer's cached tip is then stale but for at most one,
-// every round opens with at least 7 conditional puts that lose their seq. The cost is
-// in those conflicts (a put and a tip query each), not in the number of processes: a
-// few rounds exercise the same concurrency as many events.
+// append at once, and every round opens with at least 7 conditional puts that lose
+// their seq: in the first all 8 caches hold seq 0 and aim at seq 1; in a later one
+// each cache holds its writer's last seq, and only the round's last writer's is the
+// tip. The time goes into those conflicts (a put and a tip query each, against a
+// shared DynamoDB Local), not into starting processes: a few short rounds exercise the
+// same concurrency as many events.
 const (
 	writerProcs      = 3
 	writerGoroutines = 5
