@@ -319,7 +319,11 @@ type writerProc struct {
 // report (or failure) to events.
 func startWriterProc(ctx context.Context, t *testing.T, name, table, session string, events chan<- writerEvent) *writerProc {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperAppendProcess$", "-test.count=1", "-test.timeout=5m")
+	args := []string{"-test.run=^TestHelperAppendProcess$", "-test.count=1"}
+	if d, ok := t.Deadline(); ok { // the process gives up no later than this test
+		args = append(args, "-test.timeout="+max(time.Until(d), time.Second).Round(time.Second).String())
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(),
 		"SESSIONLOG_HELPER=1",
 		dynamotest.EnvEndpoint+"="+dynamotest.Endpoint(t),
