@@ -10,6 +10,7 @@ import (
 // TestTemplateTimeouts: the in-process functions get template.yaml's deadlines — the
 // routes API Gateway's 29 s, deliver 5 minutes, the runner 15.
 func TestTemplateTimeouts(t *testing.T) {
+	t.Parallel()
 	got, err := templateTimeouts()
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +28,7 @@ func TestTemplateTimeouts(t *testing.T) {
 // TestInProcessTimeouts: in process, only the message route's deadline differs from
 // the template's.
 func TestInProcessTimeouts(t *testing.T) {
+	t.Parallel()
 	tmpl, err := templateTimeouts()
 	if err != nil {
 		t.Fatal(err)
