@@ -153,7 +153,7 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	}
 	r.d = delivery.New(rc.cfg, r.log, r.conns, posts, invoke)
 	r.fast = delivery.NewNotifier(r.d, time.Second)
-	t.Cleanup(r.fast.Flush)
+	t.Cleanup(r.fast.FlushAll)
 	sock := socket.New(r.tokens, r.conns, r.log, r.d, nil, logger)
 	connect.Bind(lambda.NewHandler(sock.Connect))
 	message.Bind(lambda.NewHandler(sock.Message))
@@ -391,7 +391,7 @@ func TestFaultPostLimitExceeded(t *testing.T) {
 	if err := c.follow(s, 30, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	c.quiet(t, 200*time.Millisecond)
 	h.CheckLog(t, readAll(t, r.log, agent))
 	lp.mu.Lock()
@@ -444,7 +444,7 @@ func TestFaultPostGone(t *testing.T) {
 	if err := c.follow(s, 5, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	ctx := context.Background()
 	o, err := r.conns.Owner(ctx, agent)
 	if err != nil {
@@ -470,7 +470,7 @@ func TestFaultPostGone(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	r.appendN(t, r.log, agent, 2, "later")
-	r.fast.Flush()
+	r.fast.FlushAll()
 	r.kicks.settled(t) // a handed-over sender, if any, has found no owner
 	gp.mu.Lock()
 	attempts := gp.attempts[o.ConnID]
@@ -568,7 +568,7 @@ func TestFaultDynamoDBThrottled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	c.quiet(t, 200*time.Millisecond)
 	evs := readAll(t, sessionlog.New(dynamotest.Client(t), names["LogTable"]), agent)
 	h.CheckLog(t, evs)
@@ -627,7 +627,7 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 	if err := c.follow(s, 10, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	idle(t, r.conns, agent) // between appends: no sender is mid-write
 
 	began := time.Now()
@@ -639,7 +639,7 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 	if err := c.follow(s, 20, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	c.quiet(t, 200*time.Millisecond)
 	evs := readAll(t, sessionlog.New(dynamolocal.Client(srv.Endpoint()), names["LogTable"]), agent)
 	if len(evs) != 21 {

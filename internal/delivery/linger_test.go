@@ -108,7 +108,7 @@ func TestFastPathLingers(t *testing.T) {
 	if err := <-writerDone; err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	c.quiet(t, 300*time.Millisecond)
 	h.CheckLog(t, readAll(t, r.log, agent))
 	// One acquisition to start, one per gap long enough for the sender to let go, and a
