@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -33,8 +32,8 @@ import (
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/gatewaytest"
 	"github.com/terret/terret-ws/internal/history"
-	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
@@ -51,7 +50,7 @@ const patience = 45 * time.Second
 // Deliverer under test is the only sender, and a fault it does not handle is not
 // papered over by a backstop. Appends are handed to a Notifier, as the runner's are.
 type rig struct {
-	gw     *localgw.Gateway
+	gw     *gatewaytest.Gateway
 	db     *dynamodb.Client
 	names  tables.Names
 	log    *sessionlog.Log
@@ -123,27 +122,13 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 		rc.names = dynamotest.CreateTables(t)
 	}
 	logger := service.Logger(logOut(), "info")
-	var connect, message, disconnect, deliver localgw.Deferred
-	gw, err := localgw.Start(context.Background(), localgw.Config{
-		Addr:         "127.0.0.1:0",
-		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &connect, localgw.RouteDefault: &message, localgw.RouteDisconnect: &disconnect},
-		Functions:    map[string]lambda.Handler{"deliver": &deliver},
-		RetryBackoff: 200 * time.Millisecond,
-		Logger:       logger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Close() })
-	awsCfg := dynamolocal.Config()
-	var posts delivery.PostAPI = apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
-		o.BaseEndpoint = aws.String(gw.ManagementEndpoint())
-	})
+	gw := gatewaytest.Start(t, logger)
+	var posts delivery.PostAPI = gw.Posts
 	if rc.posts != nil {
 		posts = rc.posts(posts)
 	}
-	invoke := &kickTracker{InvokeAPI: lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })}
-	rc.cfg.DeliverFunction, rc.cfg.Logger = "deliver", logger
+	invoke := &kickTracker{InvokeAPI: gw.Invoke}
+	rc.cfg.DeliverFunction, rc.cfg.Logger = gatewaytest.DeliverFunction, logger
 	r := &rig{
 		gw: gw, db: rc.db, names: rc.names,
 		log:    sessionlog.New(rc.db, rc.names["LogTable"]),
@@ -155,10 +140,10 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	r.fast = delivery.NewNotifier(r.d, time.Second)
 	t.Cleanup(r.fast.FlushAll)
 	sock := socket.New(r.tokens, r.conns, r.log, r.d, nil, logger)
-	connect.Bind(lambda.NewHandler(sock.Connect))
-	message.Bind(lambda.NewHandler(sock.Message))
-	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
-	deliver.Bind(lambda.NewHandler(func(ctx context.Context, raw json.RawMessage) (any, error) {
+	gw.Connect.Bind(lambda.NewHandler(sock.Connect))
+	gw.Message.Bind(lambda.NewHandler(sock.Message))
+	gw.Disconnect.Bind(lambda.NewHandler(sock.Disconnect))
+	gw.Deliver.Bind(lambda.NewHandler(func(ctx context.Context, raw json.RawMessage) (any, error) {
 		out, err := r.d.Handle(ctx, raw)
 		if err == nil {
 			invoke.done()
@@ -209,71 +194,41 @@ type wsFrame struct {
 	From int64  `json:"from_seq"`
 }
 
+// wsClient is one socket of the shared rig's, read as wsFrames.
 type wsClient struct {
-	c      *websocket.Conn
-	frames chan wsRead // filled by one reader goroutine
+	c  *websocket.Conn
+	gc *gatewaytest.Client
 }
 
-type wsRead struct {
-	f   wsFrame
-	err error
-}
-
-var errNoFrame = errors.New("no frame in time")
+var errNoFrame = gatewaytest.ErrNoFrame
 
 func (r *rig) dial(t *testing.T, agent, token string) *wsClient {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, r.gw.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{
-		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}},
-	})
-	if err != nil {
-		t.Fatalf("dial %s: %v", agent, err)
-	}
-	t.Cleanup(func() { c.CloseNow() })
-	c.SetReadLimit(1 << 20)
-	wc := &wsClient{c: c, frames: make(chan wsRead, 10000)}
-	go func() {
-		for {
-			_, b, err := c.Read(context.Background())
-			if err != nil {
-				wc.frames <- wsRead{err: err}
-				return
-			}
-			var f wsFrame
-			if strings.Contains(string(b), "\n") {
-				wc.frames <- wsRead{f: wsFrame{raw: string(b)}} // a batch: the test splits it
-				continue
-			}
-			if err := json.Unmarshal(b, &f); err != nil {
-				wc.frames <- wsRead{err: fmt.Errorf("frame %q: %w", b, err)}
-				return
-			}
-			f.raw = string(b)
-			wc.frames <- wsRead{f: f}
-		}
-	}()
-	return wc
+	gc, _ := r.gw.Dial(t, agent, token, nil)
+	return &wsClient{c: gc.Conn, gc: gc}
 }
 
+// next returns the next frame within d; a batch (events separated by newlines) comes
+// whole in raw, for the test to split.
 func (c *wsClient) next(d time.Duration) (wsFrame, error) {
-	select {
-	case r := <-c.frames:
-		if r.err != nil {
-			c.frames <- r // keep reporting the end
-		}
-		return r.f, r.err
-	case <-time.After(d):
-		return wsFrame{}, errNoFrame
+	b, err := c.gc.Next(d)
+	if err != nil {
+		return wsFrame{}, err
 	}
+	if strings.Contains(string(b), "\n") {
+		return wsFrame{raw: string(b)}, nil
+	}
+	var f wsFrame
+	if err := json.Unmarshal(b, &f); err != nil {
+		return wsFrame{}, fmt.Errorf("frame %q: %w", b, err)
+	}
+	f.raw = string(b)
+	return f, nil
 }
 
 func (c *wsClient) send(t *testing.T, frame string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.c.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
+	if err := c.gc.Send(websocket.MessageText, []byte(frame)); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 }
