@@ -181,7 +181,7 @@ func (b *bench) runTail(ctx context.Context) error {
 			return fmt.Errorf("tail warm-up (floor): %w", err)
 		}
 	}
-	notifier.Flush()
+	notifier.FlushAll()
 	b.st.settle(ctx)
 
 	run := func(res *tailResult, n int, one func(int64) (time.Duration, time.Duration, error), flush func()) error {
@@ -220,12 +220,12 @@ func (b *bench) runTail(ctx context.Context) error {
 			floorPut = append(floorPut, put)
 		}
 		if n := share(b.o.tailEvents, i); n > 0 {
-			if err := run(&fastRes, n, fast, notifier.Flush); err != nil {
+			if err := run(&fastRes, n, fast, notifier.FlushAll); err != nil {
 				return fmt.Errorf("tail (fast path): %w", err)
 			}
 		}
 		if n := share(b.o.tailEvents, i); n > 0 {
-			if err := run(&batchedRes, n, fastBatched, notifier.Flush); err != nil {
+			if err := run(&batchedRes, n, fastBatched, notifier.FlushAll); err != nil {
 				return fmt.Errorf("tail (fast path, batched): %w", err)
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -34,8 +33,8 @@ import (
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/gatewaytest"
 	"github.com/terret/terret-ws/internal/history"
-	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
@@ -52,7 +51,7 @@ const patience = 45 * time.Second
 // Deliverer under test is the only sender, and a fault it does not handle is not
 // papered over by a backstop. Appends are handed to a Notifier, as the runner's are.
 type rig struct {
-	gw     *localgw.Gateway
+	gw     *gatewaytest.Gateway
 	db     *dynamodb.Client
 	names  tables.Names
 	log    *sessionlog.Log
@@ -127,27 +126,13 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 		rc.names = dynamotest.CreateTables(t)
 	}
 	logger := service.Logger(logOut(), "info")
-	var connect, message, disconnect, deliver localgw.Deferred
-	gw, err := localgw.Start(context.Background(), localgw.Config{
-		Addr:         "127.0.0.1:0",
-		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &connect, localgw.RouteDefault: &message, localgw.RouteDisconnect: &disconnect},
-		Functions:    map[string]lambda.Handler{"deliver": &deliver},
-		RetryBackoff: 200 * time.Millisecond,
-		Logger:       logger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Close() })
-	awsCfg := dynamolocal.Config()
-	var posts delivery.PostAPI = apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
-		o.BaseEndpoint = aws.String(gw.ManagementEndpoint())
-	})
+	gw := gatewaytest.Start(t, logger)
+	var posts delivery.PostAPI = gw.Posts
 	if rc.posts != nil {
 		posts = rc.posts(posts)
 	}
-	invoke := &kickTracker{InvokeAPI: lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })}
-	rc.cfg.DeliverFunction, rc.cfg.Logger = "deliver", logger
+	invoke := &kickTracker{InvokeAPI: gw.Invoke}
+	rc.cfg.DeliverFunction, rc.cfg.Logger = gatewaytest.DeliverFunction, logger
 	r := &rig{
 		gw: gw, db: rc.db, names: rc.names,
 		log:    sessionlog.New(rc.db, rc.names["LogTable"]),
@@ -157,18 +142,18 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	}
 	r.d = delivery.New(rc.cfg, r.log, r.conns, posts, invoke)
 	r.fast = delivery.NewNotifier(r.d, time.Second)
-	t.Cleanup(r.fast.Flush)
+	t.Cleanup(r.fast.FlushAll)
 	sock := socket.New(r.tokens, r.conns, r.log, r.d, nil, logger)
-	connect.Bind(lambda.NewHandler(sock.Connect))
-	message.Bind(lambda.NewHandler(sock.Message))
+	gw.Connect.Bind(lambda.NewHandler(sock.Connect))
+	gw.Message.Bind(lambda.NewHandler(sock.Message))
 	if rc.served != nil {
-		message.Bind(lambda.NewHandler(func(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+		gw.Message.Bind(lambda.NewHandler(func(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 			defer func() { rc.served <- req.RequestContext.ConnectionID }()
 			return sock.Message(ctx, req)
 		}))
 	}
-	disconnect.Bind(lambda.NewHandler(sock.Disconnect))
-	deliver.Bind(lambda.NewHandler(func(ctx context.Context, raw json.RawMessage) (any, error) {
+	gw.Disconnect.Bind(lambda.NewHandler(sock.Disconnect))
+	gw.Deliver.Bind(lambda.NewHandler(func(ctx context.Context, raw json.RawMessage) (any, error) {
 		out, err := r.d.Handle(ctx, raw)
 		if err == nil {
 			invoke.done()
@@ -219,74 +204,41 @@ type wsFrame struct {
 	From int64  `json:"from_seq"`
 }
 
+// wsClient is one socket of the shared rig's, read as wsFrames.
 type wsClient struct {
-	c      *websocket.Conn
-	frames chan wsRead // filled by one reader goroutine
+	c  *websocket.Conn
+	gc *gatewaytest.Client
 }
 
-type wsRead struct {
-	f   wsFrame
-	err error
-}
-
-var errNoFrame = errors.New("no frame in time")
+var errNoFrame = gatewaytest.ErrNoFrame
 
 func (r *rig) dial(t *testing.T, agent, token string) *wsClient {
 	t.Helper()
-	// The handshake waits for the $connect handler's five DynamoDB requests: bounded
-	// like any wait for an outcome (patience), which on a loaded machine can take more
-	// than 10 s.
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, r.gw.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{
-		HTTPHeader: http.Header{"Authorization": {"Bearer " + token}},
-	})
-	if err != nil {
-		t.Fatalf("dial %s: %v", agent, err)
-	}
-	t.Cleanup(func() { c.CloseNow() })
-	c.SetReadLimit(1 << 20)
-	wc := &wsClient{c: c, frames: make(chan wsRead, 10000)}
-	go func() {
-		for {
-			_, b, err := c.Read(context.Background())
-			if err != nil {
-				wc.frames <- wsRead{err: err}
-				return
-			}
-			var f wsFrame
-			if strings.Contains(string(b), "\n") {
-				wc.frames <- wsRead{f: wsFrame{raw: string(b)}} // a batch: the test splits it
-				continue
-			}
-			if err := json.Unmarshal(b, &f); err != nil {
-				wc.frames <- wsRead{err: fmt.Errorf("frame %q: %w", b, err)}
-				return
-			}
-			f.raw = string(b)
-			wc.frames <- wsRead{f: f}
-		}
-	}()
-	return wc
+	gc, _ := r.gw.Dial(t, agent, token, nil)
+	return &wsClient{c: gc.Conn, gc: gc}
 }
 
+// next returns the next frame within d; a batch (events separated by newlines) comes
+// whole in raw, for the test to split.
 func (c *wsClient) next(d time.Duration) (wsFrame, error) {
-	select {
-	case r := <-c.frames:
-		if r.err != nil {
-			c.frames <- r // keep reporting the end
-		}
-		return r.f, r.err
-	case <-time.After(d):
-		return wsFrame{}, errNoFrame
+	b, err := c.gc.Next(d)
+	if err != nil {
+		return wsFrame{}, err
 	}
+	if strings.Contains(string(b), "\n") {
+		return wsFrame{raw: string(b)}, nil
+	}
+	var f wsFrame
+	if err := json.Unmarshal(b, &f); err != nil {
+		return wsFrame{}, fmt.Errorf("frame %q: %w", b, err)
+	}
+	f.raw = string(b)
+	return f, nil
 }
 
 func (c *wsClient) send(t *testing.T, frame string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.c.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
+	if err := c.gc.Send(websocket.MessageText, []byte(frame)); err != nil {
 		t.Fatalf("send: %v", err)
 	}
 }
@@ -336,17 +288,15 @@ func (r *rig) settle(t *testing.T, c *wsClient, s *history.Sub, agent string, ti
 	if err := c.follow(s, tip+1, patience); err != nil {
 		t.Fatalf("following the marker after seq %d: %v", tip, err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 }
 
 // nothingReceived asserts that no frame has reached c (a frame still on its way is
 // not seen: callers know that nothing was posted).
 func (c *wsClient) nothingReceived(t *testing.T) {
 	t.Helper()
-	select {
-	case r := <-c.frames:
-		t.Fatalf("frame %s (%v) where none was due", r.f.raw, r.err)
-	default:
+	if b, ok, err := c.gc.Ready(); ok {
+		t.Fatalf("frame %s (%v) where none was due", b, err)
 	}
 }
 
@@ -420,7 +370,7 @@ func TestFaultPostLimitExceeded(t *testing.T) {
 	if err := c.follow(s, 30, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	r.settle(t, c, s, agent, 30)
 	h.CheckLog(t, readAll(t, r.log, agent))
 	lp.mu.Lock()
@@ -473,7 +423,7 @@ func TestFaultPostGone(t *testing.T) {
 	if err := c.follow(s, 5, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	ctx := context.Background()
 	o, err := r.conns.Owner(ctx, agent)
 	if err != nil {
@@ -499,7 +449,7 @@ func TestFaultPostGone(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	r.appendN(t, r.log, agent, 2, "later")
-	r.fast.Flush()
+	r.fast.FlushAll()
 	r.kicks.settled(t) // a handed-over sender, if any, has found no owner
 	gp.mu.Lock()
 	attempts := gp.attempts[o.ConnID]
@@ -599,7 +549,7 @@ func TestFaultDynamoDBThrottled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	r.settle(t, c, s, agent, tip)
 	evs := readAll(t, sessionlog.New(dynamotest.Client(t), names["LogTable"]), agent)
 	h.CheckLog(t, evs)
@@ -659,7 +609,7 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 	if err := c.follow(s, 10, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	idle(t, r.conns, agent) // between appends: no sender is mid-write
 
 	began := time.Now()
@@ -671,7 +621,7 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 	if err := c.follow(s, 20, patience); err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	r.settle(t, c, s, agent, 20)
 	evs := readAll(t, sessionlog.New(dynamolocal.Client(srv.Endpoint()), names["LogTable"]), agent)
 	if len(evs) != 22 {

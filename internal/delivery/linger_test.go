@@ -108,7 +108,7 @@ func TestFastPathLingers(t *testing.T) {
 	if err := <-writerDone; err != nil {
 		t.Fatal(err)
 	}
-	r.fast.Flush()
+	r.fast.FlushAll()
 	// One acquisition to start, one per gap long enough for the sender to let go, and a
 	// few around the resubscribe (its replay, a hand-over, a watcher); counted before
 	// settle's marker.

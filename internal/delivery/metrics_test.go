@@ -150,7 +150,7 @@ func TestDeliveryMetrics(t *testing.T) {
 	caughtUp(0)
 	r.appendN(t, r.log, agent, 3, "f")
 	next(c, "fast path", 1, 2, 3)
-	r.fast.Flush()
+	r.fast.FlushAll()
 
 	// The stream consumer's wake-up (Pump, no linger): two events.
 	appendLog(2)

@@ -24,34 +24,97 @@ type Notifier struct {
 	budget time.Duration
 
 	mu        sync.Mutex
-	pending   map[string][]sessionlog.Event
+	queues    map[string]*queue        // by session, while a sender runs for it
 	unwatched map[string]bool          // sessions whose last wake-up found nothing owed
 	arrived   map[string]chan struct{} // a lingering sender's wake-up, by session
-	flushes   int                      // Flush calls so far: a linger ends at the next
-	flushing  int                      // Flush calls under way: no linger starts
+	flushes   int                      // FlushAll calls so far: a linger ends at the next
+	flushing  int                      // FlushAll calls under way: no linger starts
 	busy      int
-	idle      *sync.Cond
+	idle      *sync.Cond // broadcast whenever a send ends: flushes look again
 }
+
+// queue is the work of one session's sender.
+type queue struct {
+	events []sessionlog.Event  // appended, not yet taken by the sender
+	queued map[*invocation]int // the invocations whose events are in events, and how many
+	taken  map[*invocation]int // the same for the events the send under way took
+}
+
+// take hands the queued events to the send under way.
+func (q *queue) take() []sessionlog.Event {
+	hints := q.events
+	q.events = nil
+	for inv, k := range q.queued {
+		q.taken[inv] += k
+	}
+	clear(q.queued)
+	return hints
+}
+
+// flushing reports whether an invocation whose events the send under way carries is
+// flushing: it appends no more, so a linger would only hold it up.
+func (q *queue) flushing() bool {
+	for inv := range q.taken {
+		if inv.flushing {
+			return true
+		}
+	}
+	return false
+}
+
+// invocation is one handler invocation's share of the fast path (Notifier.Invocation).
+// Its fields are guarded by n.mu.
+type invocation struct {
+	n        *Notifier
+	owed     int  // its events whose send has not finished
+	flushing bool // its flush has begun
+}
+
+type invocationKey struct{}
 
 // NewNotifier returns a Notifier that gives each send at most budget.
 func NewNotifier(d *Deliverer, budget time.Duration) *Notifier {
-	n := &Notifier{d: d, budget: budget, pending: map[string][]sessionlog.Event{}, unwatched: map[string]bool{}, arrived: map[string]chan struct{}{}}
+	n := &Notifier{d: d, budget: budget, queues: map[string]*queue{}, unwatched: map[string]bool{}, arrived: map[string]chan struct{}{}}
 	n.idle = sync.NewCond(&n.mu)
 	return n
 }
 
-// OnAppend queues ev for delivery. It never blocks on the network.
+// Invocation begins one handler invocation's share of the fast path. The events
+// appended with the returned context (OnAppend) are the invocation's; flush, called
+// before the handler returns, waits until the sends carrying them have finished — and
+// for no other send: another invocation's long send (the runner's turn, in a process
+// that serves both) does not hold this one up. A Lambda runtime freezes a returned
+// invocation's goroutines until its next invocation, so a send still under way at the
+// return would stall, holding the session's lease; flush is what prevents that. As its
+// invocation appends no more, flush also ends at once the linger of the senders that
+// carry its events. Cost: none beyond the wait.
+func (n *Notifier) Invocation(ctx context.Context) (context.Context, func()) {
+	inv := &invocation{n: n}
+	return context.WithValue(ctx, invocationKey{}, inv), func() { n.flush(inv) }
+}
+
+// OnAppend queues ev for delivery, as a part of ctx's invocation if it has one
+// (Invocation). It never blocks on the network.
 func (n *Notifier) OnAppend(ctx context.Context, ev sessionlog.Event) {
+	inv, _ := ctx.Value(invocationKey{}).(*invocation)
 	n.mu.Lock()
-	_, queued := n.pending[ev.SessionID]
-	n.pending[ev.SessionID] = append(n.pending[ev.SessionID], ev)
+	q, running := n.queues[ev.SessionID]
+	if !running {
+		q = &queue{queued: map[*invocation]int{}, taken: map[*invocation]int{}}
+		n.queues[ev.SessionID] = q
+	}
+	q.events = append(q.events, ev)
+	if inv != nil && inv.n == n {
+		q.queued[inv]++
+		inv.owed++
+	}
 	if c, ok := n.arrived[ev.SessionID]; ok {
 		select {
 		case c <- struct{}{}:
 		default:
 		}
 	}
-	if !queued {
+	if !running {
 		n.busy++
 		go n.send(context.WithoutCancel(ctx), ev.SessionID)
 	}
@@ -62,15 +125,15 @@ func (n *Notifier) OnAppend(ctx context.Context, ev sessionlog.Event) {
 func (n *Notifier) send(ctx context.Context, session string) {
 	for {
 		n.mu.Lock()
-		hints := n.pending[session]
-		if len(hints) == 0 {
-			delete(n.pending, session)
+		q := n.queues[session]
+		if len(q.events) == 0 {
+			delete(n.queues, session)
 			n.busy--
 			n.idle.Broadcast()
 			n.mu.Unlock()
 			return
 		}
-		n.pending[session] = hints[:0:0]
+		hints := q.take()
 		unwatched := n.unwatched[session]
 		n.mu.Unlock()
 		idle, err := n.d.pump(ctx, session, hints, wake{stopAt: time.Now().Add(n.budget), budget: n.budget, more: n.more(session), preRead: unwatched})
@@ -79,6 +142,11 @@ func (n *Notifier) send(ctx context.Context, session string) {
 			n.d.logger.Warn("fast path", "agent_id", session, "error", err)
 		}
 		n.mu.Lock()
+		for inv, k := range q.taken {
+			inv.owed -= k
+		}
+		clear(q.taken)
+		n.idle.Broadcast()
 		switch {
 		case idle && len(n.unwatched) < 4096: // bounded: a long-lived process forgets
 			n.unwatched[session] = true
@@ -89,28 +157,44 @@ func (n *Notifier) send(ctx context.Context, session string) {
 	}
 }
 
-// Flush waits until every queued event has been handed to a sender. A Lambda handler
-// calls it before returning, since the runtime freezes after the return; no more of its
-// events are coming, so lingering senders let go at once rather than hold the lease
-// (and the invocation) for the rest of their linger.
-func (n *Notifier) Flush() {
+// flush is an invocation's flush (Invocation).
+func (n *Notifier) flush(inv *invocation) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	inv.flushing = true
+	n.wakeLingerers()
+	for inv.owed > 0 {
+		n.idle.Wait()
+	}
+}
+
+// FlushAll waits until every send of the process has finished, ending every linger at
+// once. It is for a process that is a single appender (cmd/bench, tests); a handler
+// sharing the Notifier with others uses its invocation's flush (Invocation), which
+// waits for its own sends only.
+func (n *Notifier) FlushAll() {
 	n.mu.Lock()
 	n.flushes++
 	n.flushing++
 	defer func() { n.flushing--; n.mu.Unlock() }()
+	n.wakeLingerers()
+	for n.busy > 0 {
+		n.idle.Wait()
+	}
+}
+
+// wakeLingerers makes every lingering sender look whether it should stop. n.mu is held.
+func (n *Notifier) wakeLingerers() {
 	for _, c := range n.arrived {
 		select {
 		case c <- struct{}{}:
 		default:
 		}
 	}
-	for n.busy > 0 {
-		n.idle.Wait()
-	}
 }
 
 // more returns the session's sender's linger: the events queued for it, waiting up to
-// wait for the first.
+// wait for the first. It returns none at once when a flush concerns the send.
 func (n *Notifier) more(session string) func(time.Duration) []sessionlog.Event {
 	return func(wait time.Duration) []sessionlog.Event {
 		timer := time.NewTimer(wait)
@@ -120,12 +204,13 @@ func (n *Notifier) more(session string) func(time.Duration) []sessionlog.Event {
 		n.mu.Unlock()
 		for {
 			n.mu.Lock()
-			if hints := n.pending[session]; len(hints) > 0 {
-				n.pending[session] = hints[:0:0]
+			q := n.queues[session]
+			if len(q.events) > 0 {
+				hints := q.take()
 				n.mu.Unlock()
 				return hints
 			}
-			if n.flushes != flushes || n.flushing > 0 {
+			if n.flushes != flushes || n.flushing > 0 || q.flushing() {
 				delete(n.arrived, session)
 				n.mu.Unlock()
 				return nil

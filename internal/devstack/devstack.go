@@ -3,8 +3,7 @@
 // template.yaml, the local API Gateway (WebSocket routes, @connections and the Lambda
 // Invoke API) and a poller for each DynamoDB stream feeding the stream consumers —
 // every handler wired by package service exactly as the deployed functions are, with
-// their template.yaml timeouts — but for the message route's, longer in process
-// (inProcessMessageTimeout says why).
+// their template.yaml timeouts.
 package devstack
 
 import (
@@ -104,6 +103,10 @@ type Stack struct {
 	pollerOpts eventsource.Options
 }
 
+// Timeout is the invocation deadline the gateway gives a route key ($default) or a
+// function name (runner).
+func (s *Stack) Timeout(name string) time.Duration { return s.gw.Timeout(name) }
+
 // WebSocketURL is the base of the agents' socket URLs: WebSocketURL()+"/agents/ID/ws".
 func (s *Stack) WebSocketURL() string { return s.gw.WebSocketURL() }
 
@@ -166,7 +169,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	connect, message, disconnect, deliver, runner := &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}, &localgw.Deferred{}
 	gwFunctions := map[string]lambda.Handler{"deliver": o.Latency.Delayed(o.Measure.wrap("deliver (async)", deliver)),
 		"runner": o.Latency.Delayed(o.Measure.wrap("runner", runner))}
-	gwTimeouts, err := inProcessTimeouts() // the emulated functions' are the template's plus slack (route)
+	gwTimeouts, err := templateTimeouts() // the emulated functions' are the template's plus slack (route)
 	if err != nil {
 		return nil, err
 	}

@@ -9,27 +9,12 @@ import (
 	"github.com/terret/terret-ws/internal/stack"
 )
 
-// inProcessMessageTimeout is the in-process $default route's deadline, longer than the
-// message function's 29 s (template.yaml). In process one Runtime serves the message
-// route and the runner, so a frame's handler, before it returns, waits for every
-// fast-path send of the process (delivery.Notifier.Flush) — the runner's turns of
-// every agent included — where a deployed message function waits only for its own
-// invocation's few sends. On a loaded machine that wait alone can pass 29 s.
-const inProcessMessageTimeout = 5 * time.Minute
-
-// inProcessTimeouts is templateTimeouts with $default given inProcessMessageTimeout.
-func inProcessTimeouts() (map[string]time.Duration, error) {
-	t, err := templateTimeouts()
-	if err != nil {
-		return nil, err
-	}
-	t[localgw.RouteDefault] = max(t[localgw.RouteDefault], inProcessMessageTimeout)
-	return t, nil
-}
-
 // templateTimeouts returns the invocation deadline of every function of template.yaml
 // (its own Timeout, else the Globals'), by function name and, for the route functions,
-// by route key as well: the in-process handlers get the deployed functions' deadlines.
+// by route key as well: the in-process handlers get the deployed functions' deadlines,
+// the message route's 29 s included. That holds in one process too, where the message
+// route and the runner share one fast-path Notifier, because a handler waits only for its
+// own invocation's sends (delivery.Notifier.Invocation), not for the runner's turns.
 func templateTimeouts() (map[string]time.Duration, error) {
 	s, err := stack.Parse(terretws.Template)
 	if err != nil {

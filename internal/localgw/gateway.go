@@ -402,6 +402,10 @@ func splitPath(escaped string) ([]string, bool) {
 	return segs, true
 }
 
+// Timeout is the invocation deadline of a route key or function name: Config.Timeouts',
+// else DefaultTimeout.
+func (g *Gateway) Timeout(name string) time.Duration { return g.timeout(name) }
+
 // timeout is the invocation deadline of a route key or function name.
 func (g *Gateway) timeout(name string) time.Duration {
 	if d, ok := g.cfg.Timeouts[name]; ok && d > 0 {

@@ -133,7 +133,8 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 
 // Runtime is the agent runtime as the functions use it: the controller the message route
 // hands agent frames to, and the runner function's handler. Both deliver what they append
-// through the fast path and wait for it before their invocation returns.
+// through the fast path and, before their invocation returns, wait for the sends of
+// what they appended — not for other invocations' (delivery.Notifier.Invocation).
 type Runtime struct {
 	svc    *agent.Service
 	runner *agent.Runner
@@ -169,42 +170,49 @@ const fastPathBudget = time.Second
 
 // HandleRunner serves the runner function.
 func (rt *Runtime) HandleRunner(ctx context.Context, ev agent.RunnerEvent) error {
-	defer rt.fast.Flush()
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
 	return rt.runner.Handle(ctx, ev)
 }
 
 // Inject and the other Controller methods serve the agent frames.
 func (rt *Runtime) Inject(ctx context.Context, sessionID, text string, wake bool) error {
-	defer rt.fast.Flush()
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
 	return rt.svc.Inject(ctx, sessionID, text, wake)
 }
 
 // Cancel serves cancel.
 func (rt *Runtime) Cancel(ctx context.Context, sessionID, reason string) error {
-	defer rt.fast.Flush()
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
 	return rt.svc.Cancel(ctx, sessionID, reason)
 }
 
 // Approve serves approve.
 func (rt *Runtime) Approve(ctx context.Context, sessionID, callID string) error {
-	defer rt.fast.Flush()
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
 	return rt.svc.Approve(ctx, sessionID, callID)
 }
 
 // Deny serves deny.
 func (rt *Runtime) Deny(ctx context.Context, sessionID, callID, reason string) error {
-	defer rt.fast.Flush()
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
 	return rt.svc.Deny(ctx, sessionID, callID, reason)
 }
 
 // SetModel serves set_model.
 func (rt *Runtime) SetModel(ctx context.Context, sessionID, role, spec string) error {
-	defer rt.fast.Flush()
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
 	return rt.svc.SetModel(ctx, sessionID, role, spec)
 }
 
 // SetPolicy serves set_policy.
 func (rt *Runtime) SetPolicy(ctx context.Context, sessionID string, patterns []string) error {
-	defer rt.fast.Flush()
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
 	return rt.svc.SetPolicy(ctx, sessionID, patterns)
 }

@@ -17,7 +17,8 @@ type Notifying struct {
 }
 
 // Notify wraps l so that notify is called with each event appended through it. notify
-// runs on the appender's goroutine and must not block for long.
+// runs on the appender's goroutine, with the appender's context (delivery's fast path
+// finds there the handler invocation the event belongs to), and must not block for long.
 func Notify(l *Log, notify func(ctx context.Context, ev Event)) *Notifying {
 	return &Notifying{Log: l, notify: notify}
 }

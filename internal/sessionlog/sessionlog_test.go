@@ -291,14 +291,21 @@ func TestAppendAtConflict(t *testing.T) {
 }
 
 // Every successful append through a Notifying log is handed to its listener once, in
-// order; a failed one is not.
+// order, with the appender's context (delivery's fast path reads the invocation there);
+// a failed one is not.
 func TestNotifyOnAppend(t *testing.T) {
 	t.Parallel()
 	l, table := newLog(t)
-	ctx := context.Background()
+	type invocationKey struct{}
+	ctx := context.WithValue(context.Background(), invocationKey{}, "appender's")
 	mustCreate(t, l, "s")
 	var got []int64
-	n := sessionlog.Notify(l, func(_ context.Context, ev sessionlog.Event) { got = append(got, ev.Seq) })
+	n := sessionlog.Notify(l, func(nctx context.Context, ev sessionlog.Event) {
+		got = append(got, ev.Seq)
+		if v := nctx.Value(invocationKey{}); v != "appender's" {
+			t.Errorf("seq %d notified with context value %v, want the appender's", ev.Seq, v)
+		}
+	})
 	if _, err := n.Append(ctx, "s", "a/b", nil); err != nil {
 		t.Fatal(err)
 	}

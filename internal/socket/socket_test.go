@@ -16,18 +16,14 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
-	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
-	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
-	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/gatewaytest"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
@@ -91,7 +87,7 @@ func (r *recorder) SetPolicy(ctx context.Context, id string, patterns []string) 
 }
 
 type rig struct {
-	gw     *localgw.Gateway
+	gw     *gatewaytest.Gateway
 	srv    *Server
 	ctrl   *recorder
 	tokens *auth.Store
@@ -130,23 +126,7 @@ func newRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Dur
 	t.Helper()
 	db := dynamotest.Client(t)
 	logger := testLogger()
-	var connect, message, disconnect, deliver localgw.Deferred
-	gw, err := localgw.Start(context.Background(), localgw.Config{
-		Addr:         "127.0.0.1:0",
-		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &connect, localgw.RouteDefault: &message, localgw.RouteDisconnect: &disconnect},
-		Functions:    map[string]lambda.Handler{"deliver": &deliver},
-		RetryBackoff: 200 * time.Millisecond,
-		Logger:       logger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Close() })
-	awsCfg := dynamolocal.Config()
-	posts := apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
-		o.BaseEndpoint = aws.String(gw.ManagementEndpoint())
-	})
-	invoke := lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })
+	gw := gatewaytest.Start(t, logger)
 	r := &rig{
 		gw: gw, ctrl: newRecorder(),
 		tokens:       auth.New(db, names["ConnectionsTable"]),
@@ -154,7 +134,7 @@ func newRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Dur
 		disconnected: make(chan string, 100),
 	}
 	log := sessionlog.New(db, names["LogTable"])
-	d := delivery.New(delivery.Config{DeliverFunction: "deliver", Logger: logger}, log, r.conns, posts, invoke)
+	d := delivery.New(delivery.Config{DeliverFunction: gatewaytest.DeliverFunction, Logger: logger}, log, r.conns, gw.Posts, gw.Invoke)
 	var ctrl Controller = r.ctrl
 	if noRuntime {
 		ctrl = nil
@@ -163,14 +143,14 @@ func newRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Dur
 	if orderWait > 0 {
 		r.srv.WithOrderWait(orderWait)
 	}
-	connect.Bind(lambda.NewHandler(r.srv.Connect))
-	message.Bind(lambda.NewHandler(r.srv.Message))
-	disconnect.Bind(lambda.NewHandler(func(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	gw.Connect.Bind(lambda.NewHandler(r.srv.Connect))
+	gw.Message.Bind(lambda.NewHandler(r.srv.Message))
+	gw.Disconnect.Bind(lambda.NewHandler(func(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 		resp, err := r.srv.Disconnect(ctx, req)
 		r.disconnected <- req.RequestContext.ConnectionID
 		return resp, err
 	}))
-	deliver.Bind(lambda.NewHandler(d.Handle))
+	gw.Deliver.Bind(lambda.NewHandler(d.Handle))
 	return r
 }
 
@@ -183,49 +163,18 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// client is one socket; frames holds what it read, in order, until the read failed.
+// client is one socket of the shared rig's, read as JSON frames.
 type client struct {
-	t      *testing.T
-	ws     *websocket.Conn
-	frames chan clientFrame
-}
-
-type clientFrame struct {
-	f   map[string]any
-	err error
+	t  *testing.T
+	ws *websocket.Conn
+	gc *gatewaytest.Client
 }
 
 // dial connects to agentID with token ("" for none); it does not wait for hello.
 func (r *rig) dial(t *testing.T, agentID, token string, opts *websocket.DialOptions) (*client, *http.Response) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if opts == nil {
-		opts = &websocket.DialOptions{}
-	}
-	if token != "" {
-		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
-	}
-	ws, resp, err := websocket.Dial(ctx, r.gw.WebSocketURL()+"/agents/"+agentID+"/ws", opts)
-	if err != nil {
-		t.Fatalf("dial %s: %v", agentID, err)
-	}
-	t.Cleanup(func() { ws.CloseNow() })
-	c := &client{t: t, ws: ws, frames: make(chan clientFrame, 100)}
-	go func() {
-		for {
-			typ, b, err := ws.Read(context.Background())
-			var f map[string]any
-			if err == nil && typ == websocket.MessageText {
-				err = json.Unmarshal(b, &f)
-			}
-			c.frames <- clientFrame{f, err}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return c, resp
+	gc, resp := r.gw.Dial(t, agentID, token, opts)
+	return &client{t: t, ws: gc.Conn, gc: gc}, resp
 }
 
 // connected dials agentID with a fresh token and reads hello.
@@ -253,15 +202,15 @@ func (c *client) next() map[string]any {
 }
 
 func (c *client) read() (map[string]any, error) {
-	select {
-	case cf := <-c.frames:
-		if cf.err != nil {
-			c.frames <- cf // keep reporting the end
-		}
-		return cf.f, cf.err
-	case <-time.After(20 * time.Second):
-		return nil, errors.New("no frame in 20 s")
+	b, err := c.gc.Next(20 * time.Second)
+	if err != nil {
+		return nil, err
 	}
+	var f map[string]any
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("frame %q: %w", b, err)
+	}
+	return f, nil
 }
 
 // closed reads the end of the socket and returns its close status.
@@ -276,9 +225,7 @@ func (c *client) closed() websocket.StatusCode {
 
 func (c *client) send(typ websocket.MessageType, b []byte) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.ws.Write(ctx, typ, b); err != nil {
+	if err := c.gc.Send(typ, b); err != nil {
 		c.t.Fatalf("send: %v", err)
 	}
 }

@@ -1,0 +1,149 @@
+// Package gatewaytest is the local API Gateway as handler tests use it: the three
+// WebSocket routes and the deliver function bound late — the handlers are built over
+// the gateway's own @connections and Invoke endpoints, which exist only once it
+// listens — clients of those endpoints, and a WebSocket client that reads its frames on
+// one goroutine. The socket and delivery tests share it; what each binds to the routes
+// is their own.
+package gatewaytest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/coder/websocket"
+
+	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/localgw"
+)
+
+// DeliverFunction is the name the deliver function is served under.
+const DeliverFunction = "deliver"
+
+// Gateway is a running local gateway whose routes and deliver function the test binds.
+type Gateway struct {
+	*localgw.Gateway
+	Connect, Message, Disconnect localgw.Deferred // the $connect, $default, $disconnect routes
+	Deliver                      localgw.Deferred // DeliverFunction, through the Invoke API
+	Posts                        *apigatewaymanagementapi.Client
+	Invoke                       *lambdasvc.Client
+}
+
+// Start starts a gateway on a free local port that logs to logger; it is closed when
+// the test ends. A failed asynchronous invocation is retried after 200 ms, not
+// Lambda's minute.
+func Start(t testing.TB, logger *slog.Logger) *Gateway {
+	t.Helper()
+	g := &Gateway{}
+	gw, err := localgw.Start(context.Background(), localgw.Config{
+		Addr:         "127.0.0.1:0",
+		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &g.Connect, localgw.RouteDefault: &g.Message, localgw.RouteDisconnect: &g.Disconnect},
+		Functions:    map[string]lambda.Handler{DeliverFunction: &g.Deliver},
+		RetryBackoff: 200 * time.Millisecond,
+		Logger:       logger,
+	})
+	if err != nil {
+		t.Fatalf("start the local gateway: %v", err)
+	}
+	t.Cleanup(func() { gw.Close() })
+	g.Gateway = gw
+	awsCfg := dynamolocal.Config()
+	g.Posts = apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = aws.String(gw.ManagementEndpoint())
+	})
+	g.Invoke = lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })
+	return g
+}
+
+// ErrNoFrame is Client.Next's answer when no message came in time.
+var ErrNoFrame = errors.New("gatewaytest: no frame in time")
+
+// Client is one WebSocket to an agent. One goroutine reads it — a Read whose context
+// expires would close the socket — and Next hands out what it read, in order.
+type Client struct {
+	Conn *websocket.Conn
+	msgs chan message
+}
+
+type message struct {
+	data []byte
+	err  error
+}
+
+// Dial connects to agentID's socket with token in the Authorization header ("" for
+// none) and opts (nil for none); it does not wait for hello. Messages of up to 1 MiB are
+// read. The socket is closed when the test ends. The handshake waits for the $connect
+// handler's DynamoDB requests, which on a loaded machine can take tens of seconds: it
+// is bounded at a minute, as a wait for an outcome, not a measure of speed.
+func (g *Gateway) Dial(t testing.TB, agentID, token string, opts *websocket.DialOptions) (*Client, *http.Response) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if opts == nil {
+		opts = &websocket.DialOptions{}
+	}
+	if token != "" {
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
+	}
+	ws, resp, err := websocket.Dial(ctx, g.WebSocketURL()+"/agents/"+agentID+"/ws", opts)
+	if err != nil {
+		t.Fatalf("dial %s: %v", agentID, err)
+	}
+	t.Cleanup(func() { ws.CloseNow() })
+	ws.SetReadLimit(1 << 20)
+	c := &Client{Conn: ws, msgs: make(chan message, 10000)}
+	go func() {
+		for {
+			_, b, err := ws.Read(context.Background())
+			c.msgs <- message{b, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return c, resp
+}
+
+// Next returns the next message, ErrNoFrame if none came within d, or the error that
+// ended the socket (again at every later call: websocket.CloseStatus reads its status).
+func (c *Client) Next(d time.Duration) ([]byte, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case m := <-c.msgs:
+		if m.err != nil {
+			c.msgs <- m // keep reporting the end
+		}
+		return m.data, m.err
+	case <-t.C:
+		return nil, ErrNoFrame
+	}
+}
+
+// Ready returns the next message if one has already been read, without waiting: ok is
+// false when none has.
+func (c *Client) Ready() (data []byte, ok bool, err error) {
+	select {
+	case m := <-c.msgs:
+		if m.err != nil {
+			c.msgs <- m // keep reporting the end
+		}
+		return m.data, true, m.err
+	default:
+		return nil, false, nil
+	}
+}
+
+// Send writes one message of typ within 10 s.
+func (c *Client) Send(typ websocket.MessageType, b []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return c.Conn.Write(ctx, typ, b)
+}
