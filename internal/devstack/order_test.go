@@ -649,25 +649,21 @@ func steerBurst() orderBurst {
 				frames = append(frames, map[string]any{"type": "inject", "text": want[i], "wake": false})
 			}
 			frames = append(frames, map[string]any{"type": "inject", "text": prefix + "go", "wake": true})
+			first := c.sent + 1 // the gateway's number for steer 0 on this connection
 			if err := c.send(ctx, frames...); err != nil {
 				return err
 			}
 			var got []string
-			received := map[string]string{} // text → receive ms, from the inbox id
 			for turns := 1; ; turns++ {
 				err := c.untilEvent(ctx, func(f frame) bool {
 					switch f.Type {
 					case "context/injected":
-						var p struct {
-							Text    string
-							InboxID string `json:"inbox_id"`
-						}
+						var p struct{ Text string }
 						_ = json.Unmarshal(f.Pay, &p)
 						if !strings.HasPrefix(p.Text, prefix) {
 							return false
 						}
 						got = append(got, p.Text)
-						received[p.Text], _, _ = strings.Cut(p.InboxID, "-")
 					case "turn/end":
 						return true
 					}
@@ -698,12 +694,20 @@ func steerBurst() orderBurst {
 			case waySpaced:
 				// Tier 1 orders by the gateway's receive time: two steers it received in
 				// different milliseconds are logged in send order. (A loaded machine can
-				// read frames sent 1–3 ms apart in one millisecond; those tie.)
+				// read frames sent 1–3 ms apart in one millisecond; those tie.) The
+				// receive times are the gateway's, not what the server made of them.
 				for i := range got {
 					for j := i + 1; j < len(got); j++ {
-						si, sj := slices.Index(want, got[i]), slices.Index(want, got[j])
-						if si > sj && received[got[i]] != received[got[j]] {
-							return fmt.Errorf("steers logged in the order %v (received at %v), want %v", got, received, want)
+						si, sj := int64(slices.Index(want, got[i])), int64(slices.Index(want, got[j]))
+						if si < sj || si < 0 || sj < 0 {
+							continue
+						}
+						a, b, err := c.received(ctx, first+sj, first+si)
+						if err != nil {
+							return err
+						}
+						if a != b {
+							return fmt.Errorf("steers logged in the order %v, want %v: %s (received at %d ms) before %s (received at %d ms)", got, want, got[i], b, got[j], a)
 						}
 					}
 				}
