@@ -344,16 +344,25 @@ func TestFrameOrder(t *testing.T) {
 		defer mu.Unlock()
 		failures[k] = append(failures[k], err.Error())
 	}
-	for _, ln := range lanes {
+	// The sockets open one after another: every $connect at once would only queue up in
+	// DynamoDB Local.
+	conns := make([]*orderConn, len(lanes))
+	for i, ln := range lanes {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		c := &orderConn{e: ln.e, track: track, way: ln.way, agent: ln.agent, token: ln.token}
+		err := c.dial(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", ln.agent, err)
+		}
+		t.Cleanup(func() { c.ws.CloseNow() })
+		conns[i] = c
+	}
+	for i, ln := range lanes {
+		c := conns[i]
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			c := &orderConn{e: ln.e, track: track, way: ln.way, agent: ln.agent, token: ln.token}
-			if err := c.dial(ctx); err != nil {
-				fail(ln.key, fmt.Errorf("%s: %w", ln.agent, err))
-				return
-			}
-			defer func() { c.ws.CloseNow() }()
 			if ln.burst.open != nil {
 				if err := ln.burst.open(ctx, c); err != nil {
 					fail(ln.key, fmt.Errorf("%s: %w", ln.agent, err))
