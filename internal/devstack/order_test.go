@@ -45,14 +45,13 @@ import (
 // frameTrack) every one of its frames' handlers returned, after which nothing it sent
 // can still change what it checks.
 
-// orderStacks is how many local stacks share the sockets: lane i of a burst and way
-// runs on stack i mod orderStacks.
+// orderStacks is how many local stacks the sockets run on; each burst names its stack.
 // Sockets of one stack slow each other down beyond what they cost: the in-process
 // runtime's handlers all flush one fast-path notifier, which waits until no agent of the
 // stack is being sent events (on Lambda each invocation flushes only its own), so a
-// handler of one agent waits for the turns of the others. A few stacks of a few sockets
-// each keep that wait short.
-var orderStacks = 2
+// set_policy on one agent waits for the turns of the others. The bursts that run turns
+// (steer, cancel) therefore have stacks of their own, and the quick ones share one.
+const orderStacks = 3
 
 // orderRounds is the rounds of each burst per way; ORDER_ROUNDS overrides it (a quick
 // local run).
@@ -256,6 +255,7 @@ func (c *orderConn) untilEvent(ctx context.Context, stop func(f frame) bool) err
 // rounds, and round plays round r and checks it.
 type orderBurst struct {
 	name  string
+	stack int // which of the orderStacks stacks its sockets run on
 	lanes int
 	setup func(t *testing.T, e env, agent string) // on the test goroutine
 	open  func(ctx context.Context, c *orderConn) error
@@ -313,7 +313,7 @@ func TestFrameOrder(t *testing.T) {
 		for _, w := range sendWays {
 			next := new(atomic.Int64)
 			for i := range b.lanes {
-				ln := &lane{e: stacks[i%len(stacks)], burst: b, way: w, agent: fmt.Sprintf("%s-%s-%d", b.name, w.name, i), rounds: next, key: b.name + "-" + w.name}
+				ln := &lane{e: stacks[b.stack], burst: b, way: w, agent: fmt.Sprintf("%s-%s-%d", b.name, w.name, i), rounds: next, key: b.name + "-" + w.name}
 				if b.setup != nil {
 					b.setup(t, ln.e, ln.agent)
 				}
@@ -434,6 +434,7 @@ func subscribeFrame(from int64) map[string]any {
 func policyBurst() orderBurst {
 	return orderBurst{
 		name:  "policy",
+		stack: 0,
 		lanes: 2,
 		round: func(ctx context.Context, c *orderConn, r int) error {
 			first, second := fmt.Sprintf("first-%d", r), fmt.Sprintf("second-%d", r)
@@ -488,6 +489,7 @@ func policyBurst() orderBurst {
 func modelBurst(db *dynamodb.Client) orderBurst {
 	return orderBurst{
 		name:  "model",
+		stack: 0,
 		lanes: 2,
 		round: func(ctx context.Context, c *orderConn, r int) error {
 			first, second := fmt.Sprintf("bedrock/nonexistent-%d", r), fmt.Sprintf("bedrock/second-%d", r)
@@ -550,6 +552,7 @@ const subscribeTip, subscribeFirst = 12, 8
 func subscribeBurst() orderBurst {
 	return orderBurst{
 		name:  "subscribe",
+		stack: 0,
 		lanes: 2,
 		setup: func(t *testing.T, e env, agent string) {
 			seedPadded(t, e.log, dynamolocal.Client(e.stack.DynamoDBEndpoint), e.stack.Tables["LogTable"], agent, subscribeTip, 0)
@@ -647,6 +650,7 @@ func awaitEitherReplay(ctx context.Context, c *orderConn) error {
 func steerBurst() orderBurst {
 	return orderBurst{
 		name:  "steer",
+		stack: 1,
 		lanes: 2,
 		open:  func(ctx context.Context, c *orderConn) error { return c.send(ctx, subscribeFrame(0)) },
 		round: func(ctx context.Context, c *orderConn, r int) error {
@@ -735,6 +739,7 @@ func steerBurst() orderBurst {
 func cancelBurst() orderBurst {
 	return orderBurst{
 		name:  "cancel",
+		stack: 2,
 		lanes: 2,
 		open:  func(ctx context.Context, c *orderConn) error { return c.send(ctx, subscribeFrame(0)) },
 		round: func(ctx context.Context, c *orderConn, r int) error {
