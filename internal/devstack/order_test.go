@@ -46,11 +46,10 @@ import (
 // can still change what it checks.
 
 // orderStacks is how many local stacks the sockets run on; each burst names its stack.
-// Sockets of one stack slow each other down beyond what they cost: the in-process
-// runtime's handlers all flush one fast-path notifier, which waits until no agent of the
-// stack is being sent events (on Lambda each invocation flushes only its own), so a
-// set_policy on one agent waits for the turns of the others. The bursts that run turns
-// (steer, cancel) therefore have stacks of their own, and the quick ones share one.
+// The sockets of one stack share one in-process runtime and its fast-path notifier, so
+// the turns of some agents slow the handlers of the others (on Lambda every invocation
+// is alone in its sandbox). The bursts that run turns (steer, cancel) therefore have
+// stacks of their own, and the quick ones share one.
 const orderStacks = 3
 
 // orderRounds is the rounds of each burst per way; ORDER_ROUNDS overrides it (a quick
