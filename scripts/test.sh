@@ -34,8 +34,7 @@ trap 'kill $ddb 2>/dev/null || true; rm -rf "$log" "$bin"' EXIT
 go build -o "$bin/terret" ./cmd/terret
 (cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs)
 
-# TestFrameOrder plays 20 rounds of each burst here (50 by default: ORDER_ROUNDS=50).
-ORDER_ROUNDS=${ORDER_ROUNDS:-20} go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
+go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
 
 # The protocol and runtime tests once more with every function as its built bootstrap
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,

@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,14 +36,24 @@ import (
 //   - burst: plain frames back to back (same-millisecond frames: the documented
 //     weaker outcome).
 //
-// Each kind of burst plays orderRounds rounds per way, one after another on one socket
-// of an agent of its own; the fifteen sockets run at once, so bursts on many agents
-// overlap. What a round leaves behind is checked again after the stack has shut down,
-// which waits for every handler still running: a late handler cannot undo a round
-// after it was checked.
+// Each kind of burst plays orderRounds rounds per way. A few sockets, each on an agent
+// of its own, share those rounds: each takes the next round as it finishes one. Every
+// socket runs at once, so bursts on many agents — of one kind and of others — overlap
+// all the time; the protocol orders frames within one connection only, and no amount of
+// traffic on other connections may disturb that. A round is checked as soon as what it
+// waits for is known, never after a wait for a while: the event it expects, or (through
+// frameTrack) every one of its frames' handlers returned, after which nothing it sent
+// can still change what it checks.
 
-// orderRounds defaults to 50; ORDER_ROUNDS overrides it (scripts/test.sh runs 20 to
-// keep CI within its time budget).
+// orderStacks is how many local stacks the sockets run on; each burst names its stack.
+// The sockets of one stack share one in-process runtime and its fast-path notifier, so
+// the turns of some agents slow the handlers of the others (on Lambda every invocation
+// is alone in its sandbox). The bursts that run turns (steer, cancel) therefore have
+// stacks of their own, and the quick ones share one.
+const orderStacks = 3
+
+// orderRounds is the rounds of each burst per way; ORDER_ROUNDS overrides it (a quick
+// local run).
 var orderRounds = 50
 
 type sendWay struct {
@@ -57,120 +69,105 @@ var (
 	sendWays   = []sendWay{waySpaced, wayOrdered, wayBurst}
 )
 
-// orderConn is one socket: frames go out as the way says, frames in are read by one
-// goroutine. Its methods return errors: sockets run on goroutines of their own.
+// orderConn is one agent's socket: frames go out as the way says, frames in are read by
+// one goroutine. Its methods return errors: sockets run on goroutines of their own.
 type orderConn struct {
+	e      env
+	track  *frameTrack
 	way    sendWay
 	agent  string
+	token  string
 	ws     *websocket.Conn
 	frames chan read
-	n      int64 // order of the last numbered frame
-	sent   int64 // frames sent: the gateway numbers them the same way
-	hist   *history.History
-	recv   *receiveLog
+	dials  int    // connections opened: the current one is the agent's dials-th
+	id     string // the current connection's id, once looked up
+	n      int64  // order of the last numbered frame on the current connection
+	sent   int64  // frames sent on the current connection: the gateway numbers them the same way
+
+	hist    *history.History // subscribe: what the current connection received
+	fresh   bool             // subscribe: the next round needs a connection of its own
+	logNext int64            // policy: the first seq of the agent's log not read yet
 }
 
-// tie reports whether the gateway received frames i and j (numbered from 1, as sent)
-// in the same millisecond: plain frames that tie are not ordered (tier 1 orders by
-// receive time only), so a round whose frames tied may end either way.
-func (c *orderConn) tie(ctx context.Context, i, j int64) (bool, error) {
-	a, err := c.recv.epoch(ctx, c.agent, i)
-	if err != nil {
-		return false, err
+// dial opens a connection for the agent, closing the last one, and reads its hello.
+// The order field starts again at 1.
+func (c *orderConn) dial(ctx context.Context) error {
+	if c.ws != nil {
+		c.ws.CloseNow()
 	}
-	b, err := c.recv.epoch(ctx, c.agent, j)
-	return a == b, err
-}
-
-// receiveLog follows the stack's logs for the receive time the gateway stamped on each
-// frame ("frame received", debug) and the agent each connection serves ("connected").
-type receiveLog struct {
-	mu     sync.Mutex
-	agents map[string]string  // connection id → agent
-	epochs map[string][]int64 // connection id → requestTimeEpoch of frame 1, 2, …
-}
-
-func newReceiveLog() *receiveLog {
-	return &receiveLog{agents: map[string]string{}, epochs: map[string][]int64{}}
-}
-
-// epoch waits for the receive time of the agent's frame i.
-func (l *receiveLog) epoch(ctx context.Context, agent string, i int64) (int64, error) {
-	for {
-		l.mu.Lock()
-		for conn, a := range l.agents {
-			if es := l.epochs[conn]; a == agent && int64(len(es)) >= i {
-				l.mu.Unlock()
-				return es[i-1], nil
-			}
-		}
-		l.mu.Unlock()
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
-			return 0, fmt.Errorf("receive time of frame %d of %s never logged: %w", i, agent, err)
-		}
-	}
-}
-
-// handler is the slog.Handler feeding a receiveLog; it keeps nothing else.
-func (l *receiveLog) handler() slog.Handler { return receiveHandler{l: l} }
-
-type receiveHandler struct {
-	l     *receiveLog
-	attrs []slog.Attr
-}
-
-func (h receiveHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h receiveHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return receiveHandler{l: h.l, attrs: append(slices.Clip(h.attrs), as...)}
-}
-func (h receiveHandler) WithGroup(string) slog.Handler { return h }
-func (h receiveHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "frame received" && r.Message != "connected" {
-		return nil
-	}
-	vals := map[string]slog.Value{}
-	for _, a := range h.attrs {
-		vals[a.Key] = a.Value
-	}
-	r.Attrs(func(a slog.Attr) bool { vals[a.Key] = a.Value; return true })
-	conn := vals["connection_id"].String()
-	h.l.mu.Lock()
-	defer h.l.mu.Unlock()
-	switch {
-	case r.Message == "connected" && vals["agent_id"].Kind() == slog.KindString:
-		h.l.agents[conn] = vals["agent_id"].String()
-	case r.Message == "frame received":
-		h.l.epochs[conn] = append(h.l.epochs[conn], vals["request_time_epoch"].Int64())
-	}
-	return nil
-}
-
-func dialOrder(ctx context.Context, e env, agent, token string, way sendWay) (*orderConn, error) {
 	h := http.Header{}
-	h.Set("Authorization", "Bearer "+token)
-	ws, _, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{HTTPHeader: h})
+	h.Set("Authorization", "Bearer "+c.token)
+	ws, _, err := websocket.Dial(ctx, c.e.stack.WebSocketURL()+"/agents/"+c.agent+"/ws", &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("dial: %w", err)
 	}
 	ws.SetReadLimit(1 << 20)
-	c := &orderConn{way: way, agent: agent, ws: ws, frames: make(chan read, 100000)}
+	frames := make(chan read, 10000)
 	go func() {
 		for {
 			_, b, err := ws.Read(context.Background())
-			c.frames <- read{b, err}
+			frames <- read{b, err}
 			if err != nil {
 				return
 			}
 		}
 	}()
+	c.ws, c.frames, c.dials, c.id, c.n, c.sent = ws, frames, c.dials+1, "", 0, 0
 	f, err := c.next(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if f.Type != "hello" {
-		return nil, fmt.Errorf("first frame %s, want hello", f)
+		return fmt.Errorf("first frame %s, want hello", f)
 	}
-	return c, nil
+	return nil
+}
+
+// connID returns the current connection's id, as the stack logged it.
+func (c *orderConn) connID(ctx context.Context) (string, error) {
+	if c.id == "" {
+		id, err := c.track.conn(ctx, c.agent, c.dials)
+		if err != nil {
+			return "", err
+		}
+		c.id = id
+	}
+	return c.id, nil
+}
+
+// received returns the times the gateway received frames i and j (numbered from 1 on
+// the current connection, as sent). Plain frames received in the same millisecond tie:
+// tier 1 orders by receive time only, so a round whose frames tied may end either way.
+func (c *orderConn) received(ctx context.Context, i, j int64) (a, b int64, err error) {
+	id, err := c.connID(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	if a, err = c.track.epoch(ctx, id, i); err != nil {
+		return 0, 0, err
+	}
+	b, err = c.track.epoch(ctx, id, j)
+	return a, b, err
+}
+
+// tie reports whether a spaced round's last two frames were received in one
+// millisecond (always false for the other ways, which do not look).
+func (c *orderConn) tie(ctx context.Context) (bool, error) {
+	if c.way != waySpaced {
+		return false, nil
+	}
+	a, b, err := c.received(ctx, c.sent-1, c.sent)
+	return a == b, err
+}
+
+// settled returns once the handler of every frame sent on the current connection has
+// returned: what those frames change is in place, and none of them can change it later.
+func (c *orderConn) settled(ctx context.Context) error {
+	id, err := c.connID(ctx)
+	if err != nil {
+		return err
+	}
+	return c.track.settled(ctx, id, c.sent)
 }
 
 // send writes frames one after another: numbered when the way is ordered, 1–3 ms apart
@@ -187,7 +184,7 @@ func (c *orderConn) send(ctx context.Context, frames ...map[string]any) error {
 		}
 		c.sent++
 		if c.way.spaced && i < len(frames)-1 {
-			time.Sleep(time.Millisecond + rand.N(2*time.Millisecond))
+			time.Sleep(time.Millisecond + rand.N(2*time.Millisecond)) // the spacing is the traffic under test
 		}
 	}
 	return nil
@@ -211,21 +208,25 @@ func (c *orderConn) next(ctx context.Context) (frame, error) {
 	}
 }
 
-// barrier ends an ordered burst: a frame the server refuses, numbered after the burst,
-// is answered only once every frame before it has taken effect (the turnstile).
-func (c *orderConn) barrier(ctx context.Context) error {
-	if err := c.send(ctx, map[string]any{"type": "barrier"}); err != nil {
-		return err
-	}
+// noErrors fails on an error frame among the frames already received: a round that
+// waits for its handlers rather than for frames still sees an error they answered (by
+// the next round at the latest).
+func (c *orderConn) noErrors() error {
 	for {
-		f, err := c.next(ctx)
-		if err != nil {
-			return fmt.Errorf("waiting for the barrier's bad_frame: %w", err)
-		}
-		if f.Type == "error" {
-			if f.Code != "bad_frame" || !strings.Contains(f.Msg, "barrier") {
-				return fmt.Errorf("error frame %s before the barrier's answer", f)
+		select {
+		case r := <-c.frames:
+			if r.err != nil {
+				c.frames <- r
+				return r.err
 			}
+			var f frame
+			if err := json.Unmarshal(r.b, &f); err != nil {
+				return err
+			}
+			if f.Type == "error" {
+				return fmt.Errorf("error frame %s", r.b)
+			}
+		default:
 			return nil
 		}
 	}
@@ -248,114 +249,174 @@ func (c *orderConn) untilEvent(ctx context.Context, stop func(f frame) bool) err
 	}
 }
 
-// orderBurst is one kind of burst. open runs once on the socket before its rounds,
-// round plays round r and checks what the client sees, and final, if set, checks what
-// the rounds left in the tables once every handler has returned.
+// orderBurst is one kind of burst. lanes sockets per way share its rounds; setup runs
+// for each lane's agent before the sockets open, open once on each socket before its
+// rounds, and round plays round r and checks it.
 type orderBurst struct {
 	name  string
-	setup func(t *testing.T, e env, agent string) // before the socket opens, on the test goroutine
+	stack int // which of the orderStacks stacks its sockets run on
+	lanes int
+	setup func(t *testing.T, e env, agent string) // on the test goroutine
 	open  func(ctx context.Context, c *orderConn) error
-	round func(ctx context.Context, e env, c *orderConn, r int) error
-	final func(ctx context.Context, e env, way sendWay, agent string) error
+	round func(ctx context.Context, c *orderConn, r int) error
 }
 
 func TestFrameOrder(t *testing.T) {
-	// Not parallel: its fifteen sockets are load enough, and its bounds (the steer settle,
-	// the turnstile's wait) are about handler latency, which other tests would inflate.
+	// Not parallel: its sockets are load enough, and the waits the stack bounds (the
+	// steer settle, the turnstile's wait, a cancel's wait for an in-flight wake) are
+	// about handler latency, which other tests would inflate.
 	if n, err := strconv.Atoi(os.Getenv("ORDER_ROUNDS")); err == nil {
 		orderRounds = n
 	}
 
-	recv := newReceiveLog()
-	var h slog.Handler = recv.handler()
+	track := newFrameTrack()
+	reqs := &requestMeter{}
+	var h slog.Handler = track.handler()
 	if os.Getenv("DEVSTACK_LOG") == "1" {
-		h = slog.NewMultiHandler(h, slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		var level slog.Level
+		_ = level.UnmarshalText([]byte(testLogLevel()))
+		h = slog.NewMultiHandler(h, slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
-	e := startStack(t, devstack.Options{Logger: slog.New(h)})
-	db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
+	var stacks []env
+	for range orderStacks {
+		stacks = append(stacks, startStack(t, devstack.Options{
+			Logger: slog.New(h),
+			// The stream consumer is only the backstop of what the rounds wait for (the
+			// fast path delivers events, the runner is invoked directly): polled less, it
+			// leaves DynamoDB Local to the rounds.
+			PollInterval: 100 * time.Millisecond,
+			// The track sees the handlers return: in-process only.
+			LambdaEmulator: inProcess,
+			// Every socket's frames dispatched as they arrive: a frame read late, waiting
+			// for a $default slot, would tie with the next.
+			Measure: devstack.Measure{Wrap: track.wrap, MaxConcurrency: 1024, Clients: reqs.meter, PollerClients: reqs.meter},
+		}))
+	}
+	db := dynamolocal.Client(stacks[0].stack.DynamoDBEndpoint)
 	bursts := []orderBurst{policyBurst(), modelBurst(db), subscribeBurst(), steerBurst(), cancelBurst()}
 	if only := os.Getenv("ORDER_BURST"); only != "" {
 		bursts = slices.DeleteFunc(bursts, func(b orderBurst) bool { return b.name != only })
 	}
 
-	type socket struct {
-		burst orderBurst
-		way   sendWay
-		agent string
-		token string
+	type lane struct {
+		e      env
+		burst  orderBurst
+		way    sendWay
+		agent  string
+		token  string
+		rounds *atomic.Int64 // the next round of the burst and way
+		key    string        // burst-way
 	}
-	var sockets []socket
+	var lanes []*lane
 	for _, b := range bursts {
 		for _, w := range sendWays {
-			agent := b.name + "-" + w.name
-			if b.setup != nil {
-				b.setup(t, e, agent)
+			next := new(atomic.Int64)
+			for i := range b.lanes {
+				ln := &lane{e: stacks[b.stack], burst: b, way: w, agent: fmt.Sprintf("%s-%s-%d", b.name, w.name, i), rounds: next, key: b.name + "-" + w.name}
+				if b.setup != nil {
+					b.setup(t, ln.e, ln.agent)
+				}
+				lanes = append(lanes, ln)
 			}
-			sockets = append(sockets, socket{b, w, agent, e.token(t, agent)})
 		}
 	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(lanes))
+	for i, ln := range lanes {
+		wg.Go(func() { ln.token, errs[i] = ln.e.tokens.Create(context.Background(), ln.agent) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 
+	type play struct {
+		key, burst, agent string
+		from, to          time.Time
+	}
 	start := time.Now()
 	var mu sync.Mutex
-	failures := map[string][]string{}
+	var plays []play
+	failures := map[string][]string{} // by burst-way
 	fail := func(k string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		failures[k] = append(failures[k], err.Error())
 	}
-	var wg sync.WaitGroup
-	for _, so := range sockets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	// The sockets open one after another: every $connect at once would only queue up in
+	// DynamoDB Local.
+	conns := make([]*orderConn, len(lanes))
+	for i, ln := range lanes {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		c := &orderConn{e: ln.e, track: track, way: ln.way, agent: ln.agent, token: ln.token}
+		err := c.dial(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", ln.agent, err)
+		}
+		t.Cleanup(func() { c.ws.CloseNow() })
+		conns[i] = c
+	}
+	for i, ln := range lanes {
+		c := conns[i]
+		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			c, err := dialOrder(ctx, e, so.agent, so.token, so.way)
-			if err != nil {
-				fail(so.agent, fmt.Errorf("dial: %w", err))
-				return
-			}
-			defer c.ws.CloseNow()
-			c.recv = recv
-			if so.burst.open != nil {
-				if err := so.burst.open(ctx, c); err != nil {
-					fail(so.agent, err)
+			if ln.burst.open != nil {
+				if err := ln.burst.open(ctx, c); err != nil {
+					fail(ln.key, fmt.Errorf("%s: %w", ln.agent, err))
 					return
 				}
 			}
-			began := time.Now()
-			defer func() {
-				t.Logf("%s: %d rounds in %v", so.agent, orderRounds, time.Since(began).Round(time.Millisecond))
-			}()
-			for r := range orderRounds {
-				if err := so.burst.round(ctx, e, c, r); err != nil {
-					fail(so.agent, fmt.Errorf("round %d: %w", r, err))
+			for {
+				r := int(ln.rounds.Add(1) - 1)
+				if r >= orderRounds {
+					return
+				}
+				from := time.Now()
+				err := ln.burst.round(ctx, c, r)
+				mu.Lock()
+				plays = append(plays, play{ln.key, ln.burst.name, ln.agent, from, time.Now()})
+				mu.Unlock()
+				if err != nil {
+					fail(ln.key, fmt.Errorf("%s round %d: %w", ln.agent, r, err))
 					if ctx.Err() != nil {
 						return
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	played := time.Since(start)
+	t.Logf("%d sockets played %d rounds of each of %d bursts × %d ways in %v; %d stacks sent %v", len(lanes), orderRounds,
+		len(bursts), len(sendWays), time.Since(start).Round(time.Millisecond), len(stacks), reqs)
 
-	// Every handler still running returns before Close does.
-	e.stack.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, so := range sockets {
-		if so.burst.final == nil {
-			continue
-		}
-		if err := so.burst.final(ctx, e, so.way, so.agent); err != nil {
-			fail(so.agent, fmt.Errorf("after every handler returned: %w", err))
+	// Every round played, and bursts of each kind on distinct agents at once.
+	played := map[string]int{}
+	overlaps := map[string]int{}
+	took := map[string]time.Duration{}
+	for i, p := range plays {
+		played[p.key]++
+		took[p.key] = max(took[p.key], p.to.Sub(start))
+		for _, q := range plays[i+1:] {
+			if q.burst == p.burst && q.agent != p.agent && q.from.Before(p.to) && p.from.Before(q.to) {
+				overlaps[p.burst]++
+			}
 		}
 	}
-	t.Logf("%d sockets × %d rounds played in %v", len(sockets), orderRounds, played.Round(time.Millisecond))
-	for _, so := range sockets {
-		if fs := failures[so.agent]; len(fs) > 0 {
-			t.Errorf("%s: %d failures; first: %s", so.agent, len(fs), strings.Join(fs[:min(3, len(fs))], "; "))
+	for _, b := range bursts {
+		for _, w := range sendWays {
+			k := b.name + "-" + w.name
+			t.Logf("%s: %d rounds on %d agents, done after %v", k, played[k], b.lanes, took[k].Round(time.Millisecond))
+			if fs := failures[k]; len(fs) > 0 {
+				t.Errorf("%s: %d failures; first: %s", k, len(fs), strings.Join(fs[:min(3, len(fs))], "; "))
+			}
+			if played[k] != orderRounds && len(failures[k]) == 0 {
+				t.Errorf("%s: %d rounds played, want %d", k, played[k], orderRounds)
+			}
+		}
+		if orderRounds > 1 && overlaps[b.name] == 0 {
+			t.Errorf("%s: no two rounds on distinct agents overlapped, want bursts on two agents at once", b.name)
 		}
 	}
 }
@@ -364,73 +425,57 @@ func subscribeFrame(from int64) map[string]any {
 	return map[string]any{"type": "subscribe", "from_seq": from}
 }
 
-// ties records, by agent and round, whether a spaced round's two frames were received
-// in the same millisecond.
-var ties sync.Map
-
 // policyBurst: set_policy ["first-r"], then set_policy ["second-r"]. The last
-// set_policy sent is the policy in force: no round's first is logged after its second.
+// set_policy sent is the policy in force: once both handlers returned, the agent's log
+// holds the round's policy/updated events, and "first" is never the last of them
+// (frames received a millisecond or more apart, or numbered). A set_policy handled
+// after a later one logs nothing, so "first" may be missing unless numbered.
 func policyBurst() orderBurst {
-	pat := func(which string, r int) string { return fmt.Sprintf("%s-%d", which, r) }
 	return orderBurst{
-		name: "policy",
-		open: func(ctx context.Context, c *orderConn) error { return c.send(ctx, subscribeFrame(0)) },
-		round: func(ctx context.Context, e env, c *orderConn, r int) error {
+		name:  "policy",
+		stack: 0,
+		lanes: 2,
+		round: func(ctx context.Context, c *orderConn, r int) error {
+			first, second := fmt.Sprintf("first-%d", r), fmt.Sprintf("second-%d", r)
 			if err := c.send(ctx,
-				map[string]any{"type": "set_policy", "patterns": []string{pat("first", r)}},
-				map[string]any{"type": "set_policy", "patterns": []string{pat("second", r)}},
+				map[string]any{"type": "set_policy", "patterns": []string{first}},
+				map[string]any{"type": "set_policy", "patterns": []string{second}},
 			); err != nil {
 				return err
 			}
-			if c.way == waySpaced {
-				tie, err := c.tie(ctx, c.sent-1, c.sent)
-				if err != nil {
-					return err
-				}
-				ties.Store(fmt.Sprint(c.agent, r), tie)
-			}
-			if err := c.untilEvent(ctx, func(f frame) bool {
-				return f.Type == "policy/updated" && strings.Contains(string(f.Pay), `"`+pat("second", r)+`"`)
-			}); err != nil {
-				return fmt.Errorf("waiting for the second policy: %w", err)
-			}
-			if c.way.ordered {
-				return c.barrier(ctx)
-			}
-			return nil
-		},
-		final: func(ctx context.Context, e env, way sendWay, agent string) error {
-			evs, err := e.log.Read(ctx, agent, 0, 100000)
+			tie, err := c.tie(ctx)
 			if err != nil {
 				return err
 			}
-			at := map[string]int{}
-			for i, ev := range evs {
+			if err := c.settled(ctx); err != nil {
+				return err
+			}
+			if err := c.noErrors(); err != nil {
+				return err
+			}
+			evs, err := c.e.log.Read(ctx, c.agent, c.logNext, 1000)
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, ev := range evs {
+				c.logNext = ev.Seq + 1
 				if ev.Type == "policy/updated" {
 					var p struct{ Patterns []string }
 					_ = json.Unmarshal(ev.Payload, &p)
-					at[strings.Join(p.Patterns, ",")] = i
+					got = append(got, strings.Join(p.Patterns, ","))
 				}
 			}
-			var bad []string
-			for r := range orderRounds {
-				first, logged := at[pat("first", r)]
-				second, ok := at[pat("second", r)]
-				switch {
-				case !ok:
-					bad = append(bad, fmt.Sprintf("round %d: second never logged", r))
-				case way == wayOrdered && !logged:
-					bad = append(bad, fmt.Sprintf("round %d: first never logged", r))
-				case logged && first > second && way == wayOrdered:
-					bad = append(bad, fmt.Sprintf("round %d: first logged after second: first in force", r))
-				case logged && first > second && way == waySpaced:
-					if tie, _ := ties.Load(fmt.Sprint(agent, r)); tie != true {
-						bad = append(bad, fmt.Sprintf("round %d: first logged after second though received a millisecond or more before it", r))
-					}
-				}
+			in := func(wants ...[]string) bool {
+				return slices.ContainsFunc(wants, func(w []string) bool { return slices.Equal(got, w) })
 			}
-			if len(bad) > 0 {
-				return fmt.Errorf("%d rounds: %s", len(bad), strings.Join(bad[:min(3, len(bad))], "; "))
+			switch {
+			case c.way == wayOrdered && !in([]string{first, second}):
+				return fmt.Errorf("policies logged %q, want %q then %q", got, first, second)
+			case c.way == waySpaced && !tie && !in([]string{first, second}, []string{second}):
+				return fmt.Errorf("policies logged %q (frames received a millisecond or more apart), want %q last and %q, if at all, before it", got, second, first)
+			case !in([]string{first, second}, []string{second}, []string{first}, []string{second, first}):
+				return fmt.Errorf("policies logged %q, want %q and %q, each at most once", got, first, second)
 			}
 			return nil
 		},
@@ -438,69 +483,37 @@ func policyBurst() orderBurst {
 }
 
 // modelBurst: set_model main to a Bedrock model that does not exist, then to another
-// spec. The last one sent is in force: a numbered burst is checked behind its barrier,
-// a plain one until the second shows and, for the last round, once every handler
-// returned.
+// spec. The last one sent is in force once both handlers returned (either, for frames
+// received in one millisecond without the order field).
 func modelBurst(db *dynamodb.Client) orderBurst {
-	first := func(r int) string { return fmt.Sprintf("bedrock/nonexistent-%d", r) }
-	second := func(r int) string {
-		if r == orderRounds-1 {
-			return "scripted"
-		}
-		return fmt.Sprintf("bedrock/second-%d", r)
-	}
 	return orderBurst{
-		name: "model",
-		round: func(ctx context.Context, e env, c *orderConn, r int) error {
+		name:  "model",
+		stack: 0,
+		lanes: 2,
+		round: func(ctx context.Context, c *orderConn, r int) error {
+			first, second := fmt.Sprintf("bedrock/nonexistent-%d", r), fmt.Sprintf("bedrock/second-%d", r)
 			if err := c.send(ctx,
-				map[string]any{"type": "set_model", "role": "main", "spec": first(r)},
-				map[string]any{"type": "set_model", "role": "main", "spec": second(r)},
+				map[string]any{"type": "set_model", "role": "main", "spec": first},
+				map[string]any{"type": "set_model", "role": "main", "spec": second},
 			); err != nil {
 				return err
 			}
-			if c.way.ordered {
-				if err := c.barrier(ctx); err != nil {
-					return err
-				}
-				m, err := modelOf(ctx, db, e, c.agent)
-				if err == nil && m != second(r) {
-					err = fmt.Errorf("model main %q behind the barrier, want %q", m, second(r))
-				}
-				return err
-			}
-			either := c.way == wayBurst
-			if !either {
-				tie, err := c.tie(ctx, c.sent-1, c.sent)
-				if err != nil {
-					return err
-				}
-				either = tie
-				ties.Store(fmt.Sprint(c.agent, r), tie)
-			}
-			// Nothing goes to the client: look at the state item until the second shows
-			// (or, for frames received in one millisecond, either).
-			for {
-				m, err := modelOf(ctx, db, e, c.agent)
-				if err != nil {
-					return err
-				}
-				if m == second(r) || (either && m == first(r)) {
-					return nil
-				}
-				if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-					return fmt.Errorf("model main never became %s (is %q)", second(r), m)
-				}
-			}
-		},
-		final: func(ctx context.Context, e env, way sendWay, agent string) error {
-			m, err := modelOf(ctx, db, e, agent)
+			tie, err := c.tie(ctx)
 			if err != nil {
 				return err
 			}
-			last := orderRounds - 1
-			tie, _ := ties.Load(fmt.Sprint(agent, last))
-			if m != second(last) && !((way == wayBurst || tie == true) && m == first(last)) {
-				return fmt.Errorf("model main %q, want %q", m, second(last))
+			if err := c.settled(ctx); err != nil {
+				return err
+			}
+			if err := c.noErrors(); err != nil {
+				return err
+			}
+			m, err := modelOf(ctx, db, c.e, c.agent)
+			if err != nil {
+				return err
+			}
+			if m != second && !((c.way == wayBurst || tie) && m == first) {
+				return fmt.Errorf("model main %q once both set_model were handled, want %q", m, second)
 			}
 			return nil
 		},
@@ -527,14 +540,19 @@ func modelOf(ctx context.Context, db *dynamodb.Client, e env, agent string) (str
 
 // subscribeTip is the tip of the seeded log the subscribe bursts read, and subscribeFirst
 // the from_seq of their first subscribe.
-const subscribeTip, subscribeFirst = 20, 15
+const subscribeTip, subscribeFirst = 12, 8
 
-// subscribeBurst: subscribe{from_seq: 15}, then subscribe{from_seq: 0}. The last one
+// subscribeBurst: subscribe{from_seq: 8}, then subscribe{from_seq: 0}. The last one
 // sent is in force: a client discarding events until seq == 0 gets 0..tip exactly —
-// the history checker follows every subscription of the socket.
+// the history checker follows every subscription of the connection, across its rounds.
+// Of two subscribes received in one millisecond without the order field either may be
+// in force, and the other's replay may come after it: whichever is in force replays to
+// the tip with no gap, and the next round takes a connection of its own.
 func subscribeBurst() orderBurst {
 	return orderBurst{
-		name: "subscribe",
+		name:  "subscribe",
+		stack: 0,
+		lanes: 2,
 		setup: func(t *testing.T, e env, agent string) {
 			seedPadded(t, e.log, dynamolocal.Client(e.stack.DynamoDBEndpoint), e.stack.Tables["LogTable"], agent, subscribeTip, 0)
 		},
@@ -542,57 +560,69 @@ func subscribeBurst() orderBurst {
 			c.hist = history.New()
 			return nil
 		},
-		round: func(ctx context.Context, e env, c *orderConn, r int) error {
-			if c.way == wayBurst {
-				return burstSubscribes(ctx, c)
+		round: func(ctx context.Context, c *orderConn, r int) (err error) {
+			defer func() {
+				if err != nil {
+					c.fresh = true // what is left in flight is not this round's
+				}
+			}()
+			if c.fresh {
+				if err := c.dial(ctx); err != nil {
+					return err
+				}
+				c.hist, c.fresh = history.New(), false
 			}
-			earlier := c.hist.Subscribe("c", subscribeFirst)
+			if c.way == wayBurst {
+				c.fresh = true
+				if err := c.send(ctx, subscribeFrame(subscribeFirst), subscribeFrame(0)); err != nil {
+					return err
+				}
+				return awaitEitherReplay(ctx, c)
+			}
+			c.hist.Subscribe("c", subscribeFirst)
 			last := c.hist.Subscribe("c", 0)
 			if err := c.send(ctx, subscribeFrame(subscribeFirst), subscribeFrame(0)); err != nil {
 				return err
 			}
-			tie := false
-			if c.way == waySpaced {
-				var err error
-				if tie, err = c.tie(ctx, c.sent-1, c.sent); err != nil {
-					return err
-				}
+			if tie, err := c.tie(ctx); err != nil {
+				return err
+			} else if tie {
+				c.fresh = true
+				return awaitEitherReplay(ctx, c)
 			}
-			// Received in one millisecond, either may be in force: the history checker
-			// then follows the stream of whichever it is.
-			for !last.Reached(subscribeTip) && !(tie && earlier.Reached(subscribeTip)) {
+			for !last.Reached(subscribeTip) {
 				f, err := c.next(ctx)
 				if err != nil {
 					return fmt.Errorf("%w; received: %s", err, c.hist.Summary())
 				}
-				switch {
-				case f.Seq != nil:
-					last.Receive(*f.Seq)
-				default:
+				if f.Seq == nil {
 					return fmt.Errorf("unexpected %s", f)
 				}
+				last.Receive(*f.Seq)
 				if err := last.Err(); err != nil {
-					return err
+					return c.subscribeFailed(ctx, err)
 				}
 			}
-			if tie {
-				return nil // the next round's subscribes replace both
+			if err := c.hist.Verify(subscribeTip); err != nil {
+				return c.subscribeFailed(ctx, err)
 			}
-			return c.hist.Verify(subscribeTip)
+			return nil
 		},
 	}
 }
 
-// burstSubscribes: two subscribes in one millisecond may take effect in either order;
-// whichever is in force, its replay reaches the tip with no gap.
-func burstSubscribes(ctx context.Context, c *orderConn) error {
-	if err := c.send(ctx, subscribeFrame(subscribeFirst), subscribeFrame(0)); err != nil {
+// subscribeFailed adds to a spaced or numbered round's failure when the gateway
+// received its two subscribes.
+func (c *orderConn) subscribeFailed(ctx context.Context, err error) error {
+	a, b, rerr := c.received(ctx, c.sent-1, c.sent)
+	if rerr != nil {
 		return err
 	}
-	return awaitEitherReplay(ctx, c)
+	return fmt.Errorf("%w (subscribes received at %d and %d ms; received: %s)", err, a, b, c.hist.Summary())
 }
 
-// awaitEitherReplay reads until a gapless run from 0 or from 15 reaches the tip.
+// awaitEitherReplay reads until a gapless run from 0 or from subscribeFirst reaches the
+// tip.
 func awaitEitherReplay(ctx context.Context, c *orderConn) error {
 	var run []int64 // the current gapless run
 	for {
@@ -618,9 +648,11 @@ func awaitEitherReplay(ctx context.Context, c *orderConn) error {
 // logged as context/injected in the order sent.
 func steerBurst() orderBurst {
 	return orderBurst{
-		name: "steer",
-		open: func(ctx context.Context, c *orderConn) error { return c.send(ctx, subscribeFrame(0)) },
-		round: func(ctx context.Context, e env, c *orderConn, r int) error {
+		name:  "steer",
+		stack: 1,
+		lanes: 2,
+		open:  func(ctx context.Context, c *orderConn) error { return c.send(ctx, subscribeFrame(0)) },
+		round: func(ctx context.Context, c *orderConn, r int) error {
 			prefix := fmt.Sprintf("r%d-", r)
 			var frames []map[string]any
 			var want []string
@@ -629,25 +661,21 @@ func steerBurst() orderBurst {
 				frames = append(frames, map[string]any{"type": "inject", "text": want[i], "wake": false})
 			}
 			frames = append(frames, map[string]any{"type": "inject", "text": prefix + "go", "wake": true})
+			first := c.sent + 1 // the gateway's number for steer 0 on this connection
 			if err := c.send(ctx, frames...); err != nil {
 				return err
 			}
 			var got []string
-			received := map[string]string{} // text → receive ms, from the inbox id
 			for turns := 1; ; turns++ {
 				err := c.untilEvent(ctx, func(f frame) bool {
 					switch f.Type {
 					case "context/injected":
-						var p struct {
-							Text    string
-							InboxID string `json:"inbox_id"`
-						}
+						var p struct{ Text string }
 						_ = json.Unmarshal(f.Pay, &p)
 						if !strings.HasPrefix(p.Text, prefix) {
 							return false
 						}
 						got = append(got, p.Text)
-						received[p.Text], _, _ = strings.Cut(p.InboxID, "-")
 					case "turn/end":
 						return true
 					}
@@ -678,12 +706,20 @@ func steerBurst() orderBurst {
 			case waySpaced:
 				// Tier 1 orders by the gateway's receive time: two steers it received in
 				// different milliseconds are logged in send order. (A loaded machine can
-				// read frames sent 1–3 ms apart in one millisecond; those tie.)
+				// read frames sent 1–3 ms apart in one millisecond; those tie.) The
+				// receive times are the gateway's, not what the server made of them.
 				for i := range got {
 					for j := i + 1; j < len(got); j++ {
-						si, sj := slices.Index(want, got[i]), slices.Index(want, got[j])
-						if si > sj && received[got[i]] != received[got[j]] {
-							return fmt.Errorf("steers logged in the order %v (received at %v), want %v", got, received, want)
+						si, sj := int64(slices.Index(want, got[i])), int64(slices.Index(want, got[j]))
+						if si < sj || si < 0 || sj < 0 {
+							continue
+						}
+						a, b, err := c.received(ctx, first+sj, first+si)
+						if err != nil {
+							return err
+						}
+						if a != b {
+							return fmt.Errorf("steers logged in the order %v, want %v: %s (received at %d ms) before %s (received at %d ms)", got, want, got[i], b, got[j], a)
 						}
 					}
 				}
@@ -701,9 +737,11 @@ func steerBurst() orderBurst {
 // and the cancel is never answered not_running.
 func cancelBurst() orderBurst {
 	return orderBurst{
-		name: "cancel",
-		open: func(ctx context.Context, c *orderConn) error { return c.send(ctx, subscribeFrame(0)) },
-		round: func(ctx context.Context, e env, c *orderConn, r int) error {
+		name:  "cancel",
+		stack: 2,
+		lanes: 2,
+		open:  func(ctx context.Context, c *orderConn) error { return c.send(ctx, subscribeFrame(0)) },
+		round: func(ctx context.Context, c *orderConn, r int) error {
 			// Fifteen one-second steps: a cancel that lands within them ends the turn at
 			// the next step boundary; only one that never lands lets it complete.
 			var steps []string
@@ -735,17 +773,6 @@ func cancelBurst() orderBurst {
 			}
 			return nil
 		},
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

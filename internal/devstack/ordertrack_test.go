@@ -1,0 +1,191 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/smithy-go/middleware"
+)
+
+// frameTrack follows what the local gateway did with each connection's frames: the
+// receive time it stamped on each ("frame received", debug), the agent each connection
+// serves ("connected", in connect order per agent), and how many of the connection's
+// $default invocations have returned (Measure.Wrap of "message"). A test waits on it
+// for what it needs to know — a frame's receive time, a burst's handlers all returned —
+// instead of waiting for a while.
+type frameTrack struct {
+	mu      sync.Mutex
+	changed chan struct{}       // closed and replaced on every change
+	conns   map[string][]string // agent → connection ids, in connect order
+	epochs  map[string][]int64  // connection id → requestTimeEpoch of frame 1, 2, …
+	handled map[string]int      // connection id → $default invocations returned
+}
+
+func newFrameTrack() *frameTrack {
+	return &frameTrack{changed: make(chan struct{}), conns: map[string][]string{},
+		epochs: map[string][]int64{}, handled: map[string]int{}}
+}
+
+// update changes the track under its lock and wakes every waiter.
+func (l *frameTrack) update(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f()
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// await returns once cond, called under the track's lock, holds.
+func (l *frameTrack) await(ctx context.Context, what string, cond func() bool) error {
+	for {
+		l.mu.Lock()
+		ok, ch := cond(), l.changed
+		l.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+// conn waits for the id of the agent's n-th connection (from 1).
+func (l *frameTrack) conn(ctx context.Context, agent string, n int) (string, error) {
+	var id string
+	err := l.await(ctx, fmt.Sprintf("connection %d of %s", n, agent), func() bool {
+		if cs := l.conns[agent]; len(cs) >= n {
+			id = cs[n-1]
+			return true
+		}
+		return false
+	})
+	return id, err
+}
+
+// epoch waits for the receive time of frame i (from 1) of connection id.
+func (l *frameTrack) epoch(ctx context.Context, id string, i int64) (int64, error) {
+	var at int64
+	err := l.await(ctx, fmt.Sprintf("receive time of frame %d of %s", i, id), func() bool {
+		if es := l.epochs[id]; int64(len(es)) >= i {
+			at = es[i-1]
+			return true
+		}
+		return false
+	})
+	return at, err
+}
+
+// settled waits until n $default invocations of connection id have returned.
+func (l *frameTrack) settled(ctx context.Context, id string, n int64) error {
+	return l.await(ctx, fmt.Sprintf("%d frames of %s handled", n, id), func() bool {
+		return int64(l.handled[id]) >= n
+	})
+}
+
+// wrap is the stack's Measure.Wrap: it counts the returns of $default per connection.
+func (l *frameTrack) wrap(name string, h lambda.Handler) lambda.Handler {
+	if name != "message" {
+		return h
+	}
+	return invokeFunc(func(ctx context.Context, payload []byte) ([]byte, error) {
+		out, err := h.Invoke(ctx, payload)
+		var ev struct {
+			RequestContext struct {
+				ConnectionID string `json:"connectionId"`
+			} `json:"requestContext"`
+		}
+		_ = json.Unmarshal(payload, &ev)
+		l.update(func() { l.handled[ev.RequestContext.ConnectionID]++ })
+		return out, err
+	})
+}
+
+type invokeFunc func(ctx context.Context, payload []byte) ([]byte, error)
+
+func (f invokeFunc) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
+	return f(ctx, payload)
+}
+
+// handler is the slog.Handler feeding the track; it keeps nothing else.
+func (l *frameTrack) handler() slog.Handler { return trackHandler{l: l} }
+
+type trackHandler struct {
+	l     *frameTrack
+	attrs []slog.Attr
+}
+
+func (h trackHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h trackHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return trackHandler{l: h.l, attrs: append(slices.Clip(h.attrs), as...)}
+}
+func (h trackHandler) WithGroup(string) slog.Handler { return h }
+func (h trackHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "frame received" && r.Message != "connected" {
+		return nil
+	}
+	vals := map[string]slog.Value{}
+	for _, a := range h.attrs {
+		vals[a.Key] = a.Value
+	}
+	r.Attrs(func(a slog.Attr) bool { vals[a.Key] = a.Value; return true })
+	conn := vals["connection_id"].String()
+	switch {
+	case r.Message == "connected" && vals["agent_id"].Kind() == slog.KindString:
+		agent := vals["agent_id"].String()
+		h.l.update(func() { h.l.conns[agent] = append(h.l.conns[agent], conn) })
+	case r.Message == "frame received":
+		at := vals["request_time_epoch"].Int64()
+		h.l.update(func() { h.l.epochs[conn] = append(h.l.epochs[conn], at) })
+	}
+	return nil
+}
+
+// requestMeter counts the stack's AWS requests by operation (Measure.Clients and
+// PollerClients): DynamoDB Local, shared by the whole suite, is what a test of many
+// sockets spends.
+type requestMeter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (m *requestMeter) meter(cfg aws.Config) aws.Config {
+	cfg.APIOptions = append(slices.Clip(cfg.APIOptions), func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("CountRequests",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				op := strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", in.Parameters), "*"), "Input")
+				m.mu.Lock()
+				if m.n == nil {
+					m.n = map[string]int{}
+				}
+				m.n[op]++
+				m.mu.Unlock()
+				return next.HandleInitialize(ctx, in)
+			}), middleware.After)
+	})
+	return cfg
+}
+
+// String lists the counts, most first, and their total.
+func (m *requestMeter) String() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ops := slices.SortedFunc(maps.Keys(m.n), func(a, b string) int { return m.n[b] - m.n[a] })
+	total := 0
+	var parts []string
+	for _, op := range ops {
+		total += m.n[op]
+		parts = append(parts, fmt.Sprintf("%s %d", op, m.n[op]))
+	}
+	return fmt.Sprintf("%d requests (%s)", total, strings.Join(parts, ", "))
+}
