@@ -200,11 +200,11 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 		}
 		if c != nil {
 			c = nil
-			if st.Owner == "" || st.Owner == inv.me || st.LeaseUntil < now.UnixMilli() {
+			if st.Runner == "" || st.Runner == inv.me || st.LeaseUntil < now.UnixMilli() {
 				continue // the lease is free, but the claim no longer holds: take the lease alone
 			}
 		}
-		if seen != nil && (st.Owner != seen.Owner || st.LeaseUntil != seen.LeaseUntil) {
+		if seen != nil && (st.Runner != seen.Runner || st.LeaseUntil != seen.LeaseUntil) {
 			// The holder renewed (or handed on) after this stimulus was recorded: it
 			// will find the stimulus when it tries to release.
 			return state{}, false, nil
@@ -234,7 +234,7 @@ func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
 		return nil, err
 	}
 	now := inv.c.now()
-	if pre.Owner != "" && pre.Owner != inv.me && pre.LeaseUntil >= now.UnixMilli() {
+	if pre.Runner != "" && pre.Runner != inv.me && pre.LeaseUntil >= now.UnixMilli() {
 		return nil, nil
 	}
 	if pre.TurnID != "" || pre.QuotaDay != now.UTC().Format(time.DateOnly) || pre.QuotaMonth != now.UTC().Format("2006-01") {
@@ -310,11 +310,11 @@ func (inv *invocation) deadlineNear(ctx context.Context) bool {
 // invocation read the log tail and the inbox. The first apply reads both (the count
 // starts at -1).
 func (inv *invocation) apply(ctx context.Context, st state) error {
-	if st.Owner != inv.me {
+	if st.Runner != inv.me {
 		return errLeaseLost
 	}
 	inv.st = st
-	if st.Pending == inv.seenPending {
+	if st.Stimuli == inv.seenPending {
 		return nil
 	}
 	if err := inv.log.refresh(ctx); err != nil {
@@ -324,7 +324,7 @@ func (inv *invocation) apply(ctx context.Context, st state) error {
 	if err != nil {
 		return err
 	}
-	inv.seenPending = st.Pending
+	inv.seenPending = st.Stimuli
 	inv.setInbox(items)
 	return nil
 }

@@ -62,7 +62,7 @@ func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) e
 		if err != nil {
 			return err
 		}
-		if cur.Owner != "" {
+		if cur.Runner != "" {
 			if err := s.c.store.bump(ctx, agentID); err != nil {
 				return err
 			}

@@ -42,11 +42,13 @@ const (
 // must stop writing at once.
 var errLeaseLost = errors.New("agent: runner lease lost")
 
-// state is the agent's state item.
+// state is the agent's state item. The fields are named for what they hold (the
+// runner holding the lease, the count of stimuli); the stored attribute names stay
+// "owner" and "pending", as in tables already deployed.
 type state struct {
-	Owner        string `dynamodbav:"owner"`       // runner invocation holding the lease
+	Runner       string `dynamodbav:"owner"`       // runner invocation holding the lease
 	LeaseUntil   int64  `dynamodbav:"lease_until"` // unix ms
-	Pending      int64  `dynamodbav:"pending"`     // stimulus counter, bumped by every stimulus
+	Stimuli      int64  `dynamodbav:"pending"`     // stimulus counter, bumped by every stimulus
 	TurnID       string `dynamodbav:"turn_id"`     // turn being started, open, or ending
 	TurnSeq      int64  `dynamodbav:"turn_seq"`    // lower bound of that turn's first seq
 	CancelTurn   string `dynamodbav:"cancel_turn"` // turn a cancel was asked for
@@ -352,7 +354,7 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 		if derr != nil {
 			return state{}, false, derr
 		}
-		if cur.Owner != me {
+		if cur.Runner != me {
 			return cur, true, nil
 		}
 		return cur, false, nil
@@ -443,7 +445,7 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 		if derr != nil {
 			return derr
 		}
-		if cur.Owner != me {
+		if cur.Runner != me {
 			return errLeaseLost
 		}
 		return nil // already finished
