@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/coder/websocket"
 
+	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/history"
@@ -338,9 +339,14 @@ func TestFrameOrder(t *testing.T) {
 	var mu sync.Mutex
 	var plays []play
 	failures := map[string][]string{} // by burst-way
+	beyond := map[string][]string{}   // by burst-way: rounds outside the documented bound
 	fail := func(k string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
+		if errors.Is(err, errBeyondSettle) {
+			beyond[k] = append(beyond[k], err.Error())
+			return
+		}
 		failures[k] = append(failures[k], err.Error())
 	}
 	// The sockets open one after another: every $connect at once would only queue up in
@@ -410,6 +416,9 @@ func TestFrameOrder(t *testing.T) {
 			t.Logf("%s: %d rounds on %d agents, done after %v", k, played[k], b.lanes, took[k].Round(time.Millisecond))
 			if fs := failures[k]; len(fs) > 0 {
 				t.Errorf("%s: %d failures; first: %s", k, len(fs), strings.Join(fs[:min(3, len(fs))], "; "))
+			}
+			if bs := beyond[k]; len(bs) > 0 {
+				t.Logf("%s: %d rounds reordered by a steer handled beyond the drain settle (outside tier 1's bound); first: %s", k, len(bs), bs[0])
 			}
 			if played[k] != orderRounds && len(failures[k]) == 0 {
 				t.Errorf("%s: %d rounds played, want %d", k, played[k], orderRounds)
@@ -644,6 +653,11 @@ func awaitEitherReplay(ctx context.Context, c *orderConn) error {
 	}
 }
 
+// errBeyondSettle marks a spaced steer round whose order was reversed by a steer handled
+// outside tier 1's documented bound (queued more than agent.DrainSettle after its
+// receipt): logged, not a failure, since the guarantee does not cover it.
+var errBeyondSettle = errors.New("a steer handled beyond the drain settle")
+
 // steerBurst: ten steers (inject wake:false), then a waking inject. The steers are
 // logged as context/injected in the order sent.
 func steerBurst() orderBurst {
@@ -718,9 +732,25 @@ func steerBurst() orderBurst {
 						if err != nil {
 							return err
 						}
-						if a != b {
-							return fmt.Errorf("steers logged in the order %v, want %v: %s (received at %d ms) before %s (received at %d ms)", got, want, got[i], b, got[j], a)
+						if a == b {
+							continue
 						}
+						// The documented bound (docs/protocol.md, tier 1): a steer is
+						// ordered if its handler queued it within agent.DrainSettle of its
+						// receipt. A straggler whose handler returned later than that is
+						// outside it; any other reversal is a failure.
+						id, err := c.connID(ctx)
+						if err != nil {
+							return err
+						}
+						ret, err := c.track.returnedAt(ctx, id, got[j])
+						if err != nil {
+							return err
+						}
+						if late := ret - a; late > agent.DrainSettle.Milliseconds() {
+							return fmt.Errorf("%w: %s received at %d ms, its handler returned %d ms later; logged after %s (received at %d ms)", errBeyondSettle, got[j], a, late, got[i], b)
+						}
+						return fmt.Errorf("steers logged in the order %v, want %v: %s (received at %d ms) before %s (received at %d ms, handler returned %d ms later)", got, want, got[i], b, got[j], a, ret-a)
 					}
 				}
 			default:

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,11 +28,14 @@ type frameTrack struct {
 	conns   map[string][]string // agent → connection ids, in connect order
 	epochs  map[string][]int64  // connection id → requestTimeEpoch of frame 1, 2, …
 	handled map[string]int      // connection id → $default invocations returned
+	// returned is when the $default invocation of an inject frame returned (unix ms), by
+	// connection id and the frame's text.
+	returned map[[2]string]int64
 }
 
 func newFrameTrack() *frameTrack {
 	return &frameTrack{changed: make(chan struct{}), conns: map[string][]string{},
-		epochs: map[string][]int64{}, handled: map[string]int{}}
+		epochs: map[string][]int64{}, handled: map[string]int{}, returned: map[[2]string]int64{}}
 }
 
 // update changes the track under its lock and wakes every waiter.
@@ -93,6 +97,18 @@ func (l *frameTrack) settled(ctx context.Context, id string, n int64) error {
 	})
 }
 
+// returnedAt waits for the time the $default invocation of connection id's inject of
+// text returned.
+func (l *frameTrack) returnedAt(ctx context.Context, id, text string) (int64, error) {
+	var at int64
+	err := l.await(ctx, fmt.Sprintf("the handler of %q on %s", text, id), func() bool {
+		var ok bool
+		at, ok = l.returned[[2]string{id, text}]
+		return ok
+	})
+	return at, err
+}
+
 // wrap is the stack's Measure.Wrap: it counts the returns of $default per connection.
 func (l *frameTrack) wrap(name string, h lambda.Handler) lambda.Handler {
 	if name != "message" {
@@ -100,13 +116,22 @@ func (l *frameTrack) wrap(name string, h lambda.Handler) lambda.Handler {
 	}
 	return invokeFunc(func(ctx context.Context, payload []byte) ([]byte, error) {
 		out, err := h.Invoke(ctx, payload)
+		at := time.Now().UnixMilli()
 		var ev struct {
 			RequestContext struct {
 				ConnectionID string `json:"connectionId"`
 			} `json:"requestContext"`
+			Body string `json:"body"`
 		}
 		_ = json.Unmarshal(payload, &ev)
-		l.update(func() { l.handled[ev.RequestContext.ConnectionID]++ })
+		var f struct{ Type, Text string }
+		_ = json.Unmarshal([]byte(ev.Body), &f)
+		l.update(func() {
+			l.handled[ev.RequestContext.ConnectionID]++
+			if f.Type == "inject" {
+				l.returned[[2]string{ev.RequestContext.ConnectionID, f.Text}] = at
+			}
+		})
 		return out, err
 	})
 }
