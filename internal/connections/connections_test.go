@@ -379,16 +379,16 @@ func TestWatchClaim(t *testing.T) {
 	if marked, err := f.conns.MarkPending(ctx, "a", -1); !marked || err != nil {
 		t.Fatalf("mark = %v, %v", marked, err)
 	}
-	if done, err := f.conns.EndWatch(ctx, "a", "w2", false); done || err != nil {
+	if done, err := f.conns.EndWatch(ctx, connections.Owner{AgentID: "a"}, "w2", false); done || err != nil {
 		t.Fatalf("end watch with a mark set = %v, %v; want kept", done, err)
 	}
 	if ok, _ := f.conns.ClaimWatch(ctx, "a", "w3", time.Now().Add(time.Minute)); ok {
 		t.Fatal("another watcher claimed a kept watch")
 	}
-	if done, err := f.conns.EndWatch(ctx, "a", "w1", true); !done || err != nil {
+	if done, err := f.conns.EndWatch(ctx, connections.Owner{AgentID: "a"}, "w1", true); !done || err != nil {
 		t.Fatalf("end of a claim that is not w1's = %v, %v; want done (nothing of w1's left)", done, err)
 	}
-	if done, err := f.conns.EndWatch(ctx, "a", "w2", true); !done || err != nil {
+	if done, err := f.conns.EndWatch(ctx, connections.Owner{AgentID: "a"}, "w2", true); !done || err != nil {
 		t.Fatalf("forced end = %v, %v", done, err)
 	}
 	if ok, err := f.conns.ClaimWatch(ctx, "a", "w3", time.Now().Add(time.Minute)); !ok || err != nil {
