@@ -444,8 +444,9 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 // MarkPending asks the current lease holder of agentID to look at the log again before
 // it lets go, for events up to upTo (upTo < 0: whatever is new). It returns done=true
 // when the holder will see them — marked, the cursor is already past upTo, or a mark
-// already reaches upTo — and done=false if no live lease is held (the caller should
-// try Acquire).
+// already reaches upTo — or when the lease turns out let go with the cursor past upTo
+// (nothing owed), and done=false if no live lease is held and something may be owed
+// (the caller should try Acquire).
 //
 // A mark for upTo >= 0 carries upTo (the mark's seq), so that a holder whose cursor is
 // past it lets go in one write (Release). The seq only grows: the write is conditional
@@ -474,8 +475,15 @@ func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (d
 	})
 	if old, failed := condFailed(err); failed {
 		o := decodeOwner(old)
-		if old != nil && o.Lease != "" && o.LeaseUntil.UnixMilli() >= now {
+		switch {
+		case old == nil:
+			return false, nil
+		case o.Lease != "" && o.LeaseUntil.UnixMilli() >= now:
 			return true, nil // leased, and already past upTo or marked up to it
+		case upTo >= 0 && o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending:
+			// Let go meanwhile, past upTo: Acquire would find nothing owed (and a
+			// failed write of its own would cost a write unit).
+			return true, nil
 		}
 		return false, nil
 	}

@@ -73,11 +73,14 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) 
 	if now := time.Now(); until.Before(now) {
 		until = now
 	}
-	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, until.Add(watchSlack))
+	// The claim runs to the lease's end and twice the slack past it, as the watcher's
+	// own extensions do, so that it need not extend it at its first look.
+	claimUntil := until.Add(2 * watchSlack)
+	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, claimUntil)
 	if err != nil || !claimed {
 		return err
 	}
-	if err := d.Kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id}); err != nil {
+	if err := d.Kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id, ClaimedUntil: claimUntil.UnixMilli()}); err != nil {
 		// Nobody is watching: give the claim back so that the retried wake-up can claim.
 		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o, id, true); eerr != nil {
 			d.logger.Error("end watch", "agent_id", o.AgentID, "error", eerr)
@@ -102,7 +105,10 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) 
 func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 	lg := d.logger.With("agent_id", k.AgentID, "watcher", k.Watcher)
 	pause := watchSlack
-	var claimedUntil time.Time
+	var claimedUntil time.Time // the wake-up the claim covers: a slack before it runs out
+	if k.ClaimedUntil > 0 {
+		claimedUntil = time.UnixMilli(k.ClaimedUntil).Add(-watchSlack)
+	}
 	for {
 		o, err := d.store.Owner(ctx, k.AgentID)
 		if errors.Is(err, connections.ErrNotFound) {
@@ -157,6 +163,9 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 		default:
 			wake := o.LeaseUntil.Add(watchSlack)
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Until(wake)+d.cfg.HandoverMargin {
+				if !claimedUntil.IsZero() {
+					k.ClaimedUntil = claimedUntil.Add(watchSlack).UnixMilli()
+				}
 				return d.Kick(ctx, k) // carry on in a fresh invocation, under the same claim
 			}
 			if wake.After(claimedUntil) {
