@@ -240,26 +240,33 @@ func TestPreReadSkipsHeldLease(t *testing.T) {
 }
 
 // TestPreReadMarkWatched: a backstop wake-up that finds a live holder already marked
-// and watched writes nothing; one that finds the mark unwatched (left by a fast-path
-// wake-up, which does not watch) marks again and looks for itself.
+// and watched writes nothing, whatever the mark's seq (the watcher's last check covers
+// its events); one that finds the mark unwatched (left by a fast-path wake-up, which
+// does not watch) marks again and looks for itself. With a retried holder, which
+// needs no watcher, it writes nothing only if the mark reaches its events.
 func TestPreReadMarkWatched(t *testing.T) {
 	t.Parallel()
 	const agent, conn = "a", "c1"
 	for _, tc := range []struct {
 		name       string
 		watchUntil time.Duration // from now; 0: no watcher
+		kind       connections.HolderKind
+		pendingTo  int64 // of the mark found; the wake-up's events are seqs 0-4
 		wantMarks  int
 	}{
-		{"watched", time.Minute, 0},
-		{"unwatched", 0, 1},
+		{"watched", time.Minute, connections.HolderOnce, 0, 0},
+		{"watched, mark behind the events", time.Minute, connections.HolderOnce, 2, 0},
+		{"unwatched", 0, connections.HolderOnce, 0, 1},
+		{"retried holder, mark reaching the events", 0, connections.HolderRetried, 5, 0},
+		{"retried holder, mark behind the events", 0, connections.HolderRetried, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			log := &memLog{}
 			log.append(agent, 5)
 			records := &markCounter{memRecords: newMemRecords()}
-			o := connections.Owner{AgentID: agent, ConnID: conn, Sub: 1, HelloSent: true, Pending: true,
-				Lease: "xother", LeaseKind: connections.HolderOnce, LeaseUntil: time.Now().Add(time.Minute)}
+			o := connections.Owner{AgentID: agent, ConnID: conn, Sub: 1, HelloSent: true, Pending: true, PendingTo: tc.pendingTo,
+				Lease: "xother", LeaseKind: tc.kind, LeaseUntil: time.Now().Add(time.Minute)}
 			if tc.watchUntil != 0 {
 				o.WatchUntil = time.Now().Add(tc.watchUntil)
 			}
