@@ -298,11 +298,13 @@ func (d *Deliverer) PumpFor(ctx context.Context, agentID string, hints []session
 // docs/architecture.md, "Delivery". idle reports that nothing is owed to anyone — no
 // owner connection, or one not subscribed — for the fast path's benefit.
 func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, w wake) (idle bool, err error) {
-	hints = normalize(hints)
-	upTo := int64(-1) // the last hinted event; -1: whatever is new
-	if len(hints) > 0 {
-		upTo = hints[len(hints)-1].Seq
+	// upTo: the highest hinted event, past any gap in the hints (a split or reordered
+	// stream batch) — a mark reaches only as far as its seq; -1: whatever is new.
+	upTo := int64(-1)
+	for _, ev := range hints {
+		upTo = max(upTo, ev.Seq)
 	}
+	hints = normalize(hints)
 	// read: the record as the pre-read found it held by a live sender. The lease is
 	// then not tried — a failed conditional write, 1 write unit — but the mark left
 	// straight away; MarkPending finds out if the holder let go meanwhile.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // heldRecords is memRecords whose first cursor write with events in it (a Checkpoint
@@ -294,4 +295,26 @@ type markCounter struct {
 func (m *markCounter) MarkPending(ctx context.Context, agentID string, upTo int64) (bool, error) {
 	m.marks++
 	return m.memRecords.MarkPending(ctx, agentID, upTo)
+}
+
+// TestMarkReachesPastGap: a wake-up whose events have a gap (a split or reordered
+// stream batch) marks up to its highest event, not the end of the run it could send
+// from: a holder past that run must not let go before the events beyond the gap.
+func TestMarkReachesPastGap(t *testing.T) {
+	t.Parallel()
+	const agent, conn = "a", "c1"
+	log := &memLog{}
+	log.append(agent, 5)
+	records := newMemRecords()
+	records.set(connections.Owner{AgentID: agent, ConnID: conn, Sub: 1, HelloSent: true,
+		Lease: "xother", LeaseKind: connections.HolderOnce, LeaseUntil: time.Now().Add(time.Minute)})
+	cfg := Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := newDeliverer(cfg, log, records, memSlots{}, &memSocket{}, nil)
+	evs, _ := log.Read(context.Background(), agent, 0, 5)
+	if _, err := d.pump(context.Background(), agent, []sessionlog.Event{evs[3], evs[1]}, wake{preRead: true}); err != nil {
+		t.Fatalf("pump: %v", err)
+	}
+	if o, _ := records.Owner(context.Background(), agent); !o.Pending || o.PendingTo != 4 {
+		t.Errorf("mark = %v up to %d (exclusive); want up to 4, past the gap at seq 2", o.Pending, o.PendingTo)
+	}
 }
