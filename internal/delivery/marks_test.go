@@ -149,6 +149,7 @@ func TestMarkAheadOfCursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.fast.Flush()
+	r.kicks.settled(t) // a late handed-over pump would mark without a seq
 
 	// The next release — the fast path's, once it has sent seq 3 — first meets an
 	// event (seq 4) appended without a fast path, and the mark its wake-up leaves.
