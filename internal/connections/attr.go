@@ -38,7 +38,8 @@ const (
 	attrLease      = "lease"
 	attrLeaseUntil = "lease_until"
 	attrLeaseKind  = "lease_kind"
-	attrPending    = "pending"
+	attrPending    = "pending" // the mark: true (look again), or the seq it covers
+	attrReleased   = "rel"     // the holder that last let the lease go
 	attrBatch      = "batch"
 	attrSubAt      = "sub_at"
 	attrWatch      = "watch"
@@ -55,7 +56,7 @@ var attrNames = func() map[string]string {
 	for _, a := range []string{
 		attrPK, attrAgent, attrTokenHash, attrState, attrConnectedAt, attrExpiresAt, attrOrder,
 		attrConn, attrSub, attrNext, attrFrom, attrRequested, attrTruncated, attrReplayEnd,
-		attrHello, attrLease, attrLeaseUntil, attrLeaseKind, attrPending, attrBatch, attrSubAt,
+		attrHello, attrLease, attrLeaseUntil, attrLeaseKind, attrPending, attrReleased, attrBatch, attrSubAt,
 		attrWatch, attrWatchUntil, attrSlotHolder, attrSlotUntil,
 	} {
 		m["#"+a] = a

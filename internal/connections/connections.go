@@ -88,8 +88,16 @@ type Owner struct {
 	Lease      string
 	LeaseKind  HolderKind
 	LeaseUntil time.Time
-	// Pending asks the lease holder to look at the log again before it lets go.
-	Pending bool
+	// Pending is the mark: it asks the lease holder to look at the log again before it
+	// lets go. PendingTo says how far the mark reaches: one past the highest seq it was
+	// left for — a holder whose cursor is there lets go without another look — or 0 for
+	// a mark without a seq, which reaches every seq (read the log again, whatever it
+	// holds).
+	Pending   bool
+	PendingTo int64
+	// Released is the holder that last let the lease go (Release, Abandon); a watcher
+	// ends its claim only if no holder has let go since its look (EndWatch).
+	Released string
 	// Batch: the subscription asked for batched event frames (docs/protocol.md, "Extension: batched event frames").
 	Batch bool
 	// WatchUntil is when the watcher's claim (ClaimWatch) runs out; zero: none.
@@ -415,9 +423,8 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 		":false": &types.AttributeValueMemberBOOL{Value: false}, ":zero": n(0),
 	}
 	if upTo >= 0 {
-		cond += " AND (#hello = :false OR #next <= :upto OR #pending = :true)"
+		cond += " AND (#hello = :false OR #next <= :upto OR attribute_exists(#pending))"
 		vals[":upto"] = n(upTo)
-		vals[":true"] = &types.AttributeValueMemberBOOL{Value: true}
 	}
 	out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(st.table),
@@ -447,29 +454,47 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 
 // MarkPending asks the current lease holder of agentID to look at the log again before
 // it lets go, for events up to upTo (upTo < 0: whatever is new). It returns done=true
-// when the holder will see them — marked, or the cursor is already past upTo — and
-// done=false if no live lease is held (the caller should try Acquire).
+// when the holder will see them — marked, the cursor is already past upTo, or a mark
+// already reaches upTo — or when the lease turns out let go with the cursor past upTo
+// (nothing owed), and done=false if no live lease is held and something may be owed
+// (the caller should try Acquire).
+//
+// A mark for upTo >= 0 carries upTo (the mark's seq), so that a holder whose cursor is
+// past it lets go in one write (Release). The seq only grows: the write is conditional
+// on the mark being absent or a lower seq, so two wake-ups racing leave the higher, and
+// a mark without a seq (upTo < 0: a subscribe, a kick, a watcher), which reaches every
+// seq, is never narrowed to one. Cost: 1 write unit, none billed beyond it when the
+// condition fails (the record comes back with the failure).
 func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (done bool, err error) {
 	now := st.now().UnixMilli()
 	cond := "attribute_exists(#lease) AND #lease_until >= :now"
-	vals := map[string]types.AttributeValue{":true": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(now)}
+	vals := map[string]types.AttributeValue{":mark": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(now)}
 	if upTo >= 0 {
 		// A wake-up for events already sent must not keep the holder busy.
-		cond += " AND #next <= :upto"
+		cond += " AND #next <= :upto AND (attribute_not_exists(#pending) OR (attribute_type(#pending, :ntype) AND #pending < :upto))"
 		vals[":upto"] = n(upTo)
+		vals[":ntype"] = s("N")
+		vals[":mark"] = n(upTo)
 	}
 	_, err = st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(st.table),
 		Key:                                 ownerKey(agentID),
-		UpdateExpression:                    aws.String("SET #pending = :true"),
+		UpdateExpression:                    aws.String("SET #pending = :mark"),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if old, failed := condFailed(err); failed {
 		o := decodeOwner(old)
-		if old != nil && o.Lease != "" && o.LeaseUntil.UnixMilli() >= now {
-			return true, nil // leased, and already past upTo
+		switch {
+		case old == nil:
+			return false, nil
+		case o.Lease != "" && o.LeaseUntil.UnixMilli() >= now:
+			return true, nil // leased, and already past upTo or marked up to it
+		case upTo >= 0 && o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending:
+			// Let go meanwhile, past upTo: Acquire would find nothing owed (and a
+			// failed write of its own would cost a write unit).
+			return true, nil
 		}
 		return false, nil
 	}
@@ -477,6 +502,12 @@ func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (d
 		return false, fmt.Errorf("connections: mark pending on %s: %w", agentID, err)
 	}
 	return true, nil
+}
+
+// MarkReaches reports whether o carries a mark that reaches upTo: one without a seq,
+// or one whose seq is upTo or beyond (upTo < 0 asks for a mark without a seq).
+func (o Owner) MarkReaches(upTo int64) bool {
+	return o.Pending && (o.PendingTo == 0 || upTo >= 0 && o.PendingTo > upTo)
 }
 
 // Progress is what a lease holder writes back.
@@ -495,9 +526,15 @@ func (st *Store) Checkpoint(ctx context.Context, o Owner, holder string, p Progr
 	return st.write(ctx, o, holder, p, ttl, false)
 }
 
-// Release records progress and lets the lease go — unless Pending is set or the
-// subscription changed, in which case the lease is kept, Pending cleared, and the
-// current record returned with released=false so the holder looks at the log again.
+// Release records progress and lets the lease go, clearing a mark the progress covers
+// (no mark, or a mark whose seq is below p.Next), in one conditional write. Otherwise
+// the lease is kept and the current record returned with released=false, so that the
+// holder looks at the log again: after a resubscribe, with the new subscription's
+// cursor; for a mark without a seq, with the mark cleared (one more write, so that a
+// mark left after the holder's next read stops its next release); for a mark whose seq
+// is at or past p.Next, with the mark left as it is — the holder sends at least up to
+// its seq (those events are in the log: the mark was left after they were appended)
+// and the next Release clears it. Cost: 1 write unit when the progress covers the mark.
 func (st *Store) Release(ctx context.Context, o Owner, holder string, p Progress) (cur Owner, released bool, err error) {
 	cur, err = st.write(ctx, o, holder, p, 0, true)
 	if err != nil {
@@ -518,8 +555,9 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 		update := set
 		cond := "#lease = :me AND #conn = :c AND #sub = :sub"
 		if release {
-			update += " REMOVE #lease, #lease_kind, #lease_until"
-			cond += " AND attribute_not_exists(#pending)"
+			update += ", #rel = :me REMOVE #lease, #lease_kind, #lease_until, #pending"
+			cond += " AND (attribute_not_exists(#pending) OR (attribute_type(#pending, :ntype) AND #pending < :next))"
+			vals[":ntype"] = s("N")
 		} else {
 			update += ", #lease_until = :until"
 			vals[":until"] = n(now.Add(ttl).UnixMilli())
@@ -563,13 +601,18 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 			}
 			return decodeOwner(out.Attributes), nil
 		}
-		// Pending was set (release only): clear it, keep the lease, write the progress.
+		if cur.Pending && cur.PendingTo > p.Next {
+			// A mark with a seq ahead of the progress (release only): keep the lease
+			// and the mark; the holder sends up to the seq and releases again.
+			return cur, nil
+		}
+		// A mark without a seq (release only): clear it, keep the lease, write the progress.
 		out, err = st.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(st.table),
 			Key:                       ownerKey(o.AgentID),
 			UpdateExpression:          aws.String(set + ", #lease_until = :until REMOVE #pending"),
 			ConditionExpression:       aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
-			ExpressionAttributeValues: withUntil(vals, n(now.Add(leaseFloor(ttl)).UnixMilli())),
+			ExpressionAttributeValues: withUntil(vals, n(now.Add(leaseFloor(ttl)).UnixMilli()), ":ntype"),
 			ReturnValues:              types.ReturnValueAllNew,
 		})
 		if isCondCheckFailed(err) {
@@ -593,10 +636,15 @@ func leaseFloor(ttl time.Duration) time.Duration {
 // DefaultLease is how long a sender may post to a connection before it must checkpoint.
 const DefaultLease = 30 * time.Second
 
-func withUntil(vals map[string]types.AttributeValue, until types.AttributeValue) map[string]types.AttributeValue {
+// withUntil returns vals with :until set and the placeholders drop left out (DynamoDB
+// refuses a value no expression uses).
+func withUntil(vals map[string]types.AttributeValue, until types.AttributeValue, drop ...string) map[string]types.AttributeValue {
 	out := make(map[string]types.AttributeValue, len(vals)+1)
 	for k, v := range vals {
 		out[k] = v
+	}
+	for _, k := range drop {
+		delete(out, k)
 	}
 	out[":until"] = until
 	return out
@@ -647,9 +695,15 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 		HelloSent: boolean(item, attrHello),
 		Lease:     str(item, attrLease),
 		LeaseKind: kindOf(str(item, attrLease), str(item, attrLeaseKind)),
-		Pending:   boolean(item, attrPending),
 		Batch:     boolean(item, attrBatch),
 		Replies:   replies(item),
+		Released:  str(item, attrReleased),
+	}
+	switch v := item[attrPending].(type) {
+	case *types.AttributeValueMemberBOOL:
+		o.Pending = v.Value
+	case *types.AttributeValueMemberN:
+		o.Pending, o.PendingTo = true, num(item, attrPending)+1
 	}
 	if ms := num(item, attrLeaseUntil); ms > 0 {
 		o.LeaseUntil = time.UnixMilli(ms)
@@ -698,7 +752,7 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(st.table),
 		Key:                 ownerKey(o.AgentID),
-		UpdateExpression:    aws.String("SET #next = :next, #hello = :hello, #trunc = :trunc REMOVE #lease, #lease_kind, #lease_until"),
+		UpdateExpression:    aws.String("SET #next = :next, #hello = :hello, #trunc = :trunc, #rel = :me REMOVE #lease, #lease_kind, #lease_until"),
 		ConditionExpression: aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":me": s(holder), ":c": s(o.ConnID), ":sub": n(o.Sub), ":next": n(p.Next),
@@ -717,7 +771,7 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 	_, err = st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       ownerKey(o.AgentID),
-		UpdateExpression:          aws.String("REMOVE #lease, #lease_kind, #lease_until"),
+		UpdateExpression:          aws.String("SET #rel = :me REMOVE #lease, #lease_kind, #lease_until"),
 		ConditionExpression:       aws.String("#lease = :me AND #conn = :c"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID)},
 	})
@@ -863,28 +917,37 @@ func (st *Store) ClaimWatch(ctx context.Context, agentID, watcher string, until 
 	return true, nil
 }
 
-// EndWatch gives watcher's claim up. Unless force is set it does so only while no
-// Pending mark is set, so that a wake-up that marks Pending and finds the claim taken
-// can rely on the watcher; it returns false (claim kept) if one is set, and true when the
-// claim is gone (or was not watcher's).
-func (st *Store) EndWatch(ctx context.Context, agentID, watcher string, force bool) (bool, error) {
+// EndWatch gives watcher's claim on seen.AgentID's record up. Unless force is set it does
+// so only while the record is as the watcher last read it, settled: no mark, no lease,
+// and no holder let the lease go since (seen.Released) — so that a wake-up that found the
+// claim taken, and relied on the watcher, is covered by the watcher's last look and
+// what it checked after it. It returns false (claim kept) if the record moved, and true
+// when the claim is gone (or was not watcher's).
+func (st *Store) EndWatch(ctx context.Context, seen Owner, watcher string, force bool) (bool, error) {
 	cond := "#watch = :me"
+	vals := map[string]types.AttributeValue{":me": s(watcher)}
 	if !force {
-		cond += " AND attribute_not_exists(#pending)"
+		cond += " AND attribute_not_exists(#pending) AND attribute_not_exists(#lease)"
+		if seen.Released == "" {
+			cond += " AND attribute_not_exists(#rel)"
+		} else {
+			cond += " AND #rel = :rel"
+			vals[":rel"] = s(seen.Released)
+		}
 	}
 	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(st.table),
-		Key:                                 ownerKey(agentID),
+		Key:                                 ownerKey(seen.AgentID),
 		UpdateExpression:                    aws.String("REMOVE #watch, #watch_until"),
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(watcher)},
+		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if old, failed := condFailed(err); failed {
 		return str(old, attrWatch) != watcher, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("connections: end watch on %s: %w", agentID, err)
+		return false, fmt.Errorf("connections: end watch on %s: %w", seen.AgentID, err)
 	}
 	return true, nil
 }

@@ -379,16 +379,16 @@ func TestWatchClaim(t *testing.T) {
 	if marked, err := f.conns.MarkPending(ctx, "a", -1); !marked || err != nil {
 		t.Fatalf("mark = %v, %v", marked, err)
 	}
-	if done, err := f.conns.EndWatch(ctx, "a", "w2", false); done || err != nil {
+	if done, err := f.conns.EndWatch(ctx, connections.Owner{AgentID: "a"}, "w2", false); done || err != nil {
 		t.Fatalf("end watch with a mark set = %v, %v; want kept", done, err)
 	}
 	if ok, _ := f.conns.ClaimWatch(ctx, "a", "w3", time.Now().Add(time.Minute)); ok {
 		t.Fatal("another watcher claimed a kept watch")
 	}
-	if done, err := f.conns.EndWatch(ctx, "a", "w1", true); !done || err != nil {
+	if done, err := f.conns.EndWatch(ctx, connections.Owner{AgentID: "a"}, "w1", true); !done || err != nil {
 		t.Fatalf("end of a claim that is not w1's = %v, %v; want done (nothing of w1's left)", done, err)
 	}
-	if done, err := f.conns.EndWatch(ctx, "a", "w2", true); !done || err != nil {
+	if done, err := f.conns.EndWatch(ctx, connections.Owner{AgentID: "a"}, "w2", true); !done || err != nil {
 		t.Fatalf("forced end = %v, %v", done, err)
 	}
 	if ok, err := f.conns.ClaimWatch(ctx, "a", "w3", time.Now().Add(time.Minute)); !ok || err != nil {
@@ -489,5 +489,112 @@ func TestHolderKind(t *testing.T) {
 		if err != nil || o.Lease != tc.lease || o.LeaseKind != tc.want {
 			t.Errorf("old record leased by %s reads kind %q (%v); want %q", tc.lease, o.LeaseKind, err, tc.want)
 		}
+	}
+}
+
+// TestMarkSeq: a mark carries the seq it was left for and only grows — a lower seq
+// never replaces a higher one, and a mark without a seq (a subscribe, a kick) is never
+// narrowed to one — and a holder whose progress is past the mark's seq lets go and
+// clears it in one write (1 write unit, metered as cmd/bench meters). A holder behind
+// the mark's seq keeps the lease and the mark for one failed write, and a mark without
+// a seq is cleared with one write more, as before marks had seqs.
+func TestMarkSeq(t *testing.T) {
+	t.Parallel()
+	meter := &dynamotest.WriteUnits{}
+	db := meter.Client(t)
+	names := dynamotest.CreateTables(t)
+	f := fixture{connections.New(db, names["ConnectionsTable"]), auth.New(db, names["ConnectionsTable"]), db, names["ConnectionsTable"]}
+	ctx := context.Background()
+	for i, tc := range []struct {
+		name         string
+		marks        []int64 // upTo of each MarkPending, in order (-1: no seq)
+		next         int64   // the holder's progress at its release
+		wantTo       int64   // PendingTo before the release
+		wantReleased bool
+		wantUnits    float64 // of the release
+		wantPending  bool    // after the release
+	}{
+		{"no mark", nil, 5, 0, true, 1, false},
+		{"mark behind the progress", []int64{4}, 5, 5, true, 1, false},
+		{"mark at the progress", []int64{5}, 5, 6, false, 1, true},
+		{"a lower mark does not replace a higher", []int64{6, 4}, 5, 7, false, 1, true},
+		{"a higher mark raises a lower", []int64{3, 6}, 7, 7, true, 1, false},
+		{"a mark without a seq is never narrowed", []int64{3, -1, 8}, 9, 0, false, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agent := fmt.Sprintf("a%d", i)
+			tok, _ := f.tokens.Create(ctx, agent)
+			if _, err := f.claim(t, agent, "c", tok); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.conns.Subscribe(ctx, agent, "c", connections.Subscription{From: 0, ReplayEnd: 0}); err != nil {
+				t.Fatal(err)
+			}
+			o, got, err := acquire(f.conns, agent, "h1") // clears the subscribe's mark
+			if err != nil || got != connections.Acquired {
+				t.Fatalf("acquire = %v, %v", got, err)
+			}
+			for _, upTo := range tc.marks {
+				if done, err := f.conns.MarkPending(ctx, agent, upTo); !done || err != nil {
+					t.Fatalf("mark up to %d = %v, %v; want done", upTo, done, err)
+				}
+			}
+			if cur, _ := f.conns.Owner(ctx, agent); cur.Pending != (len(tc.marks) > 0) || cur.PendingTo != tc.wantTo {
+				t.Fatalf("mark = %v to %d; want %v to %d", cur.Pending, cur.PendingTo, len(tc.marks) > 0, tc.wantTo)
+			}
+			before, _ := meter.Units()
+			cur, released, err := f.conns.Release(ctx, o, "h1", connections.Progress{Next: tc.next, HelloSent: true})
+			after, _ := meter.Units()
+			if err != nil || released != tc.wantReleased {
+				t.Fatalf("release at %d = %v, %v; want released %v", tc.next, released, err, tc.wantReleased)
+			}
+			if units := after - before; units != tc.wantUnits {
+				t.Errorf("release cost %v write units; want %v", units, tc.wantUnits)
+			}
+			if cur.Pending != tc.wantPending || (cur.Lease == "") != tc.wantReleased {
+				t.Errorf("after release: pending %v, lease %q; want pending %v, released %v", cur.Pending, cur.Lease, tc.wantPending, tc.wantReleased)
+			}
+			stored, _ := f.conns.Owner(ctx, agent)
+			if stored.Pending != tc.wantPending || stored.Lease != cur.Lease {
+				t.Errorf("stored: pending %v, lease %q; want pending %v, lease %q", stored.Pending, stored.Lease, tc.wantPending, cur.Lease)
+			}
+		})
+	}
+}
+
+// TestMarksRace: wake-ups marking at once leave the highest seq, whatever their order.
+func TestMarksRace(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	tok, _ := f.tokens.Create(ctx, "a")
+	if _, err := f.claim(t, "a", "c", tok); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.conns.Subscribe(ctx, "a", "c", connections.Subscription{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := acquire(f.conns, "a", "h1"); err != nil || got != connections.Acquired {
+		t.Fatalf("acquire = %v, %v", got, err)
+	}
+	var wg sync.WaitGroup
+	var highest atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				upTo := int64(mrand.IntN(100) + g*i)
+				for h := highest.Load(); upTo > h && !highest.CompareAndSwap(h, upTo); h = highest.Load() {
+				}
+				if done, err := f.conns.MarkPending(ctx, "a", upTo); !done || err != nil {
+					t.Errorf("mark up to %d = %v, %v; want done", upTo, done, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if o, _ := f.conns.Owner(ctx, "a"); !o.Pending || o.PendingTo != highest.Load()+1 {
+		t.Errorf("mark = %v to %d; want to %d (the highest seq marked, plus one)", o.Pending, o.PendingTo, highest.Load()+1)
 	}
 }

@@ -132,7 +132,7 @@ type Records interface {
 	Release(ctx context.Context, o connections.Owner, holder string, p connections.Progress) (connections.Owner, bool, error)
 	Abandon(ctx context.Context, o connections.Owner, holder string, p connections.Progress) error
 	ClaimWatch(ctx context.Context, agentID, watcher string, until time.Time) (bool, error)
-	EndWatch(ctx context.Context, agentID, watcher string, force bool) (bool, error)
+	EndWatch(ctx context.Context, seen connections.Owner, watcher string, force bool) (bool, error)
 	SetState(ctx context.Context, connID string, state connections.State) error
 	Disown(ctx context.Context, agentID, connID string) error
 	Forget(ctx context.Context, connID, agentID string) error
@@ -306,11 +306,13 @@ func (d *Deliverer) PumpFor(ctx context.Context, agentID string, hints []session
 // docs/architecture.md, "Delivery". idle reports that nothing is owed to anyone — no
 // owner connection, or one not subscribed — for the fast path's benefit.
 func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, w wake) (idle bool, err error) {
-	hints = normalize(hints)
-	upTo := int64(-1) // the last hinted event; -1: whatever is new
-	if len(hints) > 0 {
-		upTo = hints[len(hints)-1].Seq
+	// upTo: the highest hinted event, past any gap in the hints (a split or reordered
+	// stream batch) — a mark reaches only as far as its seq; -1: whatever is new.
+	upTo := int64(-1)
+	for _, ev := range hints {
+		upTo = max(upTo, ev.Seq)
 	}
+	hints = normalize(hints)
 	// read: the record as the pre-read found it held by a live sender. The lease is
 	// then not tried — a failed conditional write, 1 write unit — but the mark left
 	// straight away; MarkPending finds out if the holder let go meanwhile.
@@ -327,11 +329,14 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 			return o.Sub == 0, nil
 		}
 		if o.Lease != "" && o.LeaseUntil.After(time.Now()) {
-			if now := time.Now(); o.Pending && (o.WatchUntil.After(now) || covered(o, now)) {
+			if now := time.Now(); o.Pending && (o.WatchUntil.After(now) || covered(o, now) && o.MarkReaches(upTo)) {
 				// A mark is already left with the live holder, and served should the
-				// holder die: a watcher keeps its claim while a mark is set, and Lambda
-				// retries a retried holder. The holder reads the log before it lets go,
-				// after this read, and finds these events.
+				// holder die. Watched: the watcher ends its claim only once it has seen
+				// the lease let go and found nothing owed after that (runWatch), so these
+				// events are sent by the holder, or found by the watcher's last check —
+				// whatever the mark's seq. A retried holder, which Lambda retries should
+				// it die, needs a mark that reaches these events: it reads the log
+				// before it lets go unless its cursor is past the mark's seq.
 				return false, nil
 			}
 			read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}

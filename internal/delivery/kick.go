@@ -28,6 +28,9 @@ type Kick struct {
 	ConnectionID string        `json:"connection_id,omitempty"`
 	Code         protocol.Code `json:"code,omitempty"`
 	Watcher      string        `json:"watcher,omitempty"` // KickWatch: the claim to act under
+	// ClaimedUntil (KickWatch, ms): when the claim runs out as written, so that the
+	// watcher extends it only once the lease it watches outlasts it.
+	ClaimedUntil int64 `json:"claimed_until,omitempty"`
 	// Hello (KickDrop): the connection was superseded before its hello went out; close
 	// it hello first, as its closer (runClose).
 	Hello bool `json:"hello,omitempty"`

@@ -111,7 +111,7 @@ func (m *memRecords) Subscribe(_ context.Context, agentID, connID string, sub co
 	m.stamps[agentID] = sub.Stamp
 	o.Sub++
 	o.Next, o.From, o.Requested, o.Truncated, o.ReplayEnd, o.Batch = sub.From, sub.From, sub.Requested, sub.Truncated, sub.ReplayEnd, sub.Batch
-	o.Pending = true
+	o.Pending, o.PendingTo = true, 0
 	m.owners[agentID] = o
 	return o, nil
 }
@@ -129,7 +129,7 @@ func (m *memRecords) Acquire(_ context.Context, agentID string, h connections.Ho
 	case o.HelloSent && o.Sub == 0, upTo >= 0 && o.HelloSent && o.Next > upTo && !o.Pending:
 		return connections.AcquireResult{Owner: o, Outcome: connections.NothingOwed}, nil
 	}
-	o.Lease, o.LeaseKind, o.LeaseUntil, o.Pending = h.ID, h.Kind, now.Add(ttl), false
+	o.Lease, o.LeaseKind, o.LeaseUntil, o.Pending, o.PendingTo = h.ID, h.Kind, now.Add(ttl), false, 0
 	m.owners[agentID] = o
 	return connections.AcquireResult{Owner: o, Outcome: connections.Acquired}, nil
 }
@@ -141,10 +141,13 @@ func (m *memRecords) MarkPending(_ context.Context, agentID string, upTo int64) 
 	if !ok || o.Lease == "" || o.LeaseUntil.Before(time.Now()) {
 		return false, nil
 	}
-	if upTo < 0 || o.Next <= upTo {
-		o.Pending = true
-		m.owners[agentID] = o
+	switch {
+	case upTo < 0:
+		o.Pending, o.PendingTo = true, 0
+	case o.Next <= upTo && !o.MarkReaches(upTo):
+		o.Pending, o.PendingTo = true, upTo+1 // the seq only grows
 	}
+	m.owners[agentID] = o
 	return true, nil
 }
 
@@ -163,15 +166,18 @@ func (m *memRecords) write(o connections.Owner, holder string, p connections.Pro
 	}
 	if cur.Sub != o.Sub {
 		cur.HelloSent = cur.HelloSent || p.HelloSent
-		cur.LeaseUntil, cur.Pending = time.Now().Add(ttl), false
+		cur.LeaseUntil, cur.Pending, cur.PendingTo = time.Now().Add(ttl), false, 0
 		m.owners[o.AgentID] = cur
 		return cur, nil
 	}
+	if release && cur.Pending && cur.PendingTo > p.Next {
+		return cur, nil // a mark ahead of the progress: look again, the mark kept
+	}
 	cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
-	if release && !cur.Pending {
-		cur.Lease, cur.LeaseKind, cur.LeaseUntil = "", "", time.Time{}
+	if release && (!cur.Pending || cur.PendingTo > 0) {
+		cur.Lease, cur.LeaseKind, cur.LeaseUntil, cur.Pending, cur.PendingTo, cur.Released = "", "", time.Time{}, false, 0, holder
 	} else {
-		cur.LeaseUntil, cur.Pending = time.Now().Add(ttl), false
+		cur.LeaseUntil, cur.Pending, cur.PendingTo = time.Now().Add(ttl), false, 0
 	}
 	m.owners[o.AgentID] = cur
 	return cur, nil
@@ -211,7 +217,7 @@ func (m *memRecords) ClaimWatch(context.Context, string, string, time.Time) (boo
 	return false, nil // the tests' wake-ups are not backstops: nobody watches
 }
 
-func (m *memRecords) EndWatch(context.Context, string, string, bool) (bool, error) {
+func (m *memRecords) EndWatch(context.Context, connections.Owner, string, bool) (bool, error) {
 	return true, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // heldRecords is memRecords whose first cursor write with events in it (a Checkpoint
@@ -240,26 +241,33 @@ func TestPreReadSkipsHeldLease(t *testing.T) {
 }
 
 // TestPreReadMarkWatched: a backstop wake-up that finds a live holder already marked
-// and watched writes nothing; one that finds the mark unwatched (left by a fast-path
-// wake-up, which does not watch) marks again and looks for itself.
+// and watched writes nothing, whatever the mark's seq (the watcher's last check covers
+// its events); one that finds the mark unwatched (left by a fast-path wake-up, which
+// does not watch) marks again and looks for itself. With a retried holder, which
+// needs no watcher, it writes nothing only if the mark reaches its events.
 func TestPreReadMarkWatched(t *testing.T) {
 	t.Parallel()
 	const agent, conn = "a", "c1"
 	for _, tc := range []struct {
 		name       string
 		watchUntil time.Duration // from now; 0: no watcher
+		kind       connections.HolderKind
+		pendingTo  int64 // of the mark found; the wake-up's events are seqs 0-4
 		wantMarks  int
 	}{
-		{"watched", time.Minute, 0},
-		{"unwatched", 0, 1},
+		{"watched", time.Minute, connections.HolderOnce, 0, 0},
+		{"watched, mark behind the events", time.Minute, connections.HolderOnce, 2, 0},
+		{"unwatched", 0, connections.HolderOnce, 0, 1},
+		{"retried holder, mark reaching the events", 0, connections.HolderRetried, 5, 0},
+		{"retried holder, mark behind the events", 0, connections.HolderRetried, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			log := &memLog{}
 			log.append(agent, 5)
 			records := &markCounter{memRecords: newMemRecords()}
-			o := connections.Owner{AgentID: agent, ConnID: conn, Sub: 1, HelloSent: true, Pending: true,
-				Lease: "xother", LeaseKind: connections.HolderOnce, LeaseUntil: time.Now().Add(time.Minute)}
+			o := connections.Owner{AgentID: agent, ConnID: conn, Sub: 1, HelloSent: true, Pending: true, PendingTo: tc.pendingTo,
+				Lease: "xother", LeaseKind: tc.kind, LeaseUntil: time.Now().Add(time.Minute)}
 			if tc.watchUntil != 0 {
 				o.WatchUntil = time.Now().Add(tc.watchUntil)
 			}
@@ -287,4 +295,26 @@ type markCounter struct {
 func (m *markCounter) MarkPending(ctx context.Context, agentID string, upTo int64) (bool, error) {
 	m.marks++
 	return m.memRecords.MarkPending(ctx, agentID, upTo)
+}
+
+// TestMarkReachesPastGap: a wake-up whose events have a gap (a split or reordered
+// stream batch) marks up to its highest event, not the end of the run it could send
+// from: a holder past that run must not let go before the events beyond the gap.
+func TestMarkReachesPastGap(t *testing.T) {
+	t.Parallel()
+	const agent, conn = "a", "c1"
+	log := &memLog{}
+	log.append(agent, 5)
+	records := newMemRecords()
+	records.set(connections.Owner{AgentID: agent, ConnID: conn, Sub: 1, HelloSent: true,
+		Lease: "xother", LeaseKind: connections.HolderOnce, LeaseUntil: time.Now().Add(time.Minute)})
+	cfg := Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := newDeliverer(cfg, log, records, memSlots{}, &memSocket{}, nil)
+	evs, _ := log.Read(context.Background(), agent, 0, 5)
+	if _, err := d.pump(context.Background(), agent, []sessionlog.Event{evs[3], evs[1]}, wake{preRead: true}); err != nil {
+		t.Fatalf("pump: %v", err)
+	}
+	if o, _ := records.Owner(context.Background(), agent); !o.Pending || o.PendingTo != 4 {
+		t.Errorf("mark = %v up to %d (exclusive); want up to 4, past the gap at seq 2", o.Pending, o.PendingTo)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // watchSlack is how long past a lease's end a watcher looks: a live holder renews its
@@ -72,13 +73,16 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) 
 	if now := time.Now(); until.Before(now) {
 		until = now
 	}
-	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, until.Add(watchSlack))
+	// The claim runs to the lease's end and twice the slack past it, as the watcher's
+	// own extensions do, so that it need not extend it at its first look.
+	claimUntil := until.Add(2 * watchSlack)
+	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, claimUntil)
 	if err != nil || !claimed {
 		return err
 	}
-	if err := d.Kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id}); err != nil {
+	if err := d.Kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id, ClaimedUntil: claimUntil.UnixMilli()}); err != nil {
 		// Nobody is watching: give the claim back so that the retried wake-up can claim.
-		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o.AgentID, id, true); eerr != nil {
+		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o, id, true); eerr != nil {
 			d.logger.Error("end watch", "agent_id", o.AgentID, "error", eerr)
 		}
 		return err
@@ -88,13 +92,23 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) 
 }
 
 // runWatch serves a KickWatch: it looks at the record with a growing pause (one read
-// each) until it is covered, then gives its claim up; a lease that runs out uncovered
-// belonged to a dead holder, and the watcher sends in its place. Near its invocation's
-// deadline it hands the watch to a fresh one.
+// each) until the lease is let go, checks that nothing is owed after that, and gives its
+// claim up; a lease that runs out belonged to a dead holder, and the watcher sends in its
+// place. Near its invocation's deadline it hands the watch to a fresh one.
+//
+// A wake-up that finds the claim taken and a mark left writes nothing, whatever the
+// mark's seq, and a holder lets go once its cursor is past the mark's seq: so events of
+// such a wake-up may be left behind a released lease. The watcher's last check finds
+// them — after a look that shows no lease, it compares the cursor with the log's tip
+// (one read) and sends what is owed — and EndWatch holds only if no holder has let go
+// since that look.
 func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 	lg := d.logger.With("agent_id", k.AgentID, "watcher", k.Watcher)
 	pause := watchSlack
-	var claimedUntil time.Time
+	var claimedUntil time.Time // the wake-up the claim covers: a slack before it runs out
+	if k.ClaimedUntil > 0 {
+		claimedUntil = time.UnixMilli(k.ClaimedUntil).Add(-watchSlack)
+	}
 	for {
 		o, err := d.store.Owner(ctx, k.AgentID)
 		if errors.Is(err, connections.ErrNotFound) {
@@ -106,10 +120,23 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 		now := time.Now()
 		live := o.Lease != "" && !o.LeaseUntil.Before(now)
 		switch {
-		case covered(o, now):
-			// Forced only where the record is covered with a mark set; otherwise a mark
-			// that lands meanwhile makes EndWatch refuse, and we look again.
-			done, err := d.store.EndWatch(ctx, k.AgentID, k.Watcher, o.Pending)
+		case o.HelloSent && o.Sub == 0:
+			// Nothing is owed to a connection not subscribed; a subscribe marks anew.
+			_, err := d.store.EndWatch(ctx, o, k.Watcher, true)
+			return err
+		case o.Lease == "":
+			owed, err := d.owed(ctx, o)
+			if err != nil {
+				return err
+			}
+			if owed {
+				lg.Info("work owed after the lease was let go: sending", "next_seq", o.Next, "pending", o.Pending)
+				if _, err := d.pump(ctx, k.AgentID, nil, wake{retried: true}); err != nil {
+					return err
+				}
+				continue
+			}
+			done, err := d.store.EndWatch(ctx, o, k.Watcher, false)
 			if err != nil || done {
 				return err
 			}
@@ -118,9 +145,27 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 			if _, err := d.pump(ctx, k.AgentID, nil, wake{retried: true}); err != nil {
 				return err
 			}
+		case o.LeaseKind == connections.HolderRetried:
+			// A retried holder serves a mark or dies and is retried: hand the watch to
+			// it with a mark that reaches every seq, so that it reads the log before it
+			// lets go, then give the claim up.
+			if !o.MarkReaches(-1) {
+				marked, err := d.store.MarkPending(ctx, k.AgentID, -1)
+				if err != nil {
+					return err
+				}
+				if !marked {
+					continue // let go meanwhile: look again
+				}
+			}
+			_, err := d.store.EndWatch(ctx, o, k.Watcher, true)
+			return err
 		default:
 			wake := o.LeaseUntil.Add(watchSlack)
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Until(wake)+d.cfg.HandoverMargin {
+				if !claimedUntil.IsZero() {
+					k.ClaimedUntil = claimedUntil.Add(watchSlack).UnixMilli()
+				}
 				return d.Kick(ctx, k) // carry on in a fresh invocation, under the same claim
 			}
 			if wake.After(claimedUntil) {
@@ -138,4 +183,24 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 			pause = min(2*pause, 8*time.Second)
 		}
 	}
+}
+
+// owed reports whether o, read with no lease held, has something to send: a mark left,
+// hello not sent, or events at or past the cursor of a subscription (one strongly
+// consistent read of the log's tip).
+func (d *Deliverer) owed(ctx context.Context, o connections.Owner) (bool, error) {
+	switch {
+	case o.Pending || !o.HelloSent:
+		return true, nil
+	case o.Sub == 0:
+		return false, nil
+	}
+	tip, err := d.log.Tip(ctx, o.AgentID)
+	if errors.Is(err, sessionlog.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return tip >= o.Next, nil
 }
