@@ -209,7 +209,8 @@ func TestMarkAheadOfCursor(t *testing.T) {
 func TestMarksRaceRelease(t *testing.T) {
 	t.Parallel()
 	rel := &releases{}
-	r := startRig(t, rigConfig{db: watchedClient(t, rel)})
+	served := make(chan string, 1)
+	r := startRig(t, rigConfig{db: watchedClient(t, rel), served: served})
 	const agent, events = "racing", 24
 	ctx := context.Background()
 	c := r.dial(t, agent, r.token(t, agent))
@@ -218,6 +219,13 @@ func TestMarksRaceRelease(t *testing.T) {
 	s := c.subscribe(t, h, "c", 0)
 	if err := c.follow(s, 0, patience); err != nil {
 		t.Fatal(err)
+	}
+	// The subscribe's own sender is done before a release can be killed: the holder
+	// killed is one of the appender's or the stream's, never the frame handler's.
+	select {
+	case <-served:
+	case <-time.After(patience):
+		t.Fatal("the subscribe's handler did not return")
 	}
 
 	began := time.Now()
