@@ -73,7 +73,7 @@ func ListProfiles(ctx context.Context, db Scanner, agentsTable string) ([]string
 		}
 		for _, it := range out.Items {
 			if v, ok := it["pk"].(*types.AttributeValueMemberS); ok {
-				ids = append(ids, strings.TrimPrefix(v.Value, "agent#"))
+				ids = append(ids, strings.TrimPrefix(v.Value, agentPrefix))
 			}
 		}
 		if len(out.LastEvaluatedKey) == 0 {

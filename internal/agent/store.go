@@ -132,7 +132,10 @@ type store struct {
 	table string
 }
 
-func pk(agentID string) string { return "agent#" + agentID }
+// agentPrefix starts the partition key of every item of an agent in the agents table.
+const agentPrefix = "agent#"
+
+func pk(agentID string) string { return agentPrefix + agentID }
 
 func key(agentID, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{

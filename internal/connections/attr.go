@@ -16,7 +16,7 @@ import (
 // helpers (update, del, transact) map every such placeholder to its attribute, so no
 // expression carries a bare attribute name and none can be misspelt unseen.
 const (
-	attrPK = "pk" // "conn#<id>", "agent#<id>" or "slot#<i>"
+	attrPK = "pk" // connPrefix, ownerPrefix or slotPrefix, then the id
 
 	// conn#<id>
 	attrAgent       = "agent"
@@ -147,3 +147,12 @@ func txCondFailed(err error, items []txItem, name string) bool {
 	}
 	return false
 }
+
+// The key prefixes of the table's three kinds of item. An ownership record is keyed by
+// its agent: "agent#" here names that record, as in the agents table it names the
+// agent's own items; the two never share a table.
+const (
+	connPrefix  = "conn#"  // a socket's record
+	ownerPrefix = "agent#" // an agent's ownership record
+	slotPrefix  = "slot#"  // a replay slot
+)

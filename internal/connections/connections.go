@@ -127,11 +127,11 @@ type Store struct {
 func New(api API, table string) *Store { return &Store{api: api, table: table, now: time.Now} }
 
 func connKey(id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: s("conn#" + id)}
+	return map[string]types.AttributeValue{attrPK: s(connPrefix + id)}
 }
 
 func ownerKey(agentID string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: s("agent#" + agentID)}
+	return map[string]types.AttributeValue{attrPK: s(ownerPrefix + agentID)}
 }
 
 // Reject records a socket that failed authentication, so its frames are refused until
@@ -173,7 +173,7 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 			return Owner{}, err
 		}
 		owner := map[string]types.AttributeValue{
-			attrPK:        s("agent#" + agentID),
+			attrPK:        s(ownerPrefix + agentID),
 			attrConn:      s(connID),
 			attrTokenHash: s(tokenHash),
 			attrSub:       n(0),

@@ -14,7 +14,7 @@ import (
 func (st *Store) connItem(c Conn) map[string]types.AttributeValue {
 	now := st.now()
 	item := map[string]types.AttributeValue{
-		attrPK:          s("conn#" + c.ID),
+		attrPK:          s(connPrefix + c.ID),
 		attrAgent:       s(c.AgentID),
 		attrState:       s(string(c.State)),
 		attrConnectedAt: n(now.UnixMilli()),
@@ -28,7 +28,7 @@ func (st *Store) connItem(c Conn) map[string]types.AttributeValue {
 
 func decodeConn(item map[string]types.AttributeValue) Conn {
 	c := Conn{
-		ID:          strings.TrimPrefix(str(item, attrPK), "conn#"),
+		ID:          strings.TrimPrefix(str(item, attrPK), connPrefix),
 		AgentID:     str(item, attrAgent),
 		TokenHash:   str(item, attrTokenHash),
 		State:       State(str(item, attrState)),
@@ -44,7 +44,7 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 		return Owner{}
 	}
 	o := Owner{
-		AgentID:   strings.TrimPrefix(str(item, attrPK), "agent#"),
+		AgentID:   strings.TrimPrefix(str(item, attrPK), ownerPrefix),
 		ConnID:    str(item, attrConn),
 		TokenHash: str(item, attrTokenHash),
 		Sub:       num(item, attrSub),

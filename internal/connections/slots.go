@@ -77,7 +77,7 @@ func (sl *Slots) TryAcquire(ctx context.Context, holder string, group int) (int,
 }
 
 func slotKey(i int) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: s("slot#" + strconv.Itoa(i))}
+	return map[string]types.AttributeValue{attrPK: s(slotPrefix + strconv.Itoa(i))}
 }
 
 // busy reports which of the size slots from lo hold a live lease, as far as an
@@ -96,7 +96,7 @@ func (sl *Slots) busy(ctx context.Context, lo, size int, now time.Time) (map[int
 			return nil, fmt.Errorf("connections: read slots %d-%d: %w", lo, lo+size-1, err)
 		}
 		for _, item := range out.Responses[sl.store.table] {
-			i, _ := strconv.Atoi(strings.TrimPrefix(str(item, attrPK), "slot#"))
+			i, _ := strconv.Atoi(strings.TrimPrefix(str(item, attrPK), slotPrefix))
 			if str(item, attrSlotHolder) != "" && num(item, attrSlotUntil) >= now.UnixMilli() {
 				busy[i] = true
 			}
