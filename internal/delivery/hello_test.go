@@ -155,25 +155,20 @@ func testReplyAfterHello(t *testing.T, names map[string]string) {
 		t.Parallel()
 		const agent = "reply-busy"
 		g := newFates(agent, map[string]fate{delivery.GateHello: hold})
-		r := helloRig(t, names, g, 0, nil) // the default: held longer than helloLease, it would lose it
+		served := make(chan string, 4)
+		r := helloRig(t, names, g, 0, served) // the default: held longer than helloLease, it would lose it
 		c := r.dial(t, agent, r.token(t, agent))
 		g.await(t, delivery.GateHello) // under the lease, hello not posted yet
 		c.send(t, `{"type":"nonsense"}`)
 		// The message function records the reply for the sender and returns; nothing is
 		// posted while the sender is held.
-		deadline := time.Now().Add(patience)
-		for {
-			o, err := r.conns.Owner(context.Background(), agent)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(o.Replies) == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replies owed %d, want the reply handed to the sender", len(o.Replies))
-			}
-			time.Sleep(10 * time.Millisecond)
+		select {
+		case <-served:
+		case <-time.After(patience):
+			t.Fatal("the message function did not return while the sender was held")
+		}
+		if o, err := r.conns.Owner(context.Background(), agent); err != nil || len(o.Replies) != 1 {
+			t.Fatalf("replies owed %d (%v), want the reply handed to the sender", len(o.Replies), err)
 		}
 		g.letGo()
 		c.expect(t, "hello", "error:bad_frame")
