@@ -34,9 +34,7 @@ func (r *SlotReads) Meter(cfg aws.Config) aws.Config {
 // Client returns a DynamoDB Local client whose requests r counts.
 func (r *SlotReads) Client(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	return dynamodb.New(Client(t).Options(), func(o *dynamodb.Options) {
-		o.APIOptions = append(append([]func(*middleware.Stack) error(nil), o.APIOptions...), r.middleware)
-	})
+	return metered(t, r.middleware)
 }
 
 func (r *SlotReads) middleware(st *middleware.Stack) error {

@@ -26,8 +26,15 @@ type WriteUnits struct {
 // Client returns a DynamoDB Local client whose writes w meters.
 func (w *WriteUnits) Client(t testing.TB) *dynamodb.Client {
 	t.Helper()
+	return metered(t, w.middleware)
+}
+
+// metered returns a DynamoDB Local client with mw added to its middleware stack: the
+// one way the meters of this package attach to a client.
+func metered(t testing.TB, mw func(*middleware.Stack) error) *dynamodb.Client {
+	t.Helper()
 	return dynamodb.New(Client(t).Options(), func(o *dynamodb.Options) {
-		o.APIOptions = append(append([]func(*middleware.Stack) error(nil), o.APIOptions...), w.middleware)
+		o.APIOptions = append(append([]func(*middleware.Stack) error(nil), o.APIOptions...), mw)
 	})
 }
 
