@@ -143,37 +143,19 @@ func (f invokeFunc) Invoke(ctx context.Context, payload []byte) ([]byte, error) 
 }
 
 // handler is the slog.Handler feeding the track; it keeps nothing else.
-func (l *frameTrack) handler() slog.Handler { return trackHandler{l: l} }
+func (l *frameTrack) handler() slog.Handler { return logHook{on: l.observe} }
 
-type trackHandler struct {
-	l     *frameTrack
-	attrs []slog.Attr
-}
-
-func (h trackHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h trackHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return trackHandler{l: h.l, attrs: append(slices.Clip(h.attrs), as...)}
-}
-func (h trackHandler) WithGroup(string) slog.Handler { return h }
-func (h trackHandler) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "frame received" && r.Message != "connected" {
-		return nil
-	}
-	vals := map[string]slog.Value{}
-	for _, a := range h.attrs {
-		vals[a.Key] = a.Value
-	}
-	r.Attrs(func(a slog.Attr) bool { vals[a.Key] = a.Value; return true })
+// observe takes the connections accepted and the frames' receive times from the log.
+func (l *frameTrack) observe(msg string, vals map[string]slog.Value) {
 	conn := vals["connection_id"].String()
 	switch {
-	case r.Message == "connected" && vals["agent_id"].Kind() == slog.KindString:
+	case msg == "connected" && vals["agent_id"].Kind() == slog.KindString:
 		agent := vals["agent_id"].String()
-		h.l.update(func() { h.l.conns[agent] = append(h.l.conns[agent], conn) })
-	case r.Message == "frame received":
+		l.update(func() { l.conns[agent] = append(l.conns[agent], conn) })
+	case msg == "frame received":
 		at := vals["request_time_epoch"].Int64()
-		h.l.update(func() { h.l.epochs[conn] = append(h.l.epochs[conn], at) })
+		l.update(func() { l.epochs[conn] = append(l.epochs[conn], at) })
 	}
-	return nil
 }
 
 // requestMeter counts the stack's AWS requests by operation (Measure.Clients and

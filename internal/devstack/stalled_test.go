@@ -175,7 +175,7 @@ func newLogWatch() *logWatch {
 	return &logWatch{changed: make(chan struct{}), msgs: map[string][]string{}, agents: map[string]string{}}
 }
 
-func (w *logWatch) Handler() slog.Handler { return logWatchHandler{w: w} }
+func (w *logWatch) Handler() slog.Handler { return logHook{on: w.observe} }
 
 // count is how many of the messages were logged about conn.
 func (w *logWatch) count(conn string, msgs ...string) int {
@@ -222,41 +222,25 @@ func (w *logWatch) conn(ctx context.Context, t *testing.T, agent string) string 
 	return id
 }
 
-type logWatchHandler struct {
-	w     *logWatch
-	attrs []slog.Attr
-}
-
-func (h logWatchHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h logWatchHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return logWatchHandler{w: h.w, attrs: append(slices.Clip(h.attrs), as...)}
-}
-func (h logWatchHandler) WithGroup(string) slog.Handler { return h }
-func (h logWatchHandler) Handle(_ context.Context, r slog.Record) error {
+// observe records each message logged about a connection, and the connection each
+// agent's latest "connected" names.
+func (w *logWatch) observe(msg string, vals map[string]slog.Value) {
 	var conn, agent string
-	look := func(a slog.Attr) bool {
-		switch a.Key {
-		case "connection_id":
-			conn = a.Value.String()
-		case "agent_id":
-			agent = a.Value.String()
-		}
-		return true
+	if v, ok := vals["connection_id"]; ok {
+		conn = v.String()
 	}
-	for _, a := range h.attrs {
-		look(a)
+	if v, ok := vals["agent_id"]; ok {
+		agent = v.String()
 	}
-	r.Attrs(look)
 	if conn == "" {
-		return nil
+		return
 	}
-	h.w.mu.Lock()
-	defer h.w.mu.Unlock()
-	h.w.msgs[conn] = append(h.w.msgs[conn], r.Message)
-	if r.Message == "connected" && agent != "" {
-		h.w.agents[agent] = conn
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs[conn] = append(w.msgs[conn], msg)
+	if msg == "connected" && agent != "" {
+		w.agents[agent] = conn
 	}
-	close(h.w.changed)
-	h.w.changed = make(chan struct{})
-	return nil
+	close(w.changed)
+	w.changed = make(chan struct{})
 }
