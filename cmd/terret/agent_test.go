@@ -23,6 +23,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/model/openai/openaitest"
 )
 
 // The keys of the test: they must reach the model server and nothing else.
@@ -30,92 +31,6 @@ const (
 	acmeKey  = "sk-acme-SECRET123"  // from the process environment
 	localKey = "sk-local-DOTENV456" // from .env in the working directory
 )
-
-// fakeOpenAI is an OpenAI-compatible chat-completions server: it records each request
-// (its Authorization header and JSON body) and streams the reply "Hello world" as
-// server-sent chunks.
-type fakeOpenAI struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	reqs []openaiRequest
-}
-
-type openaiRequest struct {
-	Auth string
-	Body struct {
-		Model    string `json:"model"`
-		Stream   bool   `json:"stream"`
-		Messages []struct {
-			Role    string `json:"role"`
-			Content any    `json:"content"`
-		} `json:"messages"`
-		Tools []struct {
-			Function struct {
-				Name string `json:"name"`
-			} `json:"function"`
-		} `json:"tools"`
-	}
-}
-
-func newFakeOpenAI(t *testing.T) *fakeOpenAI {
-	t.Helper()
-	f := &fakeOpenAI{}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
-			http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
-			return
-		}
-		var req openaiRequest
-		req.Auth = r.Header.Get("Authorization")
-		if err := json.NewDecoder(r.Body).Decode(&req.Body); err != nil {
-			http.Error(w, `{"error":{"message":"bad json"}}`, http.StatusBadRequest)
-			return
-		}
-		f.mu.Lock()
-		f.reqs = append(f.reqs, req)
-		f.mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
-		for _, c := range []string{
-			`{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}`,
-			`{"choices":[{"index":0,"delta":{"content":"lo "},"finish_reason":null}]}`,
-			`{"choices":[{"index":0,"delta":{"content":"world"},"finish_reason":null}]}`,
-			`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
-			`[DONE]`,
-		} {
-			fmt.Fprintf(w, "data: %s\n\n", c)
-			w.(http.Flusher).Flush()
-		}
-	}))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-// last returns the newest request, failing if there are not n requests.
-func (f *fakeOpenAI) request(t *testing.T, n int) openaiRequest {
-	t.Helper()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.reqs) != n {
-		t.Fatalf("model server got %d requests, want %d", len(f.reqs), n)
-	}
-	return f.reqs[n-1]
-}
-
-func (r openaiRequest) system() string {
-	if len(r.Body.Messages) == 0 || r.Body.Messages[0].Role != "system" {
-		return ""
-	}
-	s, _ := r.Body.Messages[0].Content.(string)
-	return s
-}
-
-func (r openaiRequest) tools() []string {
-	var out []string
-	for _, t := range r.Body.Tools {
-		out = append(out, t.Function.Name)
-	}
-	return out
-}
 
 // ownDev is a `terret dev` run in a working directory of the test's, with its own
 // environment, console captured.
@@ -398,10 +313,10 @@ func profileJSON(system, baseURL, mcpBin string) string {
 // put/get/list/delete with each validation error, and that no key leaks.
 func TestOwnAgent(t *testing.T) {
 	t.Parallel()
-	model := newFakeOpenAI(t)
+	model := openaitest.New(t)
 	mcpBin := buildMCPServer(t)
 	dir := t.TempDir()
-	base := model.srv.URL + "/v1"
+	base := model.BaseURL()
 	writeFile(t, filepath.Join(dir, "terret.json"), profileJSON("You are the support agent of ACME.", base, mcpBin))
 	writeFile(t, filepath.Join(dir, ".env"), "# local keys\nLOCAL_KEY=\""+localKey+"\"\n")
 	// Bedrock gets the user's own AWS credentials (here from the environment), pointed
@@ -433,11 +348,11 @@ func TestOwnAgent(t *testing.T) {
 	if end := lastEnd(t, evs); end.Payload.Status != "completed" {
 		t.Fatalf("turn ended %+v, want completed\nstderr:\n%s", end.Payload, p.stderr)
 	}
-	req := model.request(t, 1)
-	if got, want := req.system(), "You are the support agent of ACME."; got != want {
+	req := model.Request(t, 1)
+	if got, want := req.System(), "You are the support agent of ACME."; got != want {
 		t.Errorf("system prompt = %q, want %q", got, want)
 	}
-	if got, want := strings.Join(req.tools(), ","), "echo,whoami"; got != want {
+	if got, want := strings.Join(req.Tools(), ","), "echo,whoami"; got != want {
 		t.Errorf("tools = %s, want %s", got, want)
 	}
 	if got, want := req.Auth, "Bearer "+acmeKey; got != want {
@@ -455,7 +370,7 @@ func TestOwnAgent(t *testing.T) {
 		t.Fatalf("set_model local/gpt-local: %s", f)
 	}
 	a.turn("again")
-	if req := model.request(t, 2); req.Auth != "Bearer "+localKey || req.Body.Model != "gpt-local" {
+	if req := model.Request(t, 2); req.Auth != "Bearer "+localKey || req.Body.Model != "gpt-local" {
 		t.Errorf("second provider: Authorization %q model %q, want the .env key and gpt-local", req.Auth, req.Body.Model)
 	}
 
@@ -504,14 +419,14 @@ func TestOwnAgent(t *testing.T) {
 		t.Fatalf("set_model acme/gpt-test: %s", f)
 	}
 	a.turn("v2?")
-	if got := model.request(t, 3).system(); got != "You are v2." {
+	if got := model.Request(t, 3).System(); got != "You are v2." {
 		t.Errorf("after the edit the system prompt is %q, want %q", got, "You are v2.")
 	}
 	writeFile(t, filepath.Join(dir, "terret.json"), `{"system":"broken","tools":[{"name":"x","kind":"weird"}]}`)
 	if end := lastEnd(t, a.turn("still v2?")); end.Payload.Status != "completed" {
 		t.Errorf("turn after a broken edit ended %+v", end.Payload)
 	}
-	if got := model.request(t, 4).system(); got != "You are v2." {
+	if got := model.Request(t, 4).System(); got != "You are v2." {
 		t.Errorf("after a broken edit the system prompt is %q, want the last good %q", got, "You are v2.")
 	}
 	p.stderr.waitFor(t, "profile file rejected", `tools[0].kind: unknown tool kind \"weird\"`)
@@ -580,7 +495,7 @@ func whoami(t *testing.T, evs []event) int {
 	return out.PID
 }
 
-func testAgentCommands(t *testing.T, p *ownDev, model *fakeOpenAI) {
+func testAgentCommands(t *testing.T, p *ownDev, model *openaitest.Server) {
 	t.Helper()
 	own := filepath.Join(p.dir, "own.json")
 	writeFile(t, own, `{"system": "You are OWN.", "models": {"main": "local/own-model"}}`)
@@ -592,13 +507,11 @@ func testAgentCommands(t *testing.T, p *ownDev, model *fakeOpenAI) {
 	if end := lastEnd(t, a.turn("who are you?")); end.Payload.Status != "completed" {
 		t.Fatalf("own1's turn ended %+v", end.Payload)
 	}
-	model.mu.Lock()
-	req := model.reqs[len(model.reqs)-1]
-	model.mu.Unlock()
-	if req.system() != "You are OWN." || req.Body.Model != "own-model" || req.Auth != "Bearer "+localKey {
-		t.Errorf("own1's turn sent system %q model %q auth %q; want its stored profile's", req.system(), req.Body.Model, req.Auth)
+	req := model.Last(t)
+	if req.System() != "You are OWN." || req.Body.Model != "own-model" || req.Auth != "Bearer "+localKey {
+		t.Errorf("own1's turn sent system %q model %q auth %q; want its stored profile's", req.System(), req.Body.Model, req.Auth)
 	}
-	if got, want := strings.Join(req.tools(), ","), "echo,whoami"; got != want {
+	if got, want := strings.Join(req.Tools(), ","), "echo,whoami"; got != want {
 		t.Errorf("own1's tools = %s, want the default's %s (merged)", got, want)
 	}
 
@@ -661,11 +574,9 @@ func testAgentCommands(t *testing.T, p *ownDev, model *fakeOpenAI) {
 	}
 	// The next turn runs with the default profile again.
 	a.turn("and now?")
-	model.mu.Lock()
-	req = model.reqs[len(model.reqs)-1]
-	model.mu.Unlock()
-	if req.system() != "You are v2." || req.Body.Model != "gpt-test" || req.Auth != "Bearer "+acmeKey {
-		t.Errorf("after delete own1 sent system %q model %q, want the default's", req.system(), req.Body.Model)
+	req = model.Last(t)
+	if req.System() != "You are v2." || req.Body.Model != "gpt-test" || req.Auth != "Bearer "+acmeKey {
+		t.Errorf("after delete own1 sent system %q model %q, want the default's", req.System(), req.Body.Model)
 	}
 }
 

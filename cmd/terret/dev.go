@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/metrics"
+	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webui"
 )
 
@@ -116,6 +118,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Latency: awsLatency(),
 	})
 	if err != nil {
+		if errors.Is(err, devstack.ErrProfile) {
+			return devProfileError(err, *profileFile, set["profile"])
+		}
 		return profileError(*profileFile, devStartError(err, *addr))
 	}
 	defer st.Close()
@@ -137,7 +142,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
 	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
-	if *profileFile != "" {
+	switch {
+	case *profileFile != "" && *emulate:
+		// The functions read AGENT_PROFILE once, at cold start, as on AWS.
+		fmt.Fprintf(stdout, "terret dev: profile %s, passed to the functions as AGENT_PROFILE (restart terret dev to apply edits)\n", *profileFile)
+	case *profileFile != "":
 		fmt.Fprintf(stdout, "terret dev: profile %s (edits apply from the next turn)\n", *profileFile)
 	}
 	switch {
@@ -175,6 +184,33 @@ func orStr(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// devProfileError says which profile terret dev cannot serve — the flag and the file
+// — and why: the file cannot be read, or each problem at its JSON path (never a
+// key's value: a profile holds none, and the problems name variables, not values).
+func devProfileError(err error, file string, flagged bool) error {
+	src := file + " (the working directory's; --profile FILE serves another)"
+	if flagged {
+		src = "--profile " + file
+	}
+	var pe *tools.ProfileError
+	var pathErr *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		what := "invalid profile"
+		if errors.Is(err, devstack.ErrProfileEmulated) {
+			what = "invalid profile for --lambda-emulator (the functions run it as AWS Lambda does: no command MCP servers, no api_key_secret)"
+		}
+		lines := make([]string, len(pe.Problems))
+		for i, p := range pe.Problems {
+			lines[i] = file + ": " + p.String()
+		}
+		return fmt.Errorf("%s: %s:\n%s", src, what, strings.Join(lines, "\n"))
+	case errors.As(err, &pathErr):
+		return fmt.Errorf("%s: cannot read the profile: %v", src, pathErr.Err)
+	}
+	return fmt.Errorf("%s: %w", src, err)
 }
 
 // devStartError says which flag fixes a failed start, where one does.

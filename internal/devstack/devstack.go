@@ -136,6 +136,19 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			return nil, fmt.Errorf("%w on %s: %v", ErrListen, o.Addr, err)
 		}
 	}
+	// The user's own AWS credentials for Bedrock and secrets, never the fixed local
+	// ones DynamoDB Local takes.
+	userAWS, err := config.AWS(ctx)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	// Checked before anything starts: a bad profile costs milliseconds, not a build.
+	prof, err := loadProfile(ctx, o, userAWS, logger)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint, measure: o.Measure}
 	// A failed start closes what it started; the local copy survives the
 	// `return nil, err` that clears the named result.
@@ -176,7 +189,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	deliverTimeout := gwTimeouts["deliver"]
 	var emu *emulation
 	if o.LambdaEmulator != nil {
-		if emu, err = newEmulation(ctx, o, st.Tables, logger); err != nil {
+		if emu, err = newEmulation(ctx, o, st.Tables, prof, logger); err != nil {
 			return nil, err
 		}
 		emu.route(gwFunctions, gwTimeouts)
@@ -228,15 +241,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	awsCfg := o.Latency.Install(o.Measure.clients(dynamolocal.Config()))
 	st.AWSConfig = awsCfg
-	// The user's own AWS credentials for Bedrock and secrets, never the fixed local
-	// ones DynamoDB Local takes.
-	userAWS, err := config.AWS(ctx)
-	if err != nil {
-		return nil, err
-	}
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	msgD := service.Deliverer(st.Config, awsCfg, logger, tune) // the message function's, shared as there
-	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
+	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ type emulation struct {
 	dir    string
 	names  tables.Names
 	fns    []emulator.Function // resolved before the gateway listens: names and timeouts
+	prof   *defaultProfile
 	logger *slog.Logger
 }
 
@@ -48,8 +49,8 @@ const timeoutSlack = 2 * time.Second
 
 // newEmulation builds the bootstraps (make build) and reads the functions' names and
 // timeouts from the template.
-func newEmulation(ctx context.Context, o Options, names tables.Names, logger *slog.Logger) (*emulation, error) {
-	em := &emulation{o: o, root: o.Root, dir: o.LambdaEmulator.BuildDir, names: names, logger: logger}
+func newEmulation(ctx context.Context, o Options, names tables.Names, prof *defaultProfile, logger *slog.Logger) (*emulation, error) {
+	em := &emulation{o: o, root: o.Root, dir: o.LambdaEmulator.BuildDir, names: names, prof: prof, logger: logger}
 	if em.root == "" {
 		root, err := dynamolocal.RepoRoot()
 		if err != nil {
@@ -90,6 +91,9 @@ func (em *emulation) local(management string) emulator.Local {
 			"OutboundQueue":        strconv.Itoa(orInt(em.o.OutboundQueue, config.DefaultOutboundQueue)),
 			"Approvals":            strconv.FormatBool(em.o.Approvals),
 			"LogLevel":             logLevel(em.logger),
+			// The default profile reaches the functions as on AWS: the template's
+			// AgentProfile parameter is their AGENT_PROFILE ("": the demo profile).
+			"AgentProfile": em.prof.agentProfile,
 		},
 	}
 }
@@ -130,6 +134,7 @@ func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred, wra
 	if err != nil {
 		return nil, err
 	}
+	em.prof.pass(fns, em.logger)
 	emu, err := emulator.Start(emulator.Options{
 		Root:            em.root,
 		BuildDir:        em.dir,

@@ -96,6 +96,23 @@ func Check(ctx context.Context, p tools.Profile, env Env) error {
 	return pe.Err()
 }
 
+// KeyEnvs lists the environment variables p's providers name with api_key_env, sorted,
+// each once: what a process that runs p needs besides the profile (`terret dev
+// --lambda-emulator` hands them to the functions). It reads none of them.
+func KeyEnvs(p tools.Profile) []string {
+	provs := parseProviders(context.Background(), &tools.ProfileError{}, p, Env{}, false)
+	seen := map[string]bool{}
+	var out []string
+	for _, name := range sortedKeys(provs) {
+		if v := provs[name].keyEnv; v != "" && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Models returns the registry of p's providers, keys resolved (Bedrock is always
 // there). It returns a *tools.ProfileError for a profile Check rejects.
 func Models(ctx context.Context, p tools.Profile, env Env) (*model.Registry, error) {

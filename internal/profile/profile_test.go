@@ -177,3 +177,30 @@ func TestFileSource(t *testing.T) {
 		t.Errorf("NewFileSource(broken) = %v, want an error naming the file and tools[0].kind", err)
 	}
 }
+
+// TestKeyEnvs: the api_key_env names of every provider, sorted, each once; secrets,
+// keyless providers and Bedrock name none.
+func TestKeyEnvs(t *testing.T) {
+	tests := []struct {
+		name, profile string
+		want          []string
+	}{
+		{"none", `{}`, nil},
+		{"keyless, secret and bedrock", `{"providers": {
+			"local": {"kind": "openai", "base_url": "http://127.0.0.1:11434/v1"},
+			"vault": {"kind": "openai", "base_url": "https://x.example/v1", "api_key_secret": "acme/key"},
+			"bedrock": {"max_tokens": 10}}}`, nil},
+		{"sorted and once", `{"providers": {
+			"b": {"kind": "openai", "base_url": "https://b.example/v1", "api_key_env": "Z_KEY"},
+			"a": {"kind": "openai", "base_url": "https://a.example/v1", "api_key_env": "A_KEY"},
+			"c": {"kind": "openai", "base_url": "https://c.example/v1", "api_key_env": "Z_KEY"}}}`, []string{"A_KEY", "Z_KEY"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := profile.KeyEnvs(decode(t, tt.profile))
+			if strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("KeyEnvs = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -30,6 +30,10 @@ type AgentOptions struct {
 	// ProfileFile, if set, is the default profile, read again whenever it changes
 	// (a broken edit keeps the last good profile and is logged at error level).
 	ProfileFile string
+	// Profiles, if set, is the default profile's source, already built and checked
+	// (`terret dev` checks its file before it starts anything); it wins over
+	// ProfileFile.
+	Profiles *profile.Source
 	// ModelAWS, if set, is the AWS configuration of Bedrock and of secret fetches —
 	// the user's own credentials — instead of the one the tables are reached with.
 	ModelAWS *aws.Config
@@ -86,13 +90,15 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	env := ProfileEnv(modelAWS, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var src *profile.Source
-	if o.ProfileFile != "" {
+	src := o.Profiles
+	switch {
+	case src != nil:
+	case o.ProfileFile != "":
 		var err error
 		if src, err = profile.NewFileSource(ctx, o.ProfileFile, env, logger); err != nil {
 			return agent.Config{}, err
 		}
-	} else {
+	default:
 		def, err := tools.ParseProfile(cfg.AgentProfile)
 		if err != nil {
 			return agent.Config{}, fmt.Errorf("service: AGENT_PROFILE: %w", err)
