@@ -100,8 +100,9 @@ type Observer interface {
 // Gate is an Observer a test may add to hold a sender at a point of its work, to hit a
 // race window deterministically. Points: GateKickPump (an asynchronous pump kick,
 // before it takes the lease), GateHello (under the lease, before hello is posted),
-// GateReplayRead (a replay page read in the background, before the sender may take it)
-// and the closing points of welcome.go (GateCloseHello, GateCloseSuperseded).
+// GateReplayRead (a replay page read in the background, before the sender may take it),
+// GateBackstopLook (a backstop's second look at a record held by a live sender) and the
+// closing points of welcome.go (GateCloseHello, GateCloseSuperseded).
 type Gate interface {
 	Wait(point, agentID string)
 }
@@ -111,6 +112,9 @@ const (
 	GateKickPump   = "kick_pump"
 	GateHello      = "hello"
 	GateReplayRead = "replay_read"
+	// GateBackstopLook: a backstop wake-up that met a live lease behind its events,
+	// before its second look at the record (secondLook).
+	GateBackstopLook = "backstop_look"
 )
 
 func (d *Deliverer) gate(point, agentID string) {
@@ -315,21 +319,25 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	hints = normalize(hints)
 	// read: the record as the pre-read found it held by a live sender. The lease is
 	// then not tried — a failed conditional write, 1 write unit — but the mark left
-	// straight away; MarkPending finds out if the holder let go meanwhile.
+	// straight away; MarkPending finds out if the holder let go meanwhile. looked: a
+	// backstop's second look at the record was made (secondLook), in place of the
+	// first of watch's looks.
 	var read *connections.AcquireResult
+	looked := false
 	if upTo >= 0 && w.preRead {
 		o, err := d.store.Owner(ctx, agentID)
-		if errors.Is(err, connections.ErrNotFound) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
-			return o.Sub == 0, nil
-		}
-		if o.Lease != "" && o.LeaseUntil.After(time.Now()) {
-			if now := time.Now(); o.Pending && (o.WatchUntil.After(now) || covered(o, now) && o.MarkReaches(upTo)) {
+		for err == nil {
+			if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
+				return o.Sub == 0, nil
+			}
+			now := time.Now()
+			if o.Lease == "" || !o.LeaseUntil.After(now) {
+				break // let go or run out: try the lease
+			}
+			if o.HelloSent && o.Next > upTo {
+				return false, nil // sent: the cursor under the live lease is past every hinted event
+			}
+			if o.Pending && (o.WatchUntil.After(now) || covered(o, now) && o.MarkReaches(upTo)) {
 				// A mark is already left with the live holder, and served should the
 				// holder die. Watched: the watcher ends its claim only once it has seen
 				// the lease let go and found nothing owed after that (runWatch), so these
@@ -339,7 +347,18 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				// before it lets go unless its cursor is past the mark's seq.
 				return false, nil
 			}
-			read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
+			if looked || !w.backstop || covered(o, now) {
+				read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
+				break
+			}
+			looked = true
+			o, err = d.secondLook(ctx, agentID)
+		}
+		if errors.Is(err, connections.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
 		}
 	}
 	holder := connections.NewHolder(connections.HolderOnce)
@@ -374,7 +393,11 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				continue // the lease was let go meanwhile: try to take it
 			}
 			if w.backstop {
-				return false, d.watch(ctx, o, upTo)
+				looks := watchLooks
+				if looked {
+					looks = looks[1:] // the second look was the first of them
+				}
+				return false, d.watch(ctx, o, upTo, looks)
 			}
 			return false, nil
 		}
@@ -385,6 +408,27 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 		}
 		return false, err
 	}
+}
+
+// secondLook is a backstop's second look at agentID's record, after its first found a
+// live lease whose cursor is behind the batch's events: one strongly consistent read
+// (1 read unit), watchLooks[0] later — the look watch would make after a mark, made
+// before it instead. A holder that sends the events it holds and lets go meanwhile
+// (the fast path ends a turn within milliseconds) shows a cursor past them, and the
+// backstop writes nothing: no mark (1 write unit). The read, not the lease it shows,
+// decides: the cursor stored on the record only ever passes events that were posted,
+// so a backstop that finds it past its batch skips the mark whatever the holder does
+// next; any other record is served as before — a live lease marked (MarkPending is
+// conditional on the lease and the cursor as they stand then), a free one tried
+// (docs/architecture.md, "The stream backstop and the mark").
+func (d *Deliverer) secondLook(ctx context.Context, agentID string) (connections.Owner, error) {
+	select {
+	case <-ctx.Done():
+		return connections.Owner{}, ctx.Err()
+	case <-time.After(watchLooks[0]):
+	}
+	d.gate(GateBackstopLook, agentID)
+	return d.store.Owner(ctx, agentID)
 }
 
 // take returns the run of hints that starts exactly at next, if any.
