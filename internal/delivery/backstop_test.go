@@ -61,8 +61,8 @@ func backstopClient(t *testing.T, meter *dynamotest.WriteUnits, rel *releases, m
 	})
 }
 
-// backstopGate runs fn at the backstop's second look (delivery.GateBackstopLook) of
-// agent, and counts the looks.
+// backstopGate runs fn at each of the backstop's looks before it marks
+// (delivery.GateBackstopLook) of agent, and counts the looks.
 type backstopGate struct {
 	agent string
 	mu    sync.Mutex
@@ -92,21 +92,22 @@ func (g *backstopGate) set(fn func()) (looks int) {
 	return g.looks
 }
 
-// TestBackstopSecondLook: a stream batch whose events a live holder has not recorded
-// (its cursor on the record behind them) looks at the record once more before it
+// TestBackstopLookBeforeMark: a stream batch whose events a live holder has not
+// recorded (its cursor on the record behind them) looks at the record again before it
 // marks. If the holder's cursor has passed the batch's events by then, the backstop
-// writes nothing — 0 write units, metered as cmd/bench meters; if it is still behind,
-// the backstop marks the batch's seq (1 write unit), and the holder cannot let go
-// without sending it.
-func TestBackstopSecondLook(t *testing.T) {
+// writes nothing — 0 write units, metered as cmd/bench meters; if it is still behind at
+// the last look, the backstop marks the batch's seq (1 write unit), and the holder
+// cannot let go without sending it.
+func TestBackstopLookBeforeMark(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
-		moved     bool    // the holder records progress past the event before the second look
-		wantUnits float64 // written by the backstop from its second look on
+		moved     bool    // the holder records progress past the event before the first look
+		wantUnits float64 // written by the backstop from its last look on
+		wantLooks int     // looks at the record before the mark
 	}{
-		{"cursor past the batch: no mark", true, 0},
-		{"cursor behind the batch: marked", false, 1},
+		{"cursor past the batch: no mark", true, 0, 1},
+		{"cursor behind the batch: marked", false, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -138,9 +139,9 @@ func TestBackstopSecondLook(t *testing.T) {
 				t.Fatalf("acquire = %v, next %d (%v); want acquired, behind seq %d", acq.Outcome, acq.Owner.Next, err, ev.Seq)
 			}
 			o := acq.Owner
-			before, _ := meter.Units() // taken again at the second look
+			before, _ := meter.Units() // taken again at each look
 			gate.set(func() {
-				if tc.moved {
+				if tc.moved && o.Next <= ev.Seq {
 					// The holder has sent ev and records it, keeping the lease.
 					cur, err := r.conns.Checkpoint(ctx, o, holder.ID, connections.Progress{Next: ev.Seq + 1, HelloSent: true}, time.Minute)
 					if err != nil {
@@ -160,7 +161,7 @@ func TestBackstopSecondLook(t *testing.T) {
 				}
 				after, _ := meter.Units()
 				if units := after - before; units != tc.wantUnits {
-					t.Errorf("the backstop wrote %v write units after its second look; want %v", units, tc.wantUnits)
+					t.Errorf("the backstop wrote %v write units after its look; want %v", units, tc.wantUnits)
 				}
 				if cur, _ := r.conns.Owner(ctx, agent); cur.Pending || cur.Lease != holder.ID {
 					t.Errorf("record after = pending %v, lease %q; want no mark, the lease still %q's", cur.Pending, cur.Lease, holder.ID)
@@ -193,17 +194,18 @@ func TestBackstopSecondLook(t *testing.T) {
 				}
 			}
 			r.kicks.settled(t)
-			if looks := gate.set(nil); looks != 1 {
-				t.Errorf("%d second looks; want 1", looks)
+			if looks := gate.set(nil); looks != tc.wantLooks {
+				t.Errorf("%d looks before the mark; want %d", looks, tc.wantLooks)
 			}
 		})
 	}
 }
 
 // TestBackstopLookRacesRelease: the fast path's holder lets go right at a stream
-// backstop's second look, through the history checker. Each round, the fast path sends
-// one event and holds its release until the backstop is at its second look; in half the
-// rounds another event was appended meanwhile by a process with no fast path, which the
+// backstop's look before its mark, through the history checker. Each round, the fast
+// path sends one event and holds its release until the backstop is at its first look;
+// in half the rounds another event was appended meanwhile by a process with no fast
+// path, which the
 // holder never sends (its progress at its release stops before it). The release then
 // lands before the look (the look sees it let go), with it (no order), or after the
 // look (the backstop has marked or given up by then). Every event must reach the
@@ -273,13 +275,13 @@ func TestBackstopLookRacesRelease(t *testing.T) {
 				})
 				looks := gate.set(nil)
 				var units float64
-				gate.set(func() {
+				gate.set(sync.OnceFunc(func() {
 					close(atLook)
 					if when == before {
 						r.fast.FlushAll() // the linger ends: the holder lets go, and is done
 					}
 					units, _ = meter.Units()
-				})
+				}))
 				r.appendN(t, r.log, agent, 1, fmt.Sprintf("round %d", round))
 				logged := readAll(t, r.log, agent)
 				tip := logged[len(logged)-1]
@@ -302,8 +304,8 @@ func TestBackstopLookRacesRelease(t *testing.T) {
 					t.Fatal(err)
 				}
 				endRound()
-				if gate.set(nil) != looks+1 {
-					t.Errorf("the backstop made no second look")
+				if gate.set(nil) == looks {
+					t.Errorf("the backstop made no look before it marked")
 				} else if !missed && when == before {
 					if after, _ := meter.Units(); after != units {
 						t.Errorf("the backstop wrote %v write units though the holder had sent its event; want 0", after-units)

@@ -101,7 +101,8 @@ type Observer interface {
 // race window deterministically. Points: GateKickPump (an asynchronous pump kick,
 // before it takes the lease), GateHello (under the lease, before hello is posted),
 // GateReplayRead (a replay page read in the background, before the sender may take it),
-// GateBackstopLook (a backstop's second look at a record held by a live sender) and the
+// GateBackstopLook (a backstop's look at a record held by a live sender, before it
+// marks) and the
 // closing points of welcome.go (GateCloseHello, GateCloseSuperseded).
 type Gate interface {
 	Wait(point, agentID string)
@@ -113,7 +114,7 @@ const (
 	GateHello      = "hello"
 	GateReplayRead = "replay_read"
 	// GateBackstopLook: a backstop wake-up that met a live lease behind its events,
-	// before its second look at the record (secondLook).
+	// before each of its looks at the record before it marks (look).
 	GateBackstopLook = "backstop_look"
 )
 
@@ -319,11 +320,11 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	hints = normalize(hints)
 	// read: the record as the pre-read found it held by a live sender. The lease is
 	// then not tried — a failed conditional write, 1 write unit — but the mark left
-	// straight away; MarkPending finds out if the holder let go meanwhile. looked: a
-	// backstop's second look at the record was made (secondLook), in place of the
-	// first of watch's looks.
+	// straight away; MarkPending finds out if the holder let go meanwhile. looked: the
+	// looks at the record a backstop made before it marks (look), in place of the first
+	// of watch's looks.
 	var read *connections.AcquireResult
-	looked := false
+	looked := 0
 	if upTo >= 0 && w.preRead {
 		o, err := d.store.Owner(ctx, agentID)
 		for err == nil {
@@ -347,12 +348,12 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				// before it lets go unless its cursor is past the mark's seq.
 				return false, nil
 			}
-			if looked || !w.backstop || covered(o, now) {
+			if looked == lookFirst || !w.backstop || covered(o, now) {
 				read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
 				break
 			}
-			looked = true
-			o, err = d.secondLook(ctx, agentID)
+			o, err = d.look(ctx, agentID, watchLooks[looked])
+			looked++
 		}
 		if errors.Is(err, connections.ErrNotFound) {
 			return true, nil
@@ -393,11 +394,7 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				continue // the lease was let go meanwhile: try to take it
 			}
 			if w.backstop {
-				looks := watchLooks
-				if looked {
-					looks = looks[1:] // the second look was the first of them
-				}
-				return false, d.watch(ctx, o, upTo, looks)
+				return false, d.watch(ctx, o, upTo, watchLooks[looked:]) // the looks made are the first of them
 			}
 			return false, nil
 		}
@@ -410,22 +407,28 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	}
 }
 
-// secondLook is a backstop's second look at agentID's record, after its first found a
-// live lease whose cursor is behind the batch's events: one strongly consistent read
-// (1 read unit), watchLooks[0] later — the look watch would make after a mark, made
-// before it instead. A holder that sends the events it holds and lets go meanwhile
-// (the fast path ends a turn within milliseconds) shows a cursor past them, and the
-// backstop writes nothing: no mark (1 write unit). The read, not the lease it shows,
-// decides: the cursor stored on the record only ever passes events that were posted,
-// so a backstop that finds it past its batch skips the mark whatever the holder does
-// next; any other record is served as before — a live lease marked (MarkPending is
-// conditional on the lease and the cursor as they stand then), a free one tried
-// (docs/architecture.md, "The stream backstop and the mark").
-func (d *Deliverer) secondLook(ctx context.Context, agentID string) (connections.Owner, error) {
+// lookFirst is how many of watch's looks (watchLooks) a backstop wake-up that reads a
+// live lease behind its events makes before it marks: the first two, 50 and 150 ms
+// after its read. A fast-path holder that ends its turn lets go within them (under load,
+// a plain turn's release often comes after the first).
+const lookFirst = 2
+
+// look is one of a backstop's looks at agentID's record before it marks (lookFirst),
+// after its read found a live lease whose cursor is behind the batch's events: one
+// strongly consistent read (1 read unit), pause later — a look watch would make after
+// a mark, made before it instead, so the reads do not change. A holder that sends the
+// events it holds and lets go meanwhile shows a cursor past them, and the backstop
+// writes nothing: no mark (1 write unit). The read, not the lease it shows, decides: the
+// cursor stored on the record only ever passes events that were posted, so a backstop
+// that finds it past its batch skips the mark whatever the holder does next; any other
+// record is served as before — a live lease marked (MarkPending is conditional on the
+// lease and the cursor as they stand then), a free one tried (docs/architecture.md,
+// "The looks before the mark").
+func (d *Deliverer) look(ctx context.Context, agentID string, pause time.Duration) (connections.Owner, error) {
 	select {
 	case <-ctx.Done():
 		return connections.Owner{}, ctx.Err()
-	case <-time.After(watchLooks[0]):
+	case <-time.After(pause):
 	}
 	d.gate(GateBackstopLook, agentID)
 	return d.store.Owner(ctx, agentID)
