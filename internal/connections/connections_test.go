@@ -513,13 +513,17 @@ func TestMarkSeq(t *testing.T) {
 		wantReleased bool
 		wantUnits    float64 // of the release
 		wantPending  bool    // after the release
+		unsubscribed bool    // the connection never subscribed (hello not sent)
 	}{
-		{"no mark", nil, 5, 0, true, 1, false},
-		{"mark behind the progress", []int64{4}, 5, 5, true, 1, false},
-		{"mark at the progress", []int64{5}, 5, 6, false, 1, true},
-		{"a lower mark does not replace a higher", []int64{6, 4}, 5, 7, false, 1, true},
-		{"a higher mark raises a lower", []int64{3, 6}, 7, 7, true, 1, false},
-		{"a mark without a seq is never narrowed", []int64{3, -1, 8}, 9, 0, false, 2, false},
+		{"no mark", nil, 5, 0, true, 1, false, false},
+		{"mark behind the progress", []int64{4}, 5, 5, true, 1, false, false},
+		{"mark at the progress", []int64{5}, 5, 6, false, 1, true, false},
+		{"a lower mark does not replace a higher", []int64{6, 4}, 5, 7, false, 1, true, false},
+		{"a higher mark raises a lower", []int64{3, 6}, 7, 7, true, 1, false, false},
+		{"a mark without a seq is never narrowed", []int64{3, -1, 8}, 9, 0, false, 2, false, false},
+		// A holder of a connection that never subscribed sends no events: a mark with a
+		// seq must not refuse its release, or it would look again for ever.
+		{"not subscribed: a mark with a seq is owed nothing", []int64{3}, 0, 4, true, 1, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			agent := fmt.Sprintf("a%d", i)
@@ -527,8 +531,10 @@ func TestMarkSeq(t *testing.T) {
 			if _, err := f.claim(t, agent, "c", tok); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.conns.Subscribe(ctx, agent, "c", connections.Subscription{From: 0, ReplayEnd: 0}); err != nil {
-				t.Fatal(err)
+			if !tc.unsubscribed {
+				if _, err := f.conns.Subscribe(ctx, agent, "c", connections.Subscription{From: 0, ReplayEnd: 0}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			o, got, err := acquire(f.conns, agent, "h1") // clears the subscribe's mark
 			if err != nil || got != connections.Acquired {

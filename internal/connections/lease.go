@@ -174,7 +174,9 @@ func (st *Store) Checkpoint(ctx context.Context, o Owner, holder string, p Progr
 // mark left after the holder's next read stops its next release); for a mark whose seq
 // is at or past p.Next, with the mark left as it is — the holder sends at least up to
 // its seq (those events are in the log: the mark was left after they were appended)
-// and the next Release clears it. Cost: 1 write unit when the progress covers the mark.
+// and the next Release clears it. A holder of a connection not subscribed (o.Sub 0) sends
+// no events, so a mark with a seq never stops its release. Cost: 1 write unit when the
+// progress covers the mark.
 func (st *Store) Release(ctx context.Context, o Owner, holder string, p Progress) (cur Owner, released bool, err error) {
 	cur, err = st.write(ctx, o, holder, p, 0, true)
 	if err != nil {
@@ -196,7 +198,14 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 		cond := "#lease = :me AND #conn = :c AND #sub = :sub"
 		if release {
 			update += ", #rel = :me REMOVE #lease, #lease_kind, #lease_until, #pending"
-			cond += " AND (attribute_not_exists(#pending) OR (attribute_type(#pending, :ntype) AND #pending < :next))"
+			if o.Sub == 0 {
+				// Not subscribed: a mark with a seq asks for events nobody is owed, and
+				// a holder never sends them (a subscribe marks anew, without a seq).
+				// Kept, it would refuse every release of a holder that cannot move past it.
+				cond += " AND (attribute_not_exists(#pending) OR attribute_type(#pending, :ntype))"
+			} else {
+				cond += " AND (attribute_not_exists(#pending) OR (attribute_type(#pending, :ntype) AND #pending < :next))"
+			}
 			vals[":ntype"] = s("N")
 		} else {
 			update += ", #lease_until = :until"
@@ -241,7 +250,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 			}
 			return decodeOwner(out.Attributes), nil
 		}
-		if cur.Pending && cur.PendingTo > p.Next {
+		if cur.Pending && cur.PendingTo > p.Next && o.Sub != 0 {
 			// A mark with a seq ahead of the progress (release only): keep the lease
 			// and the mark; the holder sends up to the seq and releases again.
 			return cur, nil

@@ -100,8 +100,10 @@ type Observer interface {
 // Gate is an Observer a test may add to hold a sender at a point of its work, to hit a
 // race window deterministically. Points: GateKickPump (an asynchronous pump kick,
 // before it takes the lease), GateHello (under the lease, before hello is posted),
-// GateReplayRead (a replay page read in the background, before the sender may take it)
-// and the closing points of welcome.go (GateCloseHello, GateCloseSuperseded).
+// GateReplayRead (a replay page read in the background, before the sender may take it),
+// GateBackstopLook (a backstop's look at a record held by a live sender, before it
+// marks) and the
+// closing points of welcome.go (GateCloseHello, GateCloseSuperseded).
 type Gate interface {
 	Wait(point, agentID string)
 }
@@ -111,6 +113,9 @@ const (
 	GateKickPump   = "kick_pump"
 	GateHello      = "hello"
 	GateReplayRead = "replay_read"
+	// GateBackstopLook: a backstop wake-up that met a live lease behind its events,
+	// before each of its looks at the record before it marks (look).
+	GateBackstopLook = "backstop_look"
 )
 
 func (d *Deliverer) gate(point, agentID string) {
@@ -315,21 +320,25 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	hints = normalize(hints)
 	// read: the record as the pre-read found it held by a live sender. The lease is
 	// then not tried — a failed conditional write, 1 write unit — but the mark left
-	// straight away; MarkPending finds out if the holder let go meanwhile.
+	// straight away; MarkPending finds out if the holder let go meanwhile. looked: the
+	// looks at the record a backstop made before it marks (look), in place of the first
+	// of watch's looks.
 	var read *connections.AcquireResult
+	looked := 0
 	if upTo >= 0 && w.preRead {
 		o, err := d.store.Owner(ctx, agentID)
-		if errors.Is(err, connections.ErrNotFound) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
-			return o.Sub == 0, nil
-		}
-		if o.Lease != "" && o.LeaseUntil.After(time.Now()) {
-			if now := time.Now(); o.Pending && (o.WatchUntil.After(now) || covered(o, now) && o.MarkReaches(upTo)) {
+		for err == nil {
+			if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
+				return o.Sub == 0, nil
+			}
+			now := time.Now()
+			if o.Lease == "" || !o.LeaseUntil.After(now) {
+				break // let go or run out: try the lease
+			}
+			if o.HelloSent && o.Next > upTo {
+				return false, nil // sent: the cursor under the live lease is past every hinted event
+			}
+			if o.Pending && (o.WatchUntil.After(now) || covered(o, now) && o.MarkReaches(upTo)) {
 				// A mark is already left with the live holder, and served should the
 				// holder die. Watched: the watcher ends its claim only once it has seen
 				// the lease let go and found nothing owed after that (runWatch), so these
@@ -339,7 +348,18 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				// before it lets go unless its cursor is past the mark's seq.
 				return false, nil
 			}
-			read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
+			if looked == lookFirst || !w.backstop || covered(o, now) {
+				read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
+				break
+			}
+			o, err = d.look(ctx, agentID, watchLooks[looked])
+			looked++
+		}
+		if errors.Is(err, connections.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
 		}
 	}
 	holder := connections.NewHolder(connections.HolderOnce)
@@ -374,7 +394,7 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				continue // the lease was let go meanwhile: try to take it
 			}
 			if w.backstop {
-				return false, d.watch(ctx, o, upTo)
+				return false, d.watch(ctx, o, upTo, watchLooks[looked:]) // the looks made are the first of them
 			}
 			return false, nil
 		}
@@ -385,6 +405,33 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 		}
 		return false, err
 	}
+}
+
+// lookFirst is how many of watch's looks (watchLooks) a backstop wake-up that reads a
+// live lease behind its events makes before it marks: the first two, 50 and 150 ms
+// after its read. A fast-path holder that ends its turn lets go within them (under load,
+// a plain turn's release often comes after the first).
+const lookFirst = 2
+
+// look is one of a backstop's looks at agentID's record before it marks (lookFirst),
+// after its read found a live lease whose cursor is behind the batch's events: one
+// strongly consistent read (1 read unit), pause later — a look watch would make after
+// a mark, made before it instead, so the reads do not change. A holder that sends the
+// events it holds and lets go meanwhile shows a cursor past them, and the backstop
+// writes nothing: no mark (1 write unit). The read, not the lease it shows, decides: the
+// cursor stored on the record only ever passes events that were posted, so a backstop
+// that finds it past its batch skips the mark whatever the holder does next; any other
+// record is served as before — a live lease marked (MarkPending is conditional on the
+// lease and the cursor as they stand then), a free one tried (docs/architecture.md,
+// "The looks before the mark").
+func (d *Deliverer) look(ctx context.Context, agentID string, pause time.Duration) (connections.Owner, error) {
+	select {
+	case <-ctx.Done():
+		return connections.Owner{}, ctx.Err()
+	case <-time.After(pause):
+	}
+	d.gate(GateBackstopLook, agentID)
+	return d.store.Owner(ctx, agentID)
 }
 
 // take returns the run of hints that starts exactly at next, if any.

@@ -170,8 +170,8 @@ func (m *memRecords) write(o connections.Owner, holder string, p connections.Pro
 		m.owners[o.AgentID] = cur
 		return cur, nil
 	}
-	if release && cur.Pending && cur.PendingTo > p.Next {
-		return cur, nil // a mark ahead of the progress: look again, the mark kept
+	if release && cur.Pending && cur.PendingTo > p.Next && o.Sub != 0 {
+		return cur, nil // a mark ahead of the progress: look again, the mark kept (not subscribed: owed nothing)
 	}
 	cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
 	if release && (!cur.Pending || cur.PendingTo > 0) {

@@ -36,14 +36,15 @@ func covered(o connections.Owner, now time.Time) bool {
 
 // watch is called by a backstop wake-up (see wake) that left a Pending mark with the
 // lease holder of o. A live holder serves the mark before it lets go; a dead one never
-// will, and no later wake-up may come. Unless the record is covered (its own looks, a
-// few hundred milliseconds at most, usually see the holder let go), one watcher per
+// will, and no later wake-up may come. Unless the record is covered (its own looks —
+// the pauses of looks, what is left of watchLooks after those made before the mark
+// (lookFirst) — a few hundred milliseconds at most, usually see the holder let go), one watcher per
 // agent — an asynchronous deliver invocation, claimed on the ownership record — waits
 // for the lease to be let go or to run out, and takes over in the second case. A
 // wake-up that finds a watcher already claimed relies on it: the watcher gives up its
 // claim only while no mark is set (connections.EndWatch).
-func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64) error {
-	for _, pause := range watchLooks {
+func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, looks []time.Duration) error {
+	for _, pause := range looks {
 		if covered(o, time.Now()) {
 			return nil
 		}
