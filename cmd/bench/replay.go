@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -109,9 +110,10 @@ func (b *bench) seedAll(ctx context.Context, phases map[string]bool) error {
 // rounds.
 type replayResult struct {
 	Events int
-	// Rate and Floor are the best round's of each (events/s); MedianRatio is the median
-	// of the rounds' own ratios (service/floor, the lower middle one for an even count).
-	Rate, Floor, MedianRatio float64
+	// Rate and Floor are the median round's (events/s): the round whose own ratio,
+	// service/floor, is the median of the rounds' (the lower middle one for an even
+	// count). Rate/Floor is thus the median of ratios each taken under one load.
+	Rate, Floor float64
 	// Rates, Floors and Ratios are each round's: service, floor, service/floor.
 	Rates, Floors, Ratios []float64
 	Cost                  phaseCost // of the service's first round
@@ -121,16 +123,18 @@ type replayResult struct {
 	Messages, FloorPosts int64
 }
 
-// summarize sets Rate and Floor to the best round of each, and MedianRatio.
+// summarize sets Rate and Floor to the median round's.
 func (x *replayResult) summarize() {
-	for i := range x.Rates {
-		x.Rate, x.Floor = max(x.Rate, x.Rates[i]), max(x.Floor, x.Floors[i])
+	if len(x.Ratios) == 0 {
+		return
 	}
-	if len(x.Ratios) > 0 {
-		r := slices.Clone(x.Ratios)
-		slices.Sort(r)
-		x.MedianRatio = r[(len(r)-1)/2]
+	idx := make([]int, len(x.Ratios))
+	for i := range idx {
+		idx[i] = i
 	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(x.Ratios[a], x.Ratios[b]) })
+	m := idx[(len(idx)-1)/2]
+	x.Rate, x.Floor = x.Rates[m], x.Floors[m]
 }
 
 // runReplay measures a replay to one client, v1 and batched: subscribe on a seeded
@@ -144,10 +148,10 @@ func (x *replayResult) summarize() {
 //
 // Each of -rounds rounds measures the floor and the service back to back, the floor
 // first in even rounds and second in odd ones, so that the load of the moment (this
-// machine is shared) falls on both alike. The figure is the best round of each: a
-// load burst that slows one round slows one side's sample, not its best, and both
-// sides sample the same minutes. The median of the rounds' own ratios is printed
-// beside it.
+// machine is shared) falls on both alike: a ratio of two measurements a second apart.
+// The figure is the median round's (summarize). A ratio of the two sides' bests would
+// set measurements from different minutes against each other: the floor's best round
+// may fall in a lull the service's rounds never met.
 func (b *bench) runReplay(ctx context.Context) error {
 	n := b.o.replayEvents
 	cl, err := b.connect(ctx, replaySession, nil)
