@@ -110,7 +110,7 @@ func main() {
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
 	flag.IntVar(&o.replayEvents, "replay-events", 10000, "events in the replay measurement")
 	flag.IntVar(&o.replayUnbatchedEvents, "replay-unbatched-events", 0, "events in the v1 (unbatched) replay measurement, the last of the seeded ones; 0: all")
-	flag.IntVar(&o.rounds, "rounds", 1, "replay rounds (service and floor alternate; the best of each is kept)")
+	flag.IntVar(&o.rounds, "rounds", 3, "replay rounds, each the floor and the service back to back, alternating which goes first (the median round's ratio is the figure)")
 	flag.IntVar(&o.stormClients, "storm-clients", 200, "clients reconnecting at once")
 	flag.IntVar(&o.stormEvents, "storm-events", 1000, "events in each storm client's log")
 	flag.IntVar(&o.stormFloorClients, "storm-floor-clients", 20, "sockets the storm's floor is measured on (scaled to all clients)")

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,16 +106,35 @@ func (b *bench) seedAll(ctx context.Context, phases map[string]bool) error {
 	return nil
 }
 
-// replayResult is one replay measurement: the service's and the floor's.
+// replayResult is one replay measurement: the service's and the floor's, in paired
+// rounds.
 type replayResult struct {
-	Events        int
-	Rate, Floor   float64 // events/s, best of the rounds
-	Rates, Floors []float64
-	Cost          phaseCost // of the service's first round
-	FloorCost     usage
+	Events int
+	// Rate and Floor are the median round's (events/s): the round whose own ratio,
+	// service/floor, is the median of the rounds' (the lower middle one for an even
+	// count). Rate/Floor is thus the median of ratios each taken under one load.
+	Rate, Floor float64
+	// Rates, Floors and Ratios are each round's: service, floor, service/floor.
+	Rates, Floors, Ratios []float64
+	Cost                  phaseCost // of the service's first round
+	FloorCost             usage
 	// Messages is how many WebSocket messages the client received in the service's
 	// first round (a batch is one message), FloorPosts how many posts the floor made.
 	Messages, FloorPosts int64
+}
+
+// summarize sets Rate and Floor to the median round's.
+func (x *replayResult) summarize() {
+	if len(x.Ratios) == 0 {
+		return
+	}
+	idx := make([]int, len(x.Ratios))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(x.Ratios[a], x.Ratios[b]) })
+	m := idx[(len(idx)-1)/2]
+	x.Rate, x.Floor = x.Rates[m], x.Floors[m]
 }
 
 // runReplay measures a replay to one client, v1 and batched: subscribe on a seeded
@@ -123,8 +144,14 @@ type replayResult struct {
 // the batched one covers all b.o.replayEvents. The floor reads the same events from
 // the same table with the same strongly consistent Query pages of 1,000 and makes the
 // same posts to an open socket — one per event, or the same batches delivery packs —
-// awaited, one at a time (API Gateway does not order concurrent posts). Rounds
-// alternate floor and service; the best of each is kept.
+// awaited, one at a time (API Gateway does not order concurrent posts).
+//
+// Each of -rounds rounds measures the floor and the service back to back, the floor
+// first in even rounds and second in odd ones, so that the load of the moment (this
+// machine is shared) falls on both alike: a ratio of two measurements a second apart.
+// The figure is the median round's (summarize). A ratio of the two sides' bests would
+// set measurements from different minutes against each other: the floor's best round
+// may fall in a lull the service's rounds never met.
 func (b *bench) runReplay(ctx context.Context) error {
 	n := b.o.replayEvents
 	cl, err := b.connect(ctx, replaySession, nil)
@@ -138,7 +165,7 @@ func (b *bench) runReplay(ctx context.Context) error {
 	}
 	res := replayResult{Events: unbatched}
 	batched := replayResult{Events: n}
-	for r := 0; r < b.o.rounds; r++ {
+	for r := 0; r < max(b.o.rounds, 1); r++ {
 		if err := b.replayRound(ctx, cl, &res, int64(n-unbatched), false, r); err != nil {
 			return err
 		}
@@ -146,48 +173,63 @@ func (b *bench) runReplay(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, x := range []*replayResult{&res, &batched} {
-		for i := range x.Rates {
-			x.Rate = max(x.Rate, x.Rates[i])
-			x.Floor = max(x.Floor, x.Floors[i])
-		}
-	}
+	res.summarize()
+	batched.summarize()
 	b.res.replay, b.res.replayBatched = res, batched
 	return nil
 }
 
-// replayRound measures one round of res: the floor's replay of from..the last seeded
-// event, then the service's, to cl (batched or not).
+// replayRound measures round r of res: the floor's replay of from..the last seeded
+// event and the service's, to cl (batched or not), in the order r gives.
 func (b *bench) replayRound(ctx context.Context, cl *wsClient, res *replayResult, from int64, batched bool, r int) error {
-	const session = replaySession
-	reader := sessionlog.New(b.floor.db, b.st.cfg.LogTable)
-	last := int64(b.o.replayEvents - 1)
-	n := float64(last - from + 1)
 	kind := "v1"
 	if batched {
 		kind = "batched"
 	}
-	// Floor.
+	var rate, floor float64
+	var err error
+	if r%2 == 0 {
+		if floor, err = b.replayFloor(ctx, res, from, batched, r); err == nil {
+			rate, err = b.replayService(ctx, cl, res, from, batched, r)
+		}
+	} else {
+		if rate, err = b.replayService(ctx, cl, res, from, batched, r); err == nil {
+			floor, err = b.replayFloor(ctx, res, from, batched, r)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("replay (%s) round %d: %w", kind, r+1, err)
+	}
+	res.Rates, res.Floors, res.Ratios = append(res.Rates, rate), append(res.Floors, floor), append(res.Ratios, rate/floor)
+	b.progress("replay round %d (%s, %d events): service %.0f events/s, floor %.0f events/s: %.2f×", r+1, kind, res.Events, rate, floor, rate/floor)
+	return nil
+}
+
+// replayFloor is the floor's replay of from..the last seeded event: the Query pages,
+// and the posts delivery would make, one after another; it returns events/s.
+func (b *bench) replayFloor(ctx context.Context, res *replayResult, from int64, batched bool, r int) (float64, error) {
+	reader := sessionlog.New(b.floor.db, b.st.cfg.LogTable)
+	last := int64(b.o.replayEvents - 1)
 	fb := b.floor.meter.snapshot()
 	posts := int64(0)
 	t0 := time.Now()
 	for next := from; next <= last; {
-		evs, err := reader.Read(ctx, session, next, 1000)
+		evs, err := reader.Read(ctx, replaySession, next, 1000)
 		if err != nil {
-			return fmt.Errorf("replay floor read: %w", err)
+			return 0, fmt.Errorf("floor read: %w", err)
 		}
 		if len(evs) == 0 {
-			return fmt.Errorf("replay floor: nothing at seq %d", next)
+			return 0, fmt.Errorf("floor: nothing at seq %d", next)
 		}
 		for i := 0; i < len(evs); {
 			// The service's default CheckpointEvery bounds a batch's events (half of it),
 			// as BatchBytes does its size.
 			data, k, err := delivery.EncodeFrame(evs[i:], batched, delivery.DefaultCheckpointEvery/2)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if err := b.floor.post(ctx, data); err != nil {
-				return fmt.Errorf("replay floor post: %w", err)
+				return 0, fmt.Errorf("floor post: %w", err)
 			}
 			posts++
 			i += k
@@ -196,31 +238,35 @@ func (b *bench) replayRound(ctx context.Context, cl *wsClient, res *replayResult
 	}
 	f, err := b.floor.client.seqRun(120*time.Second, from, last)
 	if err != nil {
-		return fmt.Errorf("replay floor (%s): %w", kind, err)
+		return 0, fmt.Errorf("floor: %w", err)
 	}
-	res.Floors = append(res.Floors, n/f.At.Sub(t0).Seconds())
 	if r == 0 {
 		res.FloorCost = b.floor.meter.snapshot().since(fb)
 		res.FloorPosts = posts
 	}
+	return float64(last-from+1) / f.At.Sub(t0).Seconds(), nil
+}
 
-	// Service.
+// replayService is the service's replay of from..the last seeded event to cl, from
+// the subscribe frame to the receipt of the last event; it returns events/s.
+func (b *bench) replayService(ctx context.Context, cl *wsClient, res *replayResult, from int64, batched bool, r int) (float64, error) {
+	last := int64(b.o.replayEvents - 1)
 	b.st.settle(ctx)
 	before := b.st.snap()
 	msgs := cl.msgs.Load()
-	t0 = time.Now()
+	t0 := time.Now()
 	sub := subscribe(from)
 	if batched {
 		sub = subscribeBatched(from)
 	}
 	if err := cl.send(ctx, sub); err != nil {
-		return err
+		return 0, err
 	}
-	f, err = cl.seqRun(10*time.Minute, from, last)
+	f, err := cl.seqRun(10*time.Minute, from, last)
 	if err != nil {
-		return fmt.Errorf("replay (%s): %w", kind, err)
+		return 0, err
 	}
-	res.Rates = append(res.Rates, n/f.At.Sub(t0).Seconds())
+	rate := float64(last-from+1) / f.At.Sub(t0).Seconds()
 	if r == 0 {
 		res.Messages = cl.msgs.Load() - msgs
 	}
@@ -228,8 +274,7 @@ func (b *bench) replayRound(ctx context.Context, cl *wsClient, res *replayResult
 	if r == 0 {
 		res.Cost = before.to(b.st.snap())
 	}
-	b.progress("replay round %d (%s, %.0f events): service %.0f events/s, floor %.0f events/s", r+1, kind, n, res.Rates[r], res.Floors[r])
-	return nil
+	return rate, nil
 }
 
 // seqRun reads events from..to in order, failing on a gap, a duplicate or a protocol

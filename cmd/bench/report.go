@@ -116,7 +116,16 @@ type report struct {
 	Cost        *costEstimate             `json:"cost_estimate,omitempty"`
 	StackWarn   int64                     `json:"stack_warnings"`
 	StackErrors int64                     `json:"stack_errors"`
-	order       []string
+	// ReplayRounds holds each replay round's figures (events/s and service/floor), in
+	// the order measured; the replay figures are the median round's.
+	ReplayRounds map[string]replayRounds `json:"replay_rounds,omitempty"`
+	order        []string
+}
+
+type replayRounds struct {
+	Service []float64 `json:"service_events_per_s"`
+	Floor   []float64 `json:"floor_events_per_s"`
+	Ratio   []float64 `json:"ratio"`
 }
 
 func (b *bench) report(lc *levelCounter) *report {
@@ -131,6 +140,10 @@ func (b *bench) report(lc *levelCounter) *report {
 			"max_concurrent_replays": b.st.cfg.MaxConcurrentReplays, "replay_limit": b.st.cfg.ReplayLimit,
 			"outbound_queue": b.st.cfg.OutboundQueue, "event_envelope_bytes": envelopeBytes(),
 			"aws_latency_profile": b.o.latency.String(), "replay_unbatched_events": b.res.replay.Events,
+		},
+		ReplayRounds: map[string]replayRounds{
+			"replay":         {b.res.replay.Rates, b.res.replay.Floors, b.res.replay.Ratios},
+			"replay_batched": {b.res.replayBatched.Rates, b.res.replayBatched.Floors, b.res.replayBatched.Ratios},
 		},
 		Breakdown:   map[string]phaseBreakdown{},
 		CostFigures: costFigures{},
@@ -222,7 +235,7 @@ func (b *bench) report(lc *levelCounter) *report {
 	if ran["replay"] {
 		rp := b.res.replay
 		sec := "replay"
-		add(sec, fmt.Sprintf("replay throughput, %d events to one client (best of %d)", rp.Events, len(rp.Rates)), "events/s", rp.Rate, fl(rp.Floor), ratioAtLeast(0.7))
+		add(sec, fmt.Sprintf("replay throughput, %d events to one client (median of %d paired rounds)", rp.Events, len(rp.Rates)), "events/s", rp.Rate, fl(rp.Floor), ratioAtLeast(0.7))
 		n := float64(rp.Events)
 		add(sec, "read units / replayed event", "RRU", rp.Cost.rru()/n, fl(rp.FloorCost.sum(dynamo).RRU/n), noTarget)
 		add(sec, "write units / replayed event", "WRU", rp.Cost.wru()/n, fl(rp.FloorCost.sum(dynamo).WRU/n), noTarget)
@@ -235,7 +248,7 @@ func (b *bench) report(lc *levelCounter) *report {
 		// batches), made one after another with nothing else.
 		bp := b.res.replayBatched
 		if bn := float64(bp.Events); bn > 0 {
-			add(sec, fmt.Sprintf("batched replay throughput, %d events to one client (best of %d)", bp.Events, len(bp.Rates)), "events/s", bp.Rate, fl(bp.Floor), ratioAtLeast(0.7))
+			add(sec, fmt.Sprintf("batched replay throughput, %d events to one client (median of %d paired rounds)", bp.Events, len(bp.Rates)), "events/s", bp.Rate, fl(bp.Floor), ratioAtLeast(0.7))
 			speedup := noTarget
 			if !b.o.latency.IsZero() {
 				speedup = target{"≥ 20× v1", func(v, _ float64) bool { return v >= 20 }}

@@ -318,3 +318,34 @@ func TestMarkReachesPastGap(t *testing.T) {
 		t.Errorf("mark = %v up to %d (exclusive); want up to 4, past the gap at seq 2", o.Pending, o.PendingTo)
 	}
 }
+
+// TestReleaseAfterAdoptedResubscribe: the cursor write a sender joins before it lets
+// the lease go may come back with a resubscribe. The sender then reads from the new
+// subscription's cursor; it must not record that cursor as sent and let go.
+func TestReleaseAfterAdoptedResubscribe(t *testing.T) {
+	t.Parallel()
+	const agent, conn = "a", "c1"
+	log, socket := &memLog{}, &memSocket{}
+	log.append(agent, 1) // seq 0, the replay
+	records := &heldRecords{memRecords: newMemRecords(), began: make(chan connections.Progress, 1), release: make(chan error)}
+	records.claim(agent, conn)
+	cfg := Config{CheckpointEvery: 8, ReplayPage: 1000, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := newDeliverer(cfg, log, records, memSlots{}, socket, nil)
+	subscribe(t, d, 0)
+	log.append(agent, 3) // seqs 1..3, the live tail: its posts begin a cursor write (held)
+	done := make(chan error, 1)
+	go func() { _, err := d.pump(context.Background(), agent, nil, wake{}); done <- err }()
+	<-records.began
+	subscribe(t, d, 0) // while the write is in flight
+	records.release <- nil
+	if err := <-done; err != nil {
+		t.Fatalf("pump: %v", err)
+	}
+	want := append(append([]string{"hello"}, seqs(0, 3)...), seqs(0, 3)...)
+	if got := socket.seen(t, conn); !slices.Equal(got, want) {
+		t.Errorf("frames = %v\nwant %v (the resubscription from 0 served)", got, want)
+	}
+	if o, _ := records.Owner(context.Background(), agent); o.Next != 4 || o.Lease != "" {
+		t.Errorf("record after the pump: next %d, lease %q; want next 4, let go", o.Next, o.Lease)
+	}
+}

@@ -86,6 +86,20 @@ func (s *sender) read(next int64) ([]sessionlog.Event, error) {
 		s.giveBackSlot()
 		return d.log.Read(s.ctx, o.AgentID, next, d.cfg.OutboundQueue+1)
 	}
+	if !s.stopAt.IsZero() && o.ReplayEnd-next > int64(d.cfg.ReplayPage) {
+		// More than one page owed to a sender with a time budget: the replay goes to
+		// a deliver invocation now, before any read, rather than when the budget runs
+		// out mid-page, which would drop the page read ahead and start the next
+		// sender's reads off the page boundaries.
+		s.dropAhead()
+		return nil, errDeadline
+	}
+	if s.inflight == nil && s.unrecorded > 0 {
+		// A page boundary: the cursor write covering the page posted begins before
+		// the next page's read, so that the next page's posts need no other write
+		// (renew) and this one never waits behind a read.
+		s.inflight, s.unrecorded = s.checkpointAsync(), 0
+	}
 	if a := s.ahead; a == nil || a.sub != o.Sub || a.from != next {
 		s.dropAhead()
 		s.ahead = s.readAhead(next)

@@ -43,6 +43,7 @@ type sender struct {
 	looked time.Time          // when a lingering sender last looked at the record
 
 	unrecorded int                 // events posted since the last cursor write began
+	pageEnd    int64               // one past the last event of the batch being posted
 	half       int                 // CheckpointEvery/2: the most events of one batch
 	stored     int64               // the cursor as last stored: p.Next of the last write that answered
 	inflight   chan checkpointDone // a cursor write under way (checkpoint.go), or nil
@@ -249,10 +250,21 @@ func (s *sender) renew() error {
 			return s.checkpoint()
 		}
 	}
-	if s.inflight == nil && (s.unrecorded >= max(s.half/2, 1) || s.unrecorded > 0 && time.Until(s.o.LeaseUntil) <= lease*3/4) {
+	if s.inflight == nil && s.unrecorded > 0 && (s.writeDue() || time.Until(s.o.LeaseUntil) <= lease*3/4) {
 		s.inflight, s.unrecorded = s.checkpointAsync(), 0
 	}
 	return nil
+}
+
+// writeDue reports whether the events posted call for a background cursor write:
+// every CheckpointEvery/4 events on the live tail. A replay page's write begins at the
+// page's end, before the next page's read (read); within a page one is due only if
+// the page runs past CheckpointEvery beyond the stored cursor.
+func (s *sender) writeDue() bool {
+	if s.p.Next < s.o.ReplayEnd && s.pageEnd-s.stored <= int64(s.d.cfg.CheckpointEvery) {
+		return false
+	}
+	return s.unrecorded >= max(s.half/2, 1)
 }
 
 // room is how many events the next post may carry: at most CheckpointEvery/2, and no
@@ -323,6 +335,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		s.tally.Truncated++
 	}
 	live := s.p.Next >= s.o.ReplayEnd
+	s.pageEnd = batch[len(batch)-1].Seq + 1
 	for i := 0; i < len(batch); {
 		if err := s.renew(); err != nil {
 			return err
@@ -330,9 +343,24 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		if s.resubscribed {
 			return nil
 		}
-		b, k, err := frame(batch[i:], s.o.Batch, s.room())
+		b, k, err := frame(batch[i:], s.o.Batch, s.half)
 		if err != nil {
 			return err
+		}
+		if k > s.room() {
+			// The CheckpointEvery bound cuts this batch short. A short batch costs a
+			// post; the cursor write under way, if any, lifts the bound when it answers.
+			if err := s.join(); err != nil {
+				return err
+			}
+			if s.resubscribed {
+				return nil
+			}
+			if room := s.room(); k > room {
+				if b, k, err = frame(batch[i:], s.o.Batch, room); err != nil {
+					return err
+				}
+			}
 		}
 		posted := time.Now()
 		if err := s.d.post(s.ctx, s.o.ConnID, b); err != nil {
@@ -427,6 +455,11 @@ func (s *sender) look() error {
 func (s *sender) release() (done bool, err error) {
 	if err := s.join(); err != nil {
 		return false, err
+	}
+	if s.resubscribed {
+		// The write just joined adopted a resubscribe: its cursor has not been read
+		// from yet, and a release now would record it as sent.
+		return false, nil
 	}
 	cur, ok, err := s.d.store.Release(s.ctx, s.o, s.holder, s.p)
 	if errors.Is(err, connections.ErrLeaseLost) {
