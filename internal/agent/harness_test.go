@@ -110,6 +110,7 @@ func (i *invoker) errors() []error {
 type opts struct {
 	approvals bool
 	crash     func(point string) bool
+	pause     func(point, agentID string)
 	timeout   time.Duration // of one runner invocation; default 45 s
 	margin    time.Duration
 	models    *model.Registry
@@ -163,7 +164,7 @@ func newEnv(t *testing.T, o opts) *env {
 	e.cfg = agent.Config{
 		Log: lg, DB: adb, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
 		Models: o.models, Tools: o.tools, Profile: o.profile, Approvals: o.approvals,
-		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash,
+		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash, Pause: o.pause,
 	}
 	var err error
 	if e.svc, err = agent.New(e.cfg); err != nil {
