@@ -241,12 +241,14 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 			}
 			return decodeOwner(out.Attributes), nil
 		}
-		if cur.Pending && cur.PendingTo > p.Next {
+		if cur.Pending && cur.PendingTo > p.Next && cur.Sub != 0 {
 			// A mark with a seq ahead of the progress (release only): keep the lease
 			// and the mark; the holder sends up to the seq and releases again.
 			return cur, nil
 		}
-		// A mark without a seq (release only): clear it, keep the lease, write the progress.
+		// A mark without a seq, or any mark while nobody is subscribed — the holder
+		// sends nothing, so its progress never reaches the mark's seq (release only):
+		// clear it, keep the lease, write the progress.
 		out, err = st.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(st.table),
 			Key:                       ownerKey(o.AgentID),
