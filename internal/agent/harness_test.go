@@ -111,6 +111,7 @@ type opts struct {
 	approvals bool
 	crash     func(point string) bool
 	pause     func(point, agentID string)
+	names     tables.Names  // tables to share with other envs (each has its own agent); nil: fresh ones
 	timeout   time.Duration // of one runner invocation; default 45 s
 	margin    time.Duration
 	models    *model.Registry
@@ -139,7 +140,10 @@ type env struct {
 
 func newEnv(t *testing.T, o opts) *env {
 	t.Helper()
-	names := testTables(t)
+	names := o.names
+	if names == nil {
+		names = testTables(t)
+	}
 	db := dynamotest.Client(t)
 	e := &env{t: t, ctx: context.Background(), db: db, log: sessionlog.New(db, names["LogTable"]), names: names,
 		agentID: dynamotest.UniqueName("agent-")}

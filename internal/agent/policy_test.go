@@ -98,6 +98,7 @@ func strs(v any) []string {
 func TestPolicyRace(t *testing.T) {
 	t.Parallel()
 	const x, y = 1, 2
+	names := testTables(t)
 	for _, tc := range []struct {
 		name  string
 		first int    // the handler started first, held at point
@@ -118,7 +119,7 @@ func TestPolicyRace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHolds(tc.point) // holds the first handler there; nobody else
-			e := newEnv(t, opts{pause: h.pause})
+			e := newEnv(t, opts{pause: h.pause, names: names})
 			set := func(which int) error {
 				return e.svc.SetPolicy(stamped(e.ctx, int64(which)), e.agentID, []string{map[int]string{x: "x", y: "y"}[which]})
 			}
@@ -195,13 +196,14 @@ func TestPolicyCrashRepeatedByRunner(t *testing.T) {
 // sent last.
 func TestPolicyConcurrent(t *testing.T) {
 	t.Parallel()
+	names := testTables(t)
 	for _, crashy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crashes=%v", crashy), func(t *testing.T) {
 			t.Parallel()
 			var mu sync.Mutex
 			rng := rand.New(rand.NewPCG(1, 2))
 			died := 0
-			e := newEnv(t, opts{crash: func(point string) bool {
+			e := newEnv(t, opts{names: names, crash: func(point string) bool {
 				if !crashy || point != agent.CrashPolicyLogged && point != agent.CrashPolicyRepeated {
 					return false
 				}
