@@ -193,6 +193,28 @@ func testInternalAfterHello(t *testing.T, names map[string]string) {
 			t.Fatalf("ownership record after the close: %v, want %v", err, connections.ErrNotFound)
 		}
 	})
+	t.Run("no record", func(t *testing.T) {
+		t.Parallel()
+		const agent = "internal-forgotten"
+		g := newFates(agent, map[string]fate{delivery.GateKickPump: hold})
+		r := startRig(t, rigConfig{names: names, cfg: delivery.Config{Lease: helloLease, Observer: g}})
+		t.Cleanup(g.letGo)
+		c := r.dial(t, agent, r.token(t, agent))
+		g.await(t, delivery.GateKickPump)
+		ctx := context.Background()
+		o, err := r.conns.Owner(ctx, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.conns.Forget(ctx, o.ConnID, agent); err != nil {
+			t.Fatal(err)
+		}
+		// hello can never go out now: the close comes alone.
+		if err := r.d.Fail(ctx, o.ConnID); err != nil {
+			t.Fatal(err)
+		}
+		c.expect(t, "closed")
+	})
 }
 
 // testReplyAfterHello: an error reply to a frame of a freshly connected socket reaches
