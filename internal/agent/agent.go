@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	dynamodbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
@@ -38,7 +37,7 @@ import (
 type Log interface {
 	Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error)
 	AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (sessionlog.Event, error)
-	AppendWith(ctx context.Context, sessionID, typ string, payload any, extra dynamodbtypes.TransactWriteItem) (sessionlog.Event, error)
+	AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (sessionlog.Event, error)
 	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
 	Tip(ctx context.Context, sessionID string) (int64, error)
 }
@@ -105,7 +104,7 @@ type Config struct {
 
 	Logger *slog.Logger
 
-	// Crash, if set, is asked at named points of the runner (the Crash* constants);
+	// Crash, if set, is asked at named points of the runner and of SetPolicy (the Crash* constants);
 	// returning true stops the invocation right there, abandoning its lease and state
 	// as a killed process would. For tests.
 	Crash func(point string) bool
@@ -123,6 +122,12 @@ const (
 	CrashTurnEnded    = "turn_ended"    // turn/end logged, the state item not yet updated
 	CrashAfterAcquire = "after_acquire" // the lease is taken, with the claim of the turn to start when there is one; nothing logged
 	CrashQuotaStarted = "quota_started" // a quota-refused turn's turn/start is logged, its turn/end not yet
+)
+
+// Crash points of the message function (SetPolicy returns ErrCrashed there).
+const (
+	CrashPolicyLogged   = "policy_logged"   // a set_policy's policy/updated is logged, not yet claimed
+	CrashPolicyRepeated = "policy_repeated" // a policy/updated repeated after a stale one is logged, not yet claimed
 )
 
 // Profiles supplies the runtime's profiles; profile.Source is one.

@@ -110,6 +110,8 @@ func (i *invoker) errors() []error {
 type opts struct {
 	approvals bool
 	crash     func(point string) bool
+	pause     func(point, agentID string)
+	names     tables.Names  // tables to share with other envs (each has its own agent); nil: fresh ones
 	timeout   time.Duration // of one runner invocation; default 45 s
 	margin    time.Duration
 	models    *model.Registry
@@ -138,7 +140,10 @@ type env struct {
 
 func newEnv(t *testing.T, o opts) *env {
 	t.Helper()
-	names := testTables(t)
+	names := o.names
+	if names == nil {
+		names = testTables(t)
+	}
 	db := dynamotest.Client(t)
 	e := &env{t: t, ctx: context.Background(), db: db, log: sessionlog.New(db, names["LogTable"]), names: names,
 		agentID: dynamotest.UniqueName("agent-")}
@@ -163,7 +168,7 @@ func newEnv(t *testing.T, o opts) *env {
 	e.cfg = agent.Config{
 		Log: lg, DB: adb, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
 		Models: o.models, Tools: o.tools, Profile: o.profile, Approvals: o.approvals,
-		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash,
+		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash, Pause: o.pause,
 	}
 	var err error
 	if e.svc, err = agent.New(e.cfg); err != nil {

@@ -24,6 +24,12 @@ const (
 	// PauseCancelRecorded: the message function has recorded a cancel on the running
 	// turn; the runner is not yet invoked.
 	PauseCancelRecorded = "cancel_recorded"
+	// PausePolicyRead: a set_policy has read the claimed policy's stamp and found its
+	// own not below it; nothing is logged yet.
+	PausePolicyRead = "policy_read"
+	// PausePolicyLogged: a set_policy has logged its policy/updated; it is not claimed
+	// yet.
+	PausePolicyLogged = "policy_logged"
 )
 
 // pause calls Config.Pause, if set, at point for agentID.

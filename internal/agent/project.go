@@ -7,7 +7,6 @@ import (
 
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/sessionlog"
-	"github.com/terret/terret-ws/internal/tools"
 )
 
 // decode unmarshals an event's payload; a payload of the wrong shape decodes to the
@@ -38,17 +37,6 @@ func userMessageOf(events []sessionlog.Event, turnID string) bool {
 		}
 	}
 	return false
-}
-
-// policyOf is the newest policy/updated of events.
-func policyOf(events []sessionlog.Event) tools.Policy {
-	for i := len(events) - 1; i >= 0; i-- {
-		if events[i].Type == TypePolicyUpdated {
-			p := decode[policyUpdated](events[i])
-			return tools.Policy{Patterns: p.Patterns, Set: true}
-		}
-	}
-	return tools.Policy{}
 }
 
 // lastKind is what the newest history-relevant event of the open turn is, which

@@ -283,6 +283,11 @@ func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
 	}
 }
 
+// crashed asks Config.Crash whether to stop at point (tests).
+func (c *core) crashed(point string) bool {
+	return c.cfg.Crash != nil && c.cfg.Crash(point)
+}
+
 func (inv *invocation) crash(point string) error {
 	if inv.c.cfg.Crash != nil && inv.c.cfg.Crash(point) {
 		return ErrCrashed

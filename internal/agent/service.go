@@ -231,26 +231,6 @@ func badSpec(format string, args ...any) error {
 	return fmt.Errorf("%w: %w", ErrBadSpec, &protocol.BadFrameError{FrameType: "set_model", Message: fmt.Sprintf(format, args...)})
 }
 
-// SetPolicy appends policy/updated with patterns and counts the stimulus, so a
-// running turn re-reads the log before its next tool call. The append is atomic with
-// a write of the frame's protocol.Stamp (from ctx) on the state item, conditional on
-// no later set_policy being in force: one sent earlier but served later appends
-// nothing, so the last policy/updated in the log is the last set_policy sent. Cost: a
-// two-item transaction (4 write units).
-func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) error {
-	if patterns == nil {
-		patterns = []string{}
-	}
-	_, err := s.c.log.AppendWith(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, s.c.store.latestPolicy(agentID, s.c.stamp(ctx).Key()))
-	if errors.Is(err, sessionlog.ErrRefused) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("agent: update policy of %s: %w", agentID, err)
-	}
-	return nil
-}
-
 // Usage returns the agent's usage counters (zero for an agent that never ran), with the
 // quota counters of the current UTC day and month.
 func (s *Service) Usage(ctx context.Context, agentID string) (Counters, error) {

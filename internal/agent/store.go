@@ -58,6 +58,10 @@ type state struct {
 	// TurnKey is the stamp key (protocol.Stamp.Key) of the waking inject that started
 	// the recorded turn; a cancel only stops a turn whose wake it was sent after.
 	TurnKey string `dynamodbav:"turn_key"`
+	// PolicyAt and PolicySeq are the stamp key and log seq of the newest claimed
+	// policy/updated (claimPolicy): claims only ever rise in both.
+	PolicyAt  string `dynamodbav:"policy_at"`
+	PolicySeq int64  `dynamodbav:"policy_seq"`
 	// CancelAt is the stamp key of the latest cancel that found no turn running but one
 	// owed: a turn started by a wake with a key not above it is cancelled at its start.
 	CancelAt       string `dynamodbav:"cancel_at"`
@@ -639,18 +643,27 @@ func (st *store) setLatest(ctx context.Context, agentID, attr, atAttr, value, ke
 	return true, nil
 }
 
-// latestPolicy is the companion write of a policy/updated append: it records key as
-// the stamp of the policy in force and counts the stimulus, unless a later set_policy
-// is already in force.
-func (st *store) latestPolicy(agentID, key string) types.TransactWriteItem {
-	return types.TransactWriteItem{Update: &types.Update{
-		TableName:                 aws.String(st.table),
-		Key:                       key2(agentID),
-		UpdateExpression:          aws.String("SET #policy_at = :k ADD #pending :one"),
-		ConditionExpression:       aws.String("attribute_not_exists(#policy_at) OR #policy_at <= :k"),
-		ExpressionAttributeNames:  names("policy_at", "pending"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": s(key), ":one": n(1)},
-	}}
+// claimPolicy records the policy/updated at seq, appended for the set_policy with
+// stamp key, as the newest claimed and counts the stimulus — if no claim is newer by
+// key or later by seq. Otherwise it writes nothing and returns the state holding the
+// newer claim (claimed false). Cost: 1 write unit.
+func (st *store) claimPolicy(ctx context.Context, agentID, key string, seq int64) (old state, claimed bool, err error) {
+	_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression: aws.String("SET #policy_at = :k, #policy_seq = :s ADD #pending :one"),
+		ConditionExpression: aws.String("(attribute_not_exists(#policy_at) OR #policy_at <= :k) AND " +
+			"(attribute_not_exists(#policy_seq) OR #policy_seq <= :s)"),
+		ExpressionAttributeNames:            names("policy_at", "policy_seq", "pending"),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key), ":s": n(seq), ":one": n(1)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if ccf, ok := isCCF(err); ok {
+		old, err := decodeState(ccf.Item)
+		return old, false, err
+	}
+	if err != nil {
+		return state{}, false, fmt.Errorf("agent: claim policy of %s at seq %d: %w", agentID, seq, err)
+	}
+	return state{}, true, nil
 }
 
 func key2(agentID string) map[string]types.AttributeValue { return key(agentID, skState) }

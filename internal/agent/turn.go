@@ -408,7 +408,10 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 				return outHandover, nil
 			}
 		}
-		policy := policyOf(inv.log.evs)
+		policy, err := inv.policy(ctx)
+		if err != nil {
+			return 0, err
+		}
 		plans := make([]plan, len(run))
 		park := false
 		for j, c := range run {

@@ -74,6 +74,18 @@ func (w *logWindow) refresh(ctx context.Context) error {
 // it (a policy, a verdict) are read in first.
 func (w *logWindow) append(ctx context.Context, typ string, payload any) (sessionlog.Event, error) {
 	ev, err := w.log.Append(ctx, w.agentID, typ, payload)
+	return w.adopt(ctx, typ, ev, err)
+}
+
+// appendStamped is append with a stamp kept on the event (sessionlog.Log.AppendStamped).
+func (w *logWindow) appendStamped(ctx context.Context, typ string, payload any, stamp string) (sessionlog.Event, error) {
+	ev, err := w.log.AppendStamped(ctx, w.agentID, typ, payload, stamp)
+	return w.adopt(ctx, typ, ev, err)
+}
+
+// adopt keeps the window current after an append of typ returned ev, err: events
+// others appended before it are read in first.
+func (w *logWindow) adopt(ctx context.Context, typ string, ev sessionlog.Event, err error) (sessionlog.Event, error) {
 	if err != nil {
 		return sessionlog.Event{}, fmt.Errorf("agent: append %s to %s: %w", typ, w.agentID, err)
 	}

@@ -568,6 +568,34 @@ func TestMarkSeq(t *testing.T) {
 	}
 }
 
+// TestMarkBeforeSubscribe: a mark with a seq left while the connection is not
+// subscribed (its first frames' events, while its hello is being posted) holds the
+// holder for one more look only: nothing is owed, so its progress never reaches the
+// seq, and a kept mark would have it release for ever.
+func TestMarkBeforeSubscribe(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	tok, _ := f.tokens.Create(ctx, "a")
+	if _, err := f.claim(t, "a", "c1", tok); err != nil {
+		t.Fatal(err)
+	}
+	o, got, err := acquire(f.conns, "a", "h1")
+	if err != nil || got != connections.Acquired {
+		t.Fatalf("acquire for hello = %v, %v", got, err)
+	}
+	if done, err := f.conns.MarkPending(ctx, "a", 5); !done || err != nil {
+		t.Fatalf("mark up to 5 = %v, %v; want done", done, err)
+	}
+	cur, released, err := f.conns.Release(ctx, o, "h1", connections.Progress{HelloSent: true})
+	if err != nil || released || cur.Pending {
+		t.Fatalf("release with the mark = %+v, %v, %v; want the mark cleared and one more look", cur, released, err)
+	}
+	if cur, released, err = f.conns.Release(ctx, cur, "h1", connections.Progress{HelloSent: true}); err != nil || !released {
+		t.Fatalf("release after the look = %+v, %v, %v; want released", cur, released, err)
+	}
+}
+
 // TestMarksRace: wake-ups marking at once leave the highest seq, whatever their order.
 func TestMarksRace(t *testing.T) {
 	t.Parallel()

@@ -115,6 +115,8 @@ type rigConfig struct {
 	// served, if set, receives the connection id of each frame once the message
 	// function has served it: a barrier for "it did not post".
 	served chan<- string
+	// agent serves the frames other than subscribe; nil: none (unsupported).
+	agent socket.Controller
 }
 
 func startRig(t *testing.T, rc rigConfig) *rig {
@@ -143,7 +145,11 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 	r.d = delivery.New(rc.cfg, r.log, r.conns, posts, invoke)
 	r.fast = delivery.NewNotifier(r.d, time.Second)
 	t.Cleanup(r.fast.FlushAll)
-	sock := socket.New(r.tokens, r.conns, r.log, r.d, nil, logger)
+	var agent socket.Controller // a nil *T would not be a nil interface
+	if rc.agent != nil {
+		agent = rc.agent
+	}
+	sock := socket.New(r.tokens, r.conns, r.log, r.d, agent, logger)
 	gw.Connect.Bind(lambda.NewHandler(sock.Connect))
 	gw.Message.Bind(lambda.NewHandler(sock.Message))
 	if rc.served != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamotest"
 )
@@ -134,6 +135,86 @@ func TestHelloFirst(t *testing.T) {
 	names := dynamotest.CreateTables(t)
 	t.Run("reply", func(t *testing.T) { testReplyAfterHello(t, names) })
 	t.Run("superseded", func(t *testing.T) { testHelloBeforeSupersededKilled(t, names) })
+	t.Run("internal", func(t *testing.T) { testInternalAfterHello(t, names) })
+}
+
+// failing is a socket.Controller whose every call fails unexpectedly: the message
+// function answers internal.
+type failing struct{}
+
+var errBroken = errors.New("broken for the test")
+
+func (failing) Inject(context.Context, string, string, bool) error     { return errBroken }
+func (failing) Cancel(context.Context, string, string) error           { return errBroken }
+func (failing) Approve(context.Context, string, string) error          { return errBroken }
+func (failing) Deny(context.Context, string, string, string) error     { return errBroken }
+func (failing) SetModel(context.Context, string, string, string) error { return errBroken }
+func (failing) SetPolicy(context.Context, string, []string) error      { return errBroken }
+
+// testInternalAfterHello: an internal error on a freshly connected socket (an error
+// frame and the close) reaches it after hello, and the message function does not
+// wait for hello: with no sender at work it sends hello itself, and with a sender
+// posting hello it hands the error over to that sender, which posts it right after
+// hello and closes the connection.
+func testInternalAfterHello(t *testing.T, names map[string]string) {
+	const frame = `{"type":"set_policy","patterns":["*"]}`
+	t.Run("no sender at work", func(t *testing.T) {
+		t.Parallel()
+		const agent = "internal-idle"
+		g := newFates(agent, map[string]fate{delivery.GateKickPump: hold})
+		r := startRig(t, rigConfig{names: names, cfg: delivery.Config{Lease: helloLease, Observer: g}, agent: failing{}})
+		t.Cleanup(g.letGo)
+		c := r.dial(t, agent, r.token(t, agent))
+		g.await(t, delivery.GateKickPump) // the connect's sender is held before the lease
+		c.send(t, frame)
+		c.expect(t, "hello", "error:internal", "closed") // while the connect's sender is still held
+	})
+	t.Run("a sender posting hello", func(t *testing.T) {
+		t.Parallel()
+		const agent = "internal-busy"
+		g := newFates(agent, map[string]fate{delivery.GateHello: hold})
+		served := make(chan string, 4)
+		r := startRig(t, rigConfig{names: names, cfg: delivery.Config{Observer: g}, served: served, agent: failing{}})
+		t.Cleanup(g.letGo)
+		c := r.dial(t, agent, r.token(t, agent))
+		g.await(t, delivery.GateHello) // under the lease, hello not posted yet
+		c.send(t, frame)
+		select {
+		case <-served:
+		case <-time.After(patience):
+			t.Fatal("the message function did not return while the sender was held")
+		}
+		if o, err := r.conns.Owner(context.Background(), agent); err != nil || len(o.Replies) != 1 {
+			t.Fatalf("replies owed %d (%v), want the internal error handed to the sender", len(o.Replies), err)
+		}
+		g.letGo()
+		c.expect(t, "hello", "error:internal", "closed")
+		if _, err := r.conns.Owner(context.Background(), agent); !errors.Is(err, connections.ErrNotFound) {
+			t.Fatalf("ownership record after the close: %v, want %v", err, connections.ErrNotFound)
+		}
+	})
+	t.Run("no record", func(t *testing.T) {
+		t.Parallel()
+		const agent = "internal-forgotten"
+		g := newFates(agent, map[string]fate{delivery.GateKickPump: hold})
+		r := startRig(t, rigConfig{names: names, cfg: delivery.Config{Lease: helloLease, Observer: g}})
+		t.Cleanup(g.letGo)
+		c := r.dial(t, agent, r.token(t, agent))
+		g.await(t, delivery.GateKickPump)
+		ctx := context.Background()
+		o, err := r.conns.Owner(ctx, agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.conns.Forget(ctx, o.ConnID, agent); err != nil {
+			t.Fatal(err)
+		}
+		// hello can never go out now: the close comes alone.
+		if err := r.d.Fail(ctx, o.ConnID); err != nil {
+			t.Fatal(err)
+		}
+		c.expect(t, "closed")
+	})
 }
 
 // testReplyAfterHello: an error reply to a frame of a freshly connected socket reaches

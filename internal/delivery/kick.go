@@ -19,6 +19,9 @@ const (
 	KickDrop = "drop" // tell a connection Code and close it (unauthorized at connect)
 	// KickWatch outlives a lease holder that was left a Pending mark: see watch.
 	KickWatch = "watch"
+	// KickFail answers an internal error on ConnectionID (Fail) where the message
+	// function could not: Lambda retries it.
+	KickFail = "fail"
 )
 
 // Kick is the payload of an asynchronous deliver invocation.
@@ -62,6 +65,8 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 		return err
 	case KickWatch:
 		return d.runWatch(ctx, k)
+	case KickFail:
+		return d.Fail(ctx, k.ConnectionID)
 	case KickDrop:
 		if k.Hello {
 			return d.runClose(ctx, k) // superseded before hello (welcome.go)

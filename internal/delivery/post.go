@@ -53,15 +53,30 @@ func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte) e
 // Close tells the owner connection why it is being dropped and drops it: an error
 // frame, then DeleteConnection; the records go with it.
 func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protocol.Code, msg string) error {
+	if err := d.disown(ctx, o, code); err != nil {
+		return err
+	}
+	return d.Drop(ctx, o.ConnID, code, msg)
+}
+
+// shut is Close for a connection that was already sent its error frame with code (a
+// reply owed before hello, welcome.go): the records, then the delete.
+func (d *Deliverer) shut(ctx context.Context, o connections.Owner, code protocol.Code) error {
+	if err := d.disown(ctx, o, code); err != nil {
+		return err
+	}
+	return d.deleteConn(ctx, o.ConnID)
+}
+
+// disown records that the owner connection is closed with code: it may send nothing
+// more, and no longer owns its agent.
+func (d *Deliverer) disown(ctx context.Context, o connections.Owner, code protocol.Code) error {
 	d.logger.Info("closing connection", "agent_id", o.AgentID, "connection_id", o.ConnID, "code", string(code))
 	d.dropped(code)
 	if err := d.store.SetState(ctx, o.ConnID, stateFor(code)); err != nil {
 		return err
 	}
-	if err := d.store.Disown(ctx, o.AgentID, o.ConnID); err != nil {
-		return err
-	}
-	return d.Drop(ctx, o.ConnID, code, msg)
+	return d.store.Disown(ctx, o.AgentID, o.ConnID)
 }
 
 // Supersede drops prev, the ownership record a connect has just replaced (see

@@ -82,7 +82,7 @@ func (s *sender) run() (err error) {
 			}
 		}
 		if len(s.o.Replies) > 0 { // owed right after hello (welcome.go)
-			if err := s.postReplies(); err != nil {
+			if closed, err := s.postReplies(); err != nil || closed {
 				return err
 			}
 		}

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -70,22 +71,93 @@ func (d *Deliverer) Reply(ctx context.Context, c connections.Conn, frame []byte)
 	}
 }
 
+// Fail answers an unexpected error serving a frame of connID: error{internal}, then
+// the close — after hello, like any frame the connection receives (docs/protocol.md,
+// "Errors before hello"). hello recorded (the common case), it posts the frame and
+// deletes the connection at once: 1 read of conn#, 1 of agent#, as a reply costs.
+// Before hello, the frame is owed on the ownership record like a reply (OweReply, 1
+// write unit): the sender that posts hello posts it right after hello and any reply
+// owed before it, then closes the connection (sender.postReplies); a wake-up sends
+// hello here if no sender is at work. A connection with no record was never accepted
+// or is gone, and hello can never reach it: it is closed without an error frame. One
+// that no longer owns its agent, or may send nothing more, is being closed by whoever
+// took it over (superseded, lagged, revoked) and gets nothing from here. An error
+// means nothing was owed or sent: the caller hands Fail to an asynchronous invocation
+// (KickFail), which Lambda retries.
+func (d *Deliverer) Fail(ctx context.Context, connID string) error {
+	c, err := d.store.Conn(ctx, connID)
+	switch {
+	case errors.Is(err, connections.ErrNotFound):
+		d.logger.Info("closing a connection with no record, without an error frame", "connection_id", connID)
+		return d.deleteConn(ctx, connID)
+	case err != nil:
+		return err
+	case c.State != connections.StateAuthorized:
+		return nil
+	}
+	frame := protocol.Marshal(protocol.Refusal(protocol.CodeInternal))
+	o, err := d.store.Owner(ctx, c.AgentID)
+	switch {
+	case errors.Is(err, connections.ErrNotFound) || err == nil && o.ConnID != connID:
+		return nil
+	case err != nil:
+		return err
+	case o.HelloSent:
+		return d.Drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
+	}
+	err = d.store.OweReply(ctx, c.AgentID, connID, frame)
+	switch {
+	case err == nil:
+		_, err = d.pump(ctx, c.AgentID, nil, wake{stopAt: time.Now().Add(replyBudget)})
+		return err
+	case errors.Is(err, connections.ErrHelloSent):
+		return d.Drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
+	case errors.Is(err, connections.ErrNotOwner):
+		return nil
+	case errors.Is(err, connections.ErrRepliesFull):
+		// MaxReplies replies are owed already: the connection gets hello and those, and
+		// stays open; its failed frame goes unanswered, as it would had Fail not run.
+		d.logger.Warn("internal error not sent: too many replies owed before hello", "agent_id", c.AgentID, "connection_id", connID)
+		return nil
+	default:
+		return err
+	}
+}
+
 // postReplies posts the error replies recorded for the connection before its hello
-// (Reply), right after hello. Taking them is one atomic write, so a reply is posted
-// once at most: a sender that dies between taking and posting loses it, as a message
-// function that dies before posting its reply would.
-func (s *sender) postReplies() error {
+// (Reply, Fail), right after hello. Taking them is one atomic write, so a reply is
+// posted once at most: a sender that dies between taking and posting loses it, as a
+// message function that dies before posting its reply would. A reply whose code
+// closes the connection (Fail's internal) is the last: the sender closes the
+// connection after it and reports closed.
+func (s *sender) postReplies() (closed bool, err error) {
 	replies, err := s.d.store.TakeReplies(s.ctx, s.o.AgentID, s.o.ConnID)
 	s.o.Replies = nil
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, r := range replies {
 		if err := s.d.post(s.ctx, s.o.ConnID, r); err != nil {
-			return err
+			return false, err
+		}
+		if code, ok := closingCode(r); ok {
+			if err := s.join(); err != nil {
+				return false, err
+			}
+			s.released = true
+			return true, s.d.shut(s.ctx, s.o, code)
 		}
 	}
-	return nil
+	return false, nil
+}
+
+// closingCode reports the code of frame, a reply, if it closes the connection.
+func closingCode(frame []byte) (protocol.Code, bool) {
+	var f protocol.Error
+	if json.Unmarshal(frame, &f) != nil || f.Type != protocol.TypeError || !f.Code.Closes() {
+		return "", false
+	}
+	return f.Code, true
 }
 
 // unwelcomed finishes a sender that lost its lease (cause) while hello was owed: if the

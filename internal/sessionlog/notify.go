@@ -2,14 +2,12 @@ package sessionlog
 
 import (
 	"context"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Notifying is a Log that hands every event it appends to a listener — delivery's fast
 // path — right after the write succeeds. The log that appended is the one that
 // notifies, so no appender can forget to: wire it once where the log is built. A
-// failed append (a conflict, a refused companion write) notifies nothing. Reads and
+// failed append (a conflict) notifies nothing. Reads and
 // Create pass through.
 type Notifying struct {
 	*Log
@@ -33,9 +31,9 @@ func (n *Notifying) AppendAt(ctx context.Context, sessionID string, seq int64, t
 	return n.notified(ctx)(n.Log.AppendAt(ctx, sessionID, seq, typ, payload))
 }
 
-// AppendWith is Log.AppendWith, then the notification.
-func (n *Notifying) AppendWith(ctx context.Context, sessionID, typ string, payload any, extra types.TransactWriteItem) (Event, error) {
-	return n.notified(ctx)(n.Log.AppendWith(ctx, sessionID, typ, payload, extra))
+// AppendStamped is Log.AppendStamped, then the notification.
+func (n *Notifying) AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendStamped(ctx, sessionID, typ, payload, stamp))
 }
 
 func (n *Notifying) notified(ctx context.Context) func(Event, error) (Event, error) {

@@ -58,6 +58,10 @@ type Event struct {
 	At        string          `json:"at"`
 	Type      string          `json:"type"`
 	Payload   json.RawMessage `json:"payload"`
+	// Stamp is an appender's mark kept with the event's item (attribute "stamp") and
+	// never sent: the stamp key of the client frame a policy/updated serves
+	// (AppendStamped). "" for an event appended without one.
+	Stamp string `json:"-"`
 }
 
 // TimeFormat is the envelope's `at`: UTC, ISO 8601, always six fractional digits.
@@ -111,14 +115,20 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 // if the session has no session/created yet, ErrTooLarge if the envelope would exceed
 // MaxEnvelopeBytes, and ErrInvalid for an empty type or a payload that is not an object.
 func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (Event, error) {
-	return l.appendNext(ctx, sessionID, typ, payload, func(ev Event, _ int) error { return l.put(ctx, ev) })
+	return l.appendNext(ctx, sessionID, typ, payload, "")
 }
 
-// appendNext writes an event at the tip's next seq with write until it succeeds. write
-// returns ErrConflict when the seq was taken (or the write lost a race worth retrying):
-// appendNext backs off with jitter, so that writers in a burst stop colliding on each
-// seq, reads the tip again and retries; any other error ends the append.
-func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any, write func(ev Event, attempt int) error) (Event, error) {
+// AppendStamped is Append with stamp kept on the event's item (Event.Stamp), read back
+// by Read, never part of the envelope. Cost: Append's.
+func (l *Log) AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
+	return l.appendNext(ctx, sessionID, typ, payload, stamp)
+}
+
+// appendNext puts an event at the tip's next seq until it succeeds. A put that finds
+// the seq taken (ErrConflict) backs off with jitter, so that writers in a burst stop
+// colliding on each seq, reads the tip again and retries; any other error ends the
+// append.
+func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return Event{}, err
@@ -134,7 +144,8 @@ func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any
 		if err != nil {
 			return Event{}, err
 		}
-		err = write(ev, attempt)
+		ev.Stamp = stamp
+		err = l.put(ctx, ev)
 		if err == nil {
 			l.observe(sessionID, ev.Seq)
 			appended()
@@ -150,49 +161,6 @@ func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any
 			return Event{}, err
 		}
 	}
-}
-
-// ErrRefused reports that AppendWith's extra write refused its condition: nothing was
-// appended.
-var ErrRefused = errors.New("sessionlog: append refused by its companion write")
-
-// transactor is the part of the DynamoDB client AppendWith needs.
-type transactor interface {
-	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
-}
-
-// AppendWith is Append made atomic with one more write (extra, on another table or
-// item): both happen or neither. When extra's condition fails it returns ErrRefused
-// and appends nothing. It is how an event is appended only if a record elsewhere says
-// it may be (the last set_policy sent wins). Cost: a transaction of two items (2 write
-// units each) per attempt. The Log's API must also implement TransactWriteItems.
-func (l *Log) AppendWith(ctx context.Context, sessionID, typ string, payload any, extra types.TransactWriteItem) (Event, error) {
-	tx, ok := l.api.(transactor)
-	if !ok {
-		return Event{}, fmt.Errorf("%w: the log's client has no TransactWriteItems", ErrInvalid)
-	}
-	return l.appendNext(ctx, sessionID, typ, payload, func(ev Event, attempt int) error {
-		_, err := tx.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-			{Put: &types.Put{TableName: aws.String(l.table), Item: ev.Item(), ConditionExpression: aws.String("attribute_not_exists(seq)")}},
-			extra,
-		}})
-		if err == nil {
-			return nil
-		}
-		var tce *types.TransactionCanceledException
-		if !errors.As(err, &tce) {
-			return fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
-		}
-		reasons := tce.CancellationReasons
-		if len(reasons) == 2 && aws.ToString(reasons[1].Code) == "ConditionalCheckFailed" {
-			return fmt.Errorf("%w: %s %s", ErrRefused, sessionID, typ)
-		}
-		if (len(reasons) == 0 || aws.ToString(reasons[0].Code) != "ConditionalCheckFailed") && attempt >= 50 {
-			// A transaction conflict (another transaction on the same items), too often.
-			return fmt.Errorf("sessionlog: append %s seq %d: %w", sessionID, ev.Seq, err)
-		}
-		return fmt.Errorf("%w: %s seq %d", ErrConflict, sessionID, ev.Seq)
-	})
 }
 
 // AppendAt puts an event at exactly seq. It returns ErrConflict if seq is taken. The
@@ -324,7 +292,7 @@ func marshal(v any) ([]byte, error) {
 // Item is the DynamoDB item of the event. The payload is kept as its JSON text so the
 // envelope is delivered byte for byte as it was appended.
 func (e Event) Item() map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
+	item := map[string]types.AttributeValue{
 		"session_id": &types.AttributeValueMemberS{Value: e.SessionID},
 		"seq":        &types.AttributeValueMemberN{Value: strconv.FormatInt(e.Seq, 10)},
 		"id":         &types.AttributeValueMemberS{Value: e.ID},
@@ -332,6 +300,10 @@ func (e Event) Item() map[string]types.AttributeValue {
 		"type":       &types.AttributeValueMemberS{Value: e.Type},
 		"payload":    &types.AttributeValueMemberS{Value: string(e.Payload)},
 	}
+	if e.Stamp != "" {
+		item["stamp"] = &types.AttributeValueMemberS{Value: e.Stamp}
+	}
+	return item
 }
 
 // FromItem decodes an item of the log table. It returns ErrInvalid if an attribute is
@@ -353,6 +325,9 @@ func FromItem(item map[string]types.AttributeValue) (Event, error) {
 	ev.At = str("at")
 	ev.Type = str("type")
 	ev.Payload = json.RawMessage(str("payload"))
+	if v, ok := item["stamp"].(*types.AttributeValueMemberS); ok {
+		ev.Stamp = v.Value
+	}
 	if err != nil {
 		return Event{}, err
 	}

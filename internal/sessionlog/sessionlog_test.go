@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -295,7 +294,7 @@ func TestAppendAtConflict(t *testing.T) {
 // a failed one is not.
 func TestNotifyOnAppend(t *testing.T) {
 	t.Parallel()
-	l, table := newLog(t)
+	l, _ := newLog(t)
 	type invocationKey struct{}
 	ctx := context.WithValue(context.Background(), invocationKey{}, "appender's")
 	mustCreate(t, l, "s")
@@ -315,17 +314,16 @@ func TestNotifyOnAppend(t *testing.T) {
 	if _, err := n.AppendAt(ctx, "s", 2, "a/b", nil); !errors.Is(err, sessionlog.ErrConflict) {
 		t.Fatalf("AppendAt(2) again: err = %v, want ErrConflict", err)
 	}
-	sessionKey := map[string]types.AttributeValue{
-		"session_id": &types.AttributeValueMemberS{Value: "s"}, "seq": &types.AttributeValueMemberN{Value: "0"},
-	}
-	check := func(cond string) types.TransactWriteItem {
-		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: aws.String(table), Key: sessionKey, ConditionExpression: aws.String(cond)}}
-	}
-	if _, err := n.AppendWith(ctx, "s", "a/b", nil, check("attribute_exists(seq)")); err != nil {
+	ev, err := n.AppendStamped(ctx, "s", "a/b", nil, "0000000000001-0000000002")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.AppendWith(ctx, "s", "a/b", nil, check("attribute_not_exists(seq)")); !errors.Is(err, sessionlog.ErrRefused) {
-		t.Fatalf("AppendWith with a failing companion: err = %v, want ErrRefused", err)
+	evs, err := l.Read(ctx, "s", ev.Seq, 1)
+	if err != nil || len(evs) != 1 || evs[0].Stamp != ev.Stamp {
+		t.Fatalf("read back %+v (%v), want the stamp %q", evs, err, ev.Stamp)
+	}
+	if b, _ := json.Marshal(evs[0]); strings.Contains(string(b), "stamp") || strings.Contains(string(b), ev.Stamp) {
+		t.Errorf("envelope %s carries the stamp, want it kept off the wire", b)
 	}
 	if want := []int64{1, 2, 3}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("notified seqs %v, want %v", got, want)

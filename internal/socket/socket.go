@@ -430,10 +430,17 @@ func refusalFor(st connections.State) protocol.Code {
 	return protocol.CodeUnauthorized
 }
 
-// fail answers an unexpected error: internal, and the connection closes. The details
-// stay in the log.
+// fail answers an unexpected error: internal, and the connection closes — after its
+// hello, which delivery owns (delivery.Deliverer.Fail). The details stay in the log.
+// Should that fail too, an asynchronous deliver invocation, which Lambda retries,
+// answers in its place.
 func (s *Server) fail(ctx context.Context, lg *slog.Logger, connID string) {
-	if err := s.deliver.Drop(ctx, connID, protocol.CodeInternal, protocol.Refusal(protocol.CodeInternal).Message); err != nil {
-		lg.Warn("drop", "error", err)
+	err := s.deliver.Fail(ctx, connID)
+	if err == nil {
+		return
+	}
+	lg.Warn("answer internal error", "error", err)
+	if err := s.deliver.Kick(context.WithoutCancel(ctx), delivery.Kick{Kind: delivery.KickFail, ConnectionID: connID}); err != nil {
+		lg.Error("kick internal error", "error", err)
 	}
 }
