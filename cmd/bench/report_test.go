@@ -105,3 +105,29 @@ func TestCostRowOf(t *testing.T) {
 		t.Errorf("costRowOf = %+v\nwant        %+v", r, want)
 	}
 }
+
+// TestTurnTarget: the turn targets of docs/cost.md, checked against their floor.
+func TestTurnTarget(t *testing.T) {
+	for _, tc := range []struct {
+		kind  string
+		ratio float64
+		label string
+		ok    bool
+	}{
+		{"plain", 2.0, "≤ 2× floor", true},
+		{"plain", 2.05, "≤ 2× floor", false},
+		{"40-event", 1.25, "≤ 1.3× floor", true},
+		{"40-event", 1.31, "≤ 1.3× floor", false},
+		{"tool", 9, "", true},
+	} {
+		tg := turnTarget(tc.kind)
+		if tg.text != tc.label {
+			t.Errorf("turnTarget(%q) label = %q, want %q", tc.kind, tg.text, tc.label)
+		}
+		if tg.ok != nil {
+			if got := tg.ok(0, tc.ratio); got != tc.ok {
+				t.Errorf("turnTarget(%q) at %g× = %v, want %v", tc.kind, tc.ratio, got, tc.ok)
+			}
+		}
+	}
+}
