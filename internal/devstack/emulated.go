@@ -17,6 +17,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/tables"
 )
 
@@ -130,20 +131,27 @@ func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred, wra
 	if err != nil {
 		return nil, err
 	}
+	env := map[string]string{
+		"DYNAMODB_ENDPOINT":     st.DynamoDBEndpoint,
+		"LAMBDA_ENDPOINT":       st.gw.LambdaEndpoint(),
+		"AWS_REGION":            dynamolocal.Region,
+		"AWS_DEFAULT_REGION":    dynamolocal.Region,
+		"AWS_ACCESS_KEY_ID":     dynamolocal.AccessKey,
+		"AWS_SECRET_ACCESS_KEY": dynamolocal.SecretKey,
+	}
+	if em.o.Pause != nil { // a test holds the runtime: the functions post their pause points here
+		if st.pause, err = pausehook.Listen(em.o.Pause); err != nil {
+			return nil, err
+		}
+		env[config.PauseEndpointVar] = st.pause.URL()
+	}
 	emu, err := emulator.Start(emulator.Options{
 		Root:            em.root,
 		BuildDir:        em.dir,
 		MaxEnvironments: em.o.LambdaEmulator.MaxEnvironments,
 		Console:         em.o.LambdaEmulator.Console,
 		Logger:          em.logger,
-		Env: map[string]string{
-			"DYNAMODB_ENDPOINT":     st.DynamoDBEndpoint,
-			"LAMBDA_ENDPOINT":       st.gw.LambdaEndpoint(),
-			"AWS_REGION":            dynamolocal.Region,
-			"AWS_DEFAULT_REGION":    dynamolocal.Region,
-			"AWS_ACCESS_KEY_ID":     dynamolocal.AccessKey,
-			"AWS_SECRET_ACCESS_KEY": dynamolocal.SecretKey,
-		},
+		Env:             env,
 	}, fns)
 	if err != nil {
 		return nil, err
