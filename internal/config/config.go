@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -39,6 +41,11 @@ type Config struct {
 	LambdaEndpoint       string // LAMBDA_ENDPOINT, local only
 	LogLevel             string // LOG_LEVEL, default "info"
 	MetricsNamespace     string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
+	// PauseEndpoint (PauseEndpointVar, tests only) is a test rig's pause server (package
+	// pausehook): the agent runtime posts each pause point there and waits for the
+	// answer. Load takes it only for a local stack: DYNAMODB_ENDPOINT set and the URL
+	// http on a loopback address; anywhere else it is an error.
+	PauseEndpoint string
 	// OriginSecret (ORIGIN_SECRET, connect only, optional) is the value CloudFront adds
 	// as the origin header; when set, $connect refuses a handshake without it. A secret:
 	// never log it or print the Config.
@@ -62,9 +69,14 @@ var vars = map[string][]string{
 	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE"},
 }
 
+// PauseEndpointVar names the test-only variable of Config.PauseEndpoint. No template
+// sets it: `terret dev --lambda-emulator` passes it to the functions when a test holds
+// the runtime at pause points.
+const PauseEndpointVar = "TERRET_TEST_PAUSE_ENDPOINT"
+
 // Vars returns the environment variables function reads (besides the optional
-// LOG_LEVEL, METRICS_NAMESPACE, DYNAMODB_ENDPOINT and LAMBDA_ENDPOINT), or nil for an
-// unknown function.
+// LOG_LEVEL, METRICS_NAMESPACE, DYNAMODB_ENDPOINT, LAMBDA_ENDPOINT and the test-only
+// PauseEndpointVar), or nil for an unknown function.
 func Vars(function string) []string { return append([]string(nil), vars[function]...) }
 
 // Load reads the configuration of function from the environment and checks that every
@@ -109,6 +121,9 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 	if c.OutboundQueue, err = positive(getenv, "OUTBOUND_QUEUE", DefaultOutboundQueue); err != nil {
 		return Config{}, err
 	}
+	if c.PauseEndpoint, err = pauseEndpoint(getenv(PauseEndpointVar), c.DynamoDBEndpoint); err != nil {
+		return Config{}, err
+	}
 	switch v := strings.ToLower(strings.TrimSpace(getenv("APPROVALS"))); v {
 	case "", "false", "0", "off":
 	case "true", "1", "on":
@@ -117,6 +132,27 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: APPROVALS=%q, want true or false", ErrInvalid, v)
 	}
 	return c, nil
+}
+
+// pauseEndpoint checks PauseEndpointVar's value v: a deployed function must never wait
+// on it, so it is refused unless the stack is local (dynamoDB, the DYNAMODB_ENDPOINT
+// only a local stack sets) and v is an http URL on a loopback IP.
+func pauseEndpoint(v, dynamoDB string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
+	if strings.TrimSpace(dynamoDB) == "" {
+		return "", fmt.Errorf("%w: %s is set without DYNAMODB_ENDPOINT; it is for tests of a local stack only", ErrInvalid, PauseEndpointVar)
+	}
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme != "http" {
+		return "", fmt.Errorf("%w: %s=%q, want an http:// URL", ErrInvalid, PauseEndpointVar, v)
+	}
+	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("%w: %s=%q, want a loopback IP address (127.0.0.1 or ::1)", ErrInvalid, PauseEndpointVar, v)
+	}
+	return v, nil
 }
 
 func orDefault(v, def string) string {

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/terret/terret-ws/internal/config"
@@ -16,5 +17,39 @@ func TestOriginSecret(t *testing.T) {
 		if err != nil || c.OriginSecret != want {
 			t.Errorf("LoadFrom(connect) with ORIGIN_SECRET=%q: OriginSecret %q, %v", want, c.OriginSecret, err)
 		}
+	}
+}
+
+// TestPauseEndpoint: the test-only pause endpoint is taken only for a local stack
+// (DYNAMODB_ENDPOINT set) and a loopback http URL; anything else fails the load.
+func TestPauseEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, endpoint, dynamoDB string
+		want                     string // PauseEndpoint; "" with ok false: ErrInvalid
+		ok                       bool
+	}{
+		{"unset", "", "", "", true},
+		{"unset, local", "", "http://127.0.0.1:8000", "", true},
+		{"local, loopback v4", "http://127.0.0.1:4567/pause", "http://127.0.0.1:8000", "http://127.0.0.1:4567/pause", true},
+		{"local, loopback v6", "http://[::1]:4567/pause", "http://127.0.0.1:8000", "http://[::1]:4567/pause", true},
+		{"deployed: no DYNAMODB_ENDPOINT", "http://127.0.0.1:4567/pause", "", "", false},
+		{"a remote host", "http://10.0.0.5:4567/pause", "http://127.0.0.1:8000", "", false},
+		{"a name, not an IP", "http://localhost:4567/pause", "http://127.0.0.1:8000", "", false},
+		{"https", "https://127.0.0.1:4567/pause", "http://127.0.0.1:8000", "", false},
+		{"not a URL", "127.0.0.1:4567", "http://127.0.0.1:8000", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "DELIVER_FUNCTION": "d",
+				"RUNNER_FUNCTION": "r", "WS_MANAGEMENT_ENDPOINT": "https://x", "DYNAMODB_ENDPOINT": tc.dynamoDB, config.PauseEndpointVar: tc.endpoint}
+			c, err := config.LoadFrom("runner", func(k string) string { return env[k] })
+			if gotOK := err == nil; gotOK != tc.ok || c.PauseEndpoint != tc.want {
+				t.Errorf("LoadFrom(runner) with %s=%q, DYNAMODB_ENDPOINT=%q: PauseEndpoint %q, error %v; want %q, ok %v",
+					config.PauseEndpointVar, tc.endpoint, tc.dynamoDB, c.PauseEndpoint, err, tc.want, tc.ok)
+			}
+			if err != nil && !errors.Is(err, config.ErrInvalid) {
+				t.Errorf("error %v, want config.ErrInvalid", err)
+			}
+		})
 	}
 }

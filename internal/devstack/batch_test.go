@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/eventsource"
+	"github.com/terret/terret-ws/internal/gatewaytest"
 	"github.com/terret/terret-ws/internal/history"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -29,18 +31,15 @@ type message struct {
 // nextMessage reads one message within d and splits it. A protocol frame is returned
 // as a message of one frame without seq; a batch holding one is an error.
 func (c *client) nextMessage(d time.Duration) (message, error) {
-	var r read
-	select {
-	case r = <-c.frames:
-	case <-time.After(d):
+	b, err := c.ws.Next(d)
+	if errors.Is(err, gatewaytest.ErrNoFrame) {
 		return message{}, errTimeout
 	}
-	if r.err != nil {
-		c.frames <- r
-		return message{}, r.err
+	if err != nil {
+		return message{}, err
 	}
-	m := message{raw: r.b}
-	for part := range bytes.SplitSeq(r.b, []byte{'\n'}) {
+	m := message{raw: b}
+	for part := range bytes.SplitSeq(b, []byte{'\n'}) {
 		var f frame
 		if err := json.Unmarshal(part, &f); err != nil {
 			return m, fmt.Errorf("message part %q is not JSON: %w", part, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/terret/terret-ws/internal/eventsource"
 	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tables"
 )
@@ -76,8 +77,9 @@ type Options struct {
 	// Listener, if set, is served instead of a listener on Addr (tests that shape the
 	// gateway's sockets).
 	Listener net.Listener
-	// Pause holds the in-process agent runtime at named points (agent.Pause*), for
-	// tests; the emulated functions (LambdaEmulator) run in other processes and ignore it.
+	// Pause holds the agent runtime at named points (agent.Pause*), for tests. The
+	// emulated functions (LambdaEmulator), in other processes, reach it over loopback
+	// HTTP (package pausehook).
 	Pause func(point, agentID string)
 }
 
@@ -94,6 +96,7 @@ type Stack struct {
 	poller *eventsource.Poller
 	ddb    *dynamolocal.Server
 	emu    *emulator.Emulator
+	pause  *pausehook.Server // Options.Pause for the emulated functions
 
 	measure    Measure
 	quotaSweep *sweeper
@@ -307,6 +310,9 @@ func (s *Stack) Close() error {
 	}
 	if s.emu != nil {
 		errs = append(errs, s.emu.Close())
+	}
+	if s.pause != nil {
+		errs = append(errs, s.pause.Close())
 	}
 	if s.ddb != nil {
 		errs = append(errs, s.ddb.Close())

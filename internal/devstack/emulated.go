@@ -17,6 +17,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/tables"
 )
 
@@ -130,6 +131,10 @@ func (em *emulation) route(functions map[string]lambda.Handler, timeouts map[str
 // pools and binds every handler to them, through its wrapper in wrap if it has one (the
 // console's lines).
 func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred, wrap map[string]func(lambda.Handler) lambda.Handler) (*emulator.Emulator, error) {
+	env, err := em.env(st)
+	if err != nil {
+		return nil, err
+	}
 	fns, err := emulator.Functions(terretws.Template, em.local(st.gw.ManagementEndpoint()))
 	if err != nil {
 		return nil, err
@@ -141,14 +146,7 @@ func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred, wra
 		MaxEnvironments: em.o.LambdaEmulator.MaxEnvironments,
 		Console:         em.o.LambdaEmulator.Console,
 		Logger:          em.logger,
-		Env: map[string]string{
-			"DYNAMODB_ENDPOINT":     st.DynamoDBEndpoint,
-			"LAMBDA_ENDPOINT":       st.gw.LambdaEndpoint(),
-			"AWS_REGION":            dynamolocal.Region,
-			"AWS_DEFAULT_REGION":    dynamolocal.Region,
-			"AWS_ACCESS_KEY_ID":     dynamolocal.AccessKey,
-			"AWS_SECRET_ACCESS_KEY": dynamolocal.SecretKey,
-		},
+		Env:             env,
 	}, fns)
 	if err != nil {
 		return nil, err
@@ -169,3 +167,25 @@ func (em *emulation) start(st *Stack, handlers map[string]*localgw.Deferred, wra
 
 // Emulator is the running emulator in emulated mode, nil in-process.
 func (s *Stack) Emulator() *emulator.Emulator { return s.emu }
+
+// env is what every function gets besides the template's variables: the local
+// endpoints and credentials, and, when a test holds the runtime (Options.Pause), the
+// stack's pause server, started here, where the functions post their pause points.
+func (em *emulation) env(st *Stack) (map[string]string, error) {
+	env := map[string]string{
+		"DYNAMODB_ENDPOINT":     st.DynamoDBEndpoint,
+		"LAMBDA_ENDPOINT":       st.gw.LambdaEndpoint(),
+		"AWS_REGION":            dynamolocal.Region,
+		"AWS_DEFAULT_REGION":    dynamolocal.Region,
+		"AWS_ACCESS_KEY_ID":     dynamolocal.AccessKey,
+		"AWS_SECRET_ACCESS_KEY": dynamolocal.SecretKey,
+	}
+	if em.o.Pause != nil {
+		var err error
+		if st.pause, err = pausehook.Listen(em.o.Pause); err != nil {
+			return nil, err
+		}
+		env[config.PauseEndpointVar] = st.pause.URL()
+	}
+	return env, nil
+}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
@@ -103,8 +104,9 @@ func TestDisconnectForgetsConnection(t *testing.T) {
 	}
 }
 
-// TestEmulatorRunnerKilledMidInvocation: the runner's environment is killed while the
-// turn's sleep tool runs (its tool/call logged, its tool/result not): the asynchronous
+// TestEmulatorRunnerKilledMidInvocation: the runner's environment is killed while it is
+// held at the run of the turn's sleep tool (agent.PauseRun through the stack's pause
+// server: its tool/call logged, its tool/result not): the asynchronous
 // invocation fails, the local Lambda retries it in a new environment, and the retry
 // takes over the dead lease and finishes the turn — with no further stimulus, every
 // event exactly once, in seq order.
@@ -115,12 +117,14 @@ func TestEmulatorRunnerKilledMidInvocation(t *testing.T) {
 	emu := e.stack.Emulator()
 	runFlows(t, e, flow{"runner killed", func(a *agentConn) {
 		script := sleepThenSay("after the kill")
+		run := a.arm(agent.PauseRun)
 		a.inject(script, true)
-		a.whenLogged("tool/call", "sleep")
+		run.wait(a)
 		a.delivered()
 		if !emu.Kill("runner") {
 			a.failf("no runner environment was running the turn")
 		}
+		run.release() // the killed runner's post is gone; this lets its hook call return
 		evs, err := a.e.log.Read(context.Background(), a.agent, 0, 1000)
 		if err != nil {
 			a.failf("read log: %v", err)

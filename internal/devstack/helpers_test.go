@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/gatewaytest"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -94,14 +94,15 @@ type frame struct {
 
 func (f frame) String() string { return string(f.raw) }
 
+// client is one socket to the stack, a gatewaytest.Client read as protocol frames.
 type client struct {
-	t      *testing.T
-	c      *websocket.Conn
-	ctx    context.Context
-	stop   context.CancelFunc
-	frames chan read // filled by one reader goroutine: a Read whose context expires would close the socket
+	t   *testing.T
+	c   *websocket.Conn // ws.Conn
+	ctx context.Context // bounds writes
+	ws  *gatewaytest.Client
 }
 
+// read is one WebSocket message as orderConn's reader hands it on.
 type read struct {
 	b   []byte
 	err error
@@ -119,35 +120,15 @@ func (e env) dial(t *testing.T, agent, token string) *client {
 }
 
 func (e env) tryDial(agent, token string) (*client, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	h := http.Header{}
-	if token != "" {
-		h.Set("Authorization", "Bearer "+token)
-	}
 	// The handshake waits for the $connect handler: bounded like any wait for the
 	// server (frameTimeout), which on a loaded machine can take more than 10 s.
-	dctx, dcancel := context.WithTimeout(ctx, frameTimeout)
-	defer dcancel()
-	c, _, err := websocket.Dial(dctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{HTTPHeader: h})
+	ctx, cancel := context.WithTimeout(context.Background(), frameTimeout)
+	defer cancel()
+	ws, _, err := gatewaytest.Open(ctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", token, nil, 100000)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	c.SetReadLimit(1 << 20)
-	cl := &client{c: c, ctx: ctx, stop: cancel, frames: make(chan read, 100000)}
-	go func() {
-		for {
-			typ, b, err := c.Read(ctx)
-			if err == nil && typ != websocket.MessageText {
-				err = fmt.Errorf("binary frame")
-			}
-			cl.frames <- read{b, err}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return cl, nil
+	return &client{c: ws.Conn, ctx: context.Background(), ws: ws}, nil
 }
 
 func (c *client) send(v any) {
@@ -175,16 +156,11 @@ var (
 
 // next reads one frame within d; errClosed when the server closed the socket.
 func (c *client) next(d time.Duration) (frame, error) {
-	var r read
-	select {
-	case r = <-c.frames:
-	case <-time.After(d):
+	b, err := c.ws.Next(d) // after the end, the end again
+	if errors.Is(err, gatewaytest.ErrNoFrame) {
 		return frame{}, errTimeout
 	}
-	b, err := r.b, r.err
 	if err != nil {
-		// Keep reporting the end to later calls.
-		c.frames <- r
 		if websocket.CloseStatus(err) != -1 || strings.Contains(err.Error(), "EOF") || strings.Contains(err.Error(), "closed") {
 			return frame{}, errClosed
 		}

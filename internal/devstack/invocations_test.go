@@ -132,12 +132,7 @@ func (a *agentConn) settled(n int) {
 		a.fatalf("%d runner invocations returned, want %d", got, n)
 	}
 	a.matchLog()
-	select {
-	case r := <-a.c.frames:
-		a.c.frames <- r // for fatalf's listing
-		if r.err == nil {
-			a.fatalf("a frame after the whole log was received: %s", r.b)
-		}
-	default:
+	if b, ok, err := a.c.ws.Ready(); ok && err == nil {
+		a.fatalf("a frame after the whole log was received: %s", b)
 	}
 }

@@ -33,16 +33,14 @@ import (
 // startRuntimeStack is startStack for these tests. Its stream poll is slower than the
 // helpers' default, which keeps several stacks off DynamoDB Local's back on a 2-core
 // machine; it drops its tables when the test ends, so that a shared DynamoDB Local
-// does not pile them up; and, with the runtime in process, it installs a pauser
-// (e.pause) through which flows hold the runtime at agent.Pause* points.
+// does not pile them up; and it installs a pauser (e.pause) through which flows hold
+// the runtime at agent.Pause* points — in process, or in the emulated functions through
+// the stack's pause server (package pausehook).
 func startRuntimeStack(t *testing.T, o devstack.Options) env {
 	t.Helper()
 	o.PollInterval = 50 * time.Millisecond
-	var p *pauser
-	if o.LambdaEmulator == inProcess || (o.LambdaEmulator == nil && !emulated()) {
-		p = newPauser()
-		o.Pause = p.hook
-	}
+	p := newPauser()
+	o.Pause = p.hook
 	calls := newInvocations()
 	wrap := calls.wrap
 	if outer := o.Measure.Wrap; outer != nil {
@@ -52,9 +50,7 @@ func startRuntimeStack(t *testing.T, o devstack.Options) env {
 	e := startStack(t, o)
 	e.pause, e.calls = p, calls
 	t.Cleanup(func() {
-		if p != nil {
-			p.close() // first: a handler held at a pause point would keep Close waiting
-		}
+		p.close()       // first: a handler held at a pause point would keep Close waiting
 		e.stack.Close() // idempotent: stop the pollers and handlers before their tables go
 		db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
 		for _, name := range e.stack.Tables {
@@ -67,16 +63,9 @@ func startRuntimeStack(t *testing.T, o devstack.Options) env {
 }
 
 // windowMS is the sleep tool run a flow acts during (steer, cancel, set_policy, drop).
-// In process the flow holds the runner at agent.PauseRun while it acts (runWindow), so
-// the sleep's length does not matter and it is short. The emulated functions run in
-// other processes, out of the pause hook's reach: there the sleep is the window, and
-// the flow acts settleDelay after its tool/call is logged.
-var windowMS = map[bool]int{false: 20, true: 5000}[emulated()]
-
-// settleDelay covers, in emulated mode only, the runner's step boundary between logging
-// a batch's calls and running them: a frame landing before it would be seen before the
-// run.
-const settleDelay = time.Second
+// The flow holds the runner at agent.PauseRun while it acts (runWindow), so the sleep's
+// length does not matter and it is short.
+const windowMS = 20
 
 // frameTimeout bounds the wait for one frame: generous, because a shared DynamoDB
 // Local can be slow; it only matters when a test fails.
@@ -489,65 +478,30 @@ func (a *agentConn) maybeTitled(n int) {
 	}
 }
 
-// whenLogged waits until the log holds, at or after the next seq the client expects,
-// an event of type typ (of tool name, for tool/call): flows act on what the runtime
-// did, not on when delivery reached them.
-func (a *agentConn) whenLogged(typ, name string) {
-	deadline := time.Now().Add(frameTimeout)
-	for {
-		evs, err := a.e.log.Read(context.Background(), a.agent, a.next, 1000)
-		if err != nil {
-			a.failf("read log: %v", err)
-		}
-		for _, ev := range evs {
-			if ev.Type == typ && (name == "" || strings.Contains(string(ev.Payload), fmt.Sprintf(`"name":%q`, name))) {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			a.failf("no %s %s in the log after %v; after seq %d it holds %v", typ, name, frameTimeout, a.next-1, evs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // runWindow is how a flow acts while a run of tools is under way. Open it before the
-// inject that starts the turn; wait for the run; act; release it. In process the
-// runner is held at agent.PauseRun (its calls logged, the state read, no tool
-// executed) until release, and act waits until its frame has taken effect, so the
-// frame is seen at the boundary after the run whatever the machine's load. Emulated
-// (e.pause nil), the run is a sleep of windowMS and the flow acts settleDelay after
-// its tool/call is logged.
+// inject that starts the turn; wait for the run; act; release it. The runner is held at
+// agent.PauseRun (its calls logged, the state read, no tool executed) until release,
+// and act waits until its frame has taken effect, so the frame is seen at the boundary
+// after the run whatever the machine's load, in process or emulated.
 type runWindow struct {
 	a   *agentConn
-	run *hold // nil: emulated
+	run *hold
 }
 
 func (a *agentConn) window() *runWindow {
-	w := &runWindow{a: a}
-	if a.e.pause != nil {
-		w.run = a.e.pause.arm(agent.PauseRun, a.agent)
-	}
-	return w
+	return &runWindow{a: a, run: a.arm(agent.PauseRun)}
 }
 
-// wait returns once the turn's first run of tools, that of the tool/call of name, is
-// under way.
-func (w *runWindow) wait(name string) {
-	if w.run != nil {
-		w.run.wait(w.a)
-		return
-	}
-	w.a.whenLogged("tool/call", name)
-	time.Sleep(settleDelay)
-}
+// wait returns once the turn's first run of tools is under way, every call of its
+// batch logged.
+func (w *runWindow) wait() { w.run.wait(w.a) }
 
-// act sends frame and, in process, returns once the message function reached point
-// (an agent.Pause* point of the frame's effect; "" waits for nothing).
+// act sends frame and returns once the message function reached point (an
+// agent.Pause* point of the frame's effect; "" waits for nothing).
 func (w *runWindow) act(point string, frame any) {
 	var h *hold
-	if w.run != nil && point != "" {
-		h = w.a.e.pause.arm(point, w.a.agent)
+	if point != "" {
+		h = w.a.arm(point)
 	}
 	w.a.send(frame)
 	if h != nil {
@@ -556,20 +510,10 @@ func (w *runWindow) act(point string, frame any) {
 	}
 }
 
-func (w *runWindow) release() {
-	if w.run != nil {
-		w.run.release()
-	}
-}
+func (w *runWindow) release() { w.run.release() }
 
-// arm holds the next arrival of the flow's agent at point, or returns nil in emulated
-// mode (no hook).
-func (a *agentConn) arm(point string) *hold {
-	if a.e.pause == nil {
-		return nil
-	}
-	return a.e.pause.arm(point, a.agent)
-}
+// arm holds the next arrival of the flow's agent at point.
+func (a *agentConn) arm(point string) *hold { return a.e.pause.arm(point, a.agent) }
 
 // tip is the newest seq in the log, read from the store.
 func (a *agentConn) tip() int64 {
@@ -772,7 +716,7 @@ func TestRuntimeSteering(t *testing.T) {
 			script := sleepThenSay("after the steer")
 			w := a.window()
 			a.inject(script, true)
-			w.wait("sleep")
+			w.wait()
 			w.act(agent.PauseQueued, map[string]any{"type": "inject", "text": "steer text", "wake": wake})
 			w.release()
 			id := a.startTurn(script)
@@ -808,29 +752,20 @@ func TestRuntimeSteering(t *testing.T) {
 		flow{"inject while the final answer streams", func(a *agentConn) {
 			// The steer lands while "abc" streams: the turn does not end after that
 			// answer but takes another step for it. In process the runner is held
-			// after the answer's first chunk until the steer is queued; emulated, the
-			// answer's 6 s between deltas is the window. (The first step is a call so
-			// that the scripted titler, which runs it, does not sleep.)
+			// after the answer's first chunk until the steer is queued. (The first step
+			// is a call so that the scripted titler, which runs it, does not sleep.)
 			delay := 300 // over the chunker's flush age (200 ms): one chunk per delta
-			if a.e.pause == nil {
-				delay = 6000
-			}
 			script := fmt.Sprintf(`{"script":[{"call":[{"tool":"echo","args":{"text":"x"}}]},{"say":"abc","chunks":3,"delay_ms":%d},{"say":"again"}]}`, delay)
 			chunk := a.arm(agent.PauseChunk)
 			a.inject(script, true)
 			// The first chunk is logged when the second delta arrives: the last one
 			// comes a delay later, and no step boundary comes before it.
-			if chunk != nil {
-				chunk.wait(a)
-				queued := a.arm(agent.PauseQueued)
-				a.inject("late steer", false)
-				queued.wait(a)
-				queued.release()
-				chunk.release()
-			} else {
-				a.whenLogged("assistant/chunk", "")
-				a.inject("late steer", false)
-			}
+			chunk.wait(a)
+			queued := a.arm(agent.PauseQueued)
+			a.inject("late steer", false)
+			queued.wait(a)
+			queued.release()
+			chunk.release()
 			id := a.startTurn(script)
 			a.follow(id, callW("echo", `{"text":"x"}`), resultW(`{"text":"x"}`), answerW("abc", 3),
 				injectedW("late steer"), answerW("again", 2), endW("completed", ""))
@@ -941,7 +876,7 @@ func TestRuntimeCancel(t *testing.T) {
 			script := sleepThenSay("never said")
 			w := a.window()
 			a.inject(script, true)
-			w.wait("sleep")
+			w.wait()
 			w.act(agent.PauseCancelRecorded, tc.frame)
 			w.release()
 			// A run is not interruptible: its result is logged, then the turn stops
@@ -956,14 +891,13 @@ func TestRuntimeCancel(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		calls string // the rest of a batch that starts with a sleep of windowMS
-		last  string // the tool of its last call
 		want  []want // its tool/call events, then the batch's tool/result events
 	}{
-		{"mid-batch: the serial calls after the run", `{"tool":"echo","args":{"text":"a"}},{"tool":"echo","args":{"text":"b"}}`, "echo",
+		{"mid-batch: the serial calls after the run", `{"tool":"echo","args":{"text":"a"}},{"tool":"echo","args":{"text":"b"}}`,
 			[]want{callW("echo", `{"text":"a"}`), callW("echo", `{"text":"b"}`),
 				resultW(windowResult), errorW("cancelled before execution"), errorW("cancelled before execution")}},
 		// clock runs in the sleep's parallel run: the cancel is observed after it.
-		{"mid-batch: a parallel run completes", `{"tool":"clock","args":{}},{"tool":"echo","args":{"text":"a"}}`, "echo",
+		{"mid-batch: a parallel run completes", `{"tool":"clock","args":{}},{"tool":"echo","args":{"text":"a"}}`,
 			[]want{callW("clock", `{}`), callW("echo", `{"text":"a"}`),
 				resultW(windowResult), clockW(), errorW("cancelled before execution")}},
 	} {
@@ -972,7 +906,7 @@ func TestRuntimeCancel(t *testing.T) {
 			w := a.window()
 			a.inject(script, true)
 			// All the batch's calls are logged before its first run.
-			w.wait(tc.last)
+			w.wait()
 			w.act(agent.PauseCancelRecorded, `{"type":"cancel","reason":"halt"}`)
 			w.release()
 			id := a.startTurn(script)
@@ -1147,7 +1081,7 @@ func TestRuntimeSetPolicy(t *testing.T) {
 			script := `{"script":[{"call":[{"tool":"sleep","args":` + windowArgs + `},{"tool":"echo","args":{"text":"mid"}},{"tool":"clock","args":{}}]},{"say":"done"}]}`
 			w := a.window()
 			a.inject(script, true)
-			w.wait("clock")
+			w.wait()
 			// The policy takes effect with its policy/updated, which the flow reads
 			// before it lets the run go on.
 			w.act("", `{"type":"set_policy","patterns":["echo","s*","clock"]}`)
@@ -1208,7 +1142,7 @@ func TestRuntimeLiveness(t *testing.T) {
 		// Drop the socket while the sleep runs: the client has recorded up to turn/start
 		// (a tool/call already on its way is lost with the socket, as a real drop
 		// loses it).
-		w.wait("sleep")
+		w.wait()
 		last := a.next - 1
 		a.c.c.CloseNow()
 		evs, err := a.e.log.Read(context.Background(), a.agent, last+1, 100)

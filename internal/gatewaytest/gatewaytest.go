@@ -62,8 +62,11 @@ func Start(t testing.TB, logger *slog.Logger) *Gateway {
 	return g
 }
 
-// ErrNoFrame is Client.Next's answer when no message came in time.
-var ErrNoFrame = errors.New("gatewaytest: no frame in time")
+// Client.Next's errors besides the socket's own.
+var (
+	ErrNoFrame = errors.New("gatewaytest: no frame in time")
+	ErrBinary  = errors.New("gatewaytest: binary message") // the protocol sends text only; reading stops there
+)
 
 // Client is one WebSocket to an agent. One goroutine reads it — a Read whose context
 // expires would close the socket — and Next hands out what it read, in order.
@@ -86,29 +89,43 @@ func (g *Gateway) Dial(t testing.TB, agentID, token string, opts *websocket.Dial
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	c, resp, err := Open(ctx, g.WebSocketURL()+"/agents/"+agentID+"/ws", token, opts, 10000)
+	if err != nil {
+		t.Fatalf("dial %s: %v", agentID, err)
+	}
+	t.Cleanup(func() { c.Conn.CloseNow() })
+	return c, resp
+}
+
+// Open connects to the socket at url (any gateway's: …/agents/{id}/ws) as Dial does,
+// within ctx, and returns the handshake's error instead of failing a test; the caller
+// closes the socket. Up to buffer messages wait unread before the reader stops reading.
+func Open(ctx context.Context, url, token string, opts *websocket.DialOptions, buffer int) (*Client, *http.Response, error) {
 	if opts == nil {
 		opts = &websocket.DialOptions{}
 	}
 	if token != "" {
 		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
 	}
-	ws, resp, err := websocket.Dial(ctx, g.WebSocketURL()+"/agents/"+agentID+"/ws", opts)
+	ws, resp, err := websocket.Dial(ctx, url, opts)
 	if err != nil {
-		t.Fatalf("dial %s: %v", agentID, err)
+		return nil, resp, err
 	}
-	t.Cleanup(func() { ws.CloseNow() })
 	ws.SetReadLimit(1 << 20)
-	c := &Client{Conn: ws, msgs: make(chan message, 10000)}
+	c := &Client{Conn: ws, msgs: make(chan message, buffer)}
 	go func() {
 		for {
-			_, b, err := ws.Read(context.Background())
+			typ, b, err := ws.Read(context.Background())
+			if err == nil && typ != websocket.MessageText {
+				err = ErrBinary
+			}
 			c.msgs <- message{b, err}
 			if err != nil {
 				return
 			}
 		}
 	}()
-	return c, resp
+	return c, resp, nil
 }
 
 // Next returns the next message, ErrNoFrame if none came within d, or the error that

@@ -16,6 +16,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/model/bedrock"
+	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/secret"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -42,7 +43,9 @@ type AgentOptions struct {
 	Local bool
 	// Stderr receives command MCP servers' stderr (nil: os.Stderr).
 	Stderr io.Writer
-	Pause  func(point, agentID string) // agent.Config.Pause, for tests
+	// Pause is agent.Config.Pause, for tests; nil with cfg.PauseEndpoint set (a test's
+	// emulated functions), pausehook.Remote posts the pause points there.
+	Pause func(point, agentID string)
 	// Now is the runtime's clock (nil: time.Now): quota periods, leases, the quota
 	// sweep. For tests.
 	Now func() time.Time
@@ -119,6 +122,11 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	if err := kinds.RegisterSetKind(mcptool.Kind, mcptool.Sets(mcptool.Options{Stderr: stderr}, o.Local)); err != nil {
 		return agent.Config{}, err
 	}
+	pause := o.Pause
+	if pause == nil && cfg.PauseEndpoint != "" {
+		logger.Warn("agent: pause points post to a test rig and wait for it", "endpoint", cfg.PauseEndpoint)
+		pause = pausehook.Remote(cfg.PauseEndpoint, pausehook.DefaultMaxHold, logger)
+	}
 	db := cfg.DynamoDB(awsCfg)
 	return agent.Config{
 		Log:            sessionlog.New(db, cfg.LogTable),
@@ -132,7 +140,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		TitlerModel:    cfg.TitlerModel,
 		Approvals:      cfg.Approvals,
 		Logger:         logger,
-		Pause:          o.Pause,
+		Pause:          pause,
 		Now:            o.Now,
 	}, nil
 }
