@@ -111,21 +111,10 @@ func TestBackstopLookBeforeMark(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			meter, rel, mk := &dynamotest.WriteUnits{}, &releases{}, &marks{}
 			const agent = "second"
-			gate := &backstopGate{agent: agent}
-			served := make(chan string, 4)
-			r := startRig(t, rigConfig{db: backstopClient(t, meter, rel, mk), cfg: delivery.Config{Observer: gate}, served: served})
+			b := startBackstop(t, agent)
+			r, meter, mk, gate := b.r, b.meter, b.mk, b.gate
 			ctx := context.Background()
-			c := r.dial(t, agent, r.token(t, agent))
-			c.hello(t)
-			h := history.New()
-			s := c.subscribe(t, h, "c", 0)
-			if err := c.follow(s, 0, patience); err != nil {
-				t.Fatal(err)
-			}
-			<-served // the subscribe's sender has let go
-			r.kicks.settled(t)
 
 			// A live holder whose cursor is behind ev: ev appended by a process with no
 			// fast path to it.
@@ -213,21 +202,10 @@ func TestBackstopLookBeforeMark(t *testing.T) {
 // that finds the holder's events sent at its look writes nothing.
 func TestBackstopLookRacesRelease(t *testing.T) {
 	t.Parallel()
-	meter, rel, mk := &dynamotest.WriteUnits{}, &releases{}, &marks{}
 	const agent = "looking"
-	gate := &backstopGate{agent: agent}
-	served := make(chan string, 4)
-	r := startRig(t, rigConfig{db: backstopClient(t, meter, rel, mk), cfg: delivery.Config{Observer: gate}, served: served})
+	b := startBackstop(t, agent)
+	r, meter, rel, mk, gate, c, h, s := b.r, b.meter, b.rel, b.mk, b.gate, b.c, b.h, b.s
 	ctx := context.Background()
-	c := r.dial(t, agent, r.token(t, agent))
-	c.hello(t)
-	h := history.New()
-	s := c.subscribe(t, h, "c", 0)
-	if err := c.follow(s, 0, patience); err != nil {
-		t.Fatal(err)
-	}
-	<-served
-	r.kicks.settled(t)
 
 	const (
 		before = iota // the release is written before the look
@@ -321,4 +299,33 @@ func TestBackstopLookRacesRelease(t *testing.T) {
 	r.settle(t, c, s, agent, logged[len(logged)-1].Seq)
 	r.kicks.settled(t)
 	h.CheckLog(t, readAll(t, r.log, agent))
+}
+
+// backstopRig is a rig whose DynamoDB client meters write units and holds releases and
+// marks, with a client of agent subscribed from 0 and the subscribe's sender gone.
+type backstopRig struct {
+	r     *rig
+	meter *dynamotest.WriteUnits
+	rel   *releases
+	mk    *marks
+	gate  *backstopGate
+	c     *wsClient
+	h     *history.History
+	s     *history.Sub
+}
+
+func startBackstop(t *testing.T, agent string) *backstopRig {
+	t.Helper()
+	b := &backstopRig{meter: &dynamotest.WriteUnits{}, rel: &releases{}, mk: &marks{}, gate: &backstopGate{agent: agent}, h: history.New()}
+	served := make(chan string, 4)
+	b.r = startRig(t, rigConfig{db: backstopClient(t, b.meter, b.rel, b.mk), cfg: delivery.Config{Observer: b.gate}, served: served})
+	b.c = b.r.dial(t, agent, b.r.token(t, agent))
+	b.c.hello(t)
+	b.s = b.c.subscribe(t, b.h, "c", 0)
+	if err := b.c.follow(b.s, 0, patience); err != nil {
+		t.Fatal(err)
+	}
+	<-served // the subscribe's sender has let go
+	b.r.kicks.settled(t)
+	return b
 }
