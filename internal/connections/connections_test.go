@@ -34,6 +34,20 @@ func newFixture(t *testing.T) fixture {
 }
 
 // claim authenticates tok for agent and claims it for conn.
+// connect makes a token for agent and claims the agent for conn with it: a connection
+// that owns its agent. It returns the token.
+func (f fixture) connect(t *testing.T, agent, conn string) string {
+	t.Helper()
+	tok, err := f.tokens.Create(context.Background(), agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.claim(t, agent, conn, tok); err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
 func (f fixture) claim(t *testing.T, agent, conn, tok string) (string, error) {
 	t.Helper()
 	h := auth.Hash(tok)
@@ -139,10 +153,7 @@ func TestLeaseAndPending(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	tok, _ := f.tokens.Create(ctx, "a")
-	if _, err := f.claim(t, "a", "c1", tok); err != nil {
-		t.Fatal(err)
-	}
+	f.connect(t, "a", "c1")
 	o, got, err := acquire(f.conns, "a", "h1")
 	if err != nil || got != connections.Acquired || o.Lease != "h1" || o.LeaseKind != connections.HolderOnce {
 		t.Fatalf("acquire for hello = %+v, %v, %v; want acquired by h1 (once)", o, got, err)
@@ -348,10 +359,7 @@ func TestWatchClaim(t *testing.T) {
 	if ok, err := f.conns.ClaimWatch(ctx, "a", "w1", time.Now().Add(time.Minute)); ok || err != nil {
 		t.Fatalf("claim without an owner record = %v, %v; want false", ok, err)
 	}
-	tok, _ := f.tokens.Create(ctx, "a")
-	if _, err := f.claim(t, "a", "c1", tok); err != nil {
-		t.Fatal(err)
-	}
+	f.connect(t, "a", "c1")
 	steps := []struct {
 		name    string
 		watcher string
@@ -403,10 +411,7 @@ func TestAbandonAfterResubscribe(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	tok, _ := f.tokens.Create(ctx, "a")
-	if _, err := f.claim(t, "a", "c1", tok); err != nil {
-		t.Fatal(err)
-	}
+	f.connect(t, "a", "c1")
 	if _, err := f.conns.Subscribe(ctx, "a", "c1", connections.Subscription{From: 0, ReplayEnd: 20}); err != nil {
 		t.Fatal(err)
 	}
@@ -445,10 +450,7 @@ func TestHolderKind(t *testing.T) {
 	if r, err := f.conns.Acquire(ctx, "a", connections.NewHolder(connections.HolderRetried), time.Minute, -1); err != nil || r.Outcome != connections.NoOwner {
 		t.Fatalf("acquire without an owner = %v, %v; want %v", r.Outcome, err, connections.NoOwner)
 	}
-	tok, _ := f.tokens.Create(ctx, "a")
-	if _, err := f.claim(t, "a", "c1", tok); err != nil {
-		t.Fatal(err)
-	}
+	f.connect(t, "a", "c1")
 	for _, kind := range []connections.HolderKind{connections.HolderRetried, connections.HolderOnce} {
 		h := connections.NewHolder(kind)
 		r, err := f.conns.Acquire(ctx, "a", h, time.Minute, -1)
@@ -527,10 +529,7 @@ func TestMarkSeq(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			agent := fmt.Sprintf("a%d", i)
-			tok, _ := f.tokens.Create(ctx, agent)
-			if _, err := f.claim(t, agent, "c", tok); err != nil {
-				t.Fatal(err)
-			}
+			f.connect(t, agent, "c")
 			if !tc.unsubscribed {
 				if _, err := f.conns.Subscribe(ctx, agent, "c", connections.Subscription{From: 0, ReplayEnd: 0}); err != nil {
 					t.Fatal(err)
@@ -576,10 +575,7 @@ func TestMarkBeforeSubscribe(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	tok, _ := f.tokens.Create(ctx, "a")
-	if _, err := f.claim(t, "a", "c1", tok); err != nil {
-		t.Fatal(err)
-	}
+	f.connect(t, "a", "c1")
 	o, got, err := acquire(f.conns, "a", "h1")
 	if err != nil || got != connections.Acquired {
 		t.Fatalf("acquire for hello = %v, %v", got, err)
@@ -601,10 +597,7 @@ func TestMarksRace(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	tok, _ := f.tokens.Create(ctx, "a")
-	if _, err := f.claim(t, "a", "c", tok); err != nil {
-		t.Fatal(err)
-	}
+	f.connect(t, "a", "c")
 	if _, err := f.conns.Subscribe(ctx, "a", "c", connections.Subscription{}); err != nil {
 		t.Fatal(err)
 	}
