@@ -46,25 +46,34 @@ const replyBudget = time.Second
 // being closed (superseded, lagged or gone) and gets no reply; nor does one with
 // connections.MaxReplies replies already owed. Nothing here waits for hello.
 func (d *Deliverer) Reply(ctx context.Context, c connections.Conn, frame []byte) error {
-	o, err := d.store.Owner(ctx, c.AgentID)
+	return d.afterHello(ctx, c.AgentID, c.ID, frame, func() error { return d.post(ctx, c.ID, frame) })
+}
+
+// afterHello delivers frame to connID, which owns agentID, after its hello: at once by
+// now when hello is recorded (also when it is recorded while the frame is being owed),
+// else owed on the ownership record (OweReply) and sent by the sender that posts hello,
+// woken here. A connection that no longer owns the agent, or that already owes
+// MaxReplies frames, gets nothing (logged).
+func (d *Deliverer) afterHello(ctx context.Context, agentID, connID string, frame []byte, now func() error) error {
+	o, err := d.store.Owner(ctx, agentID)
 	switch {
-	case errors.Is(err, connections.ErrNotFound) || err == nil && o.ConnID != c.ID:
-		err = fmt.Errorf("%w: %s by %s", connections.ErrNotOwner, c.AgentID, c.ID)
+	case errors.Is(err, connections.ErrNotFound) || err == nil && o.ConnID != connID:
+		err = fmt.Errorf("%w: %s by %s", connections.ErrNotOwner, agentID, connID)
 	case err != nil:
 		return err
 	case o.HelloSent:
-		return d.post(ctx, c.ID, frame)
+		return now()
 	default:
-		err = d.store.OweReply(ctx, c.AgentID, c.ID, frame)
+		err = d.store.OweReply(ctx, agentID, connID, frame)
 	}
 	switch {
 	case err == nil:
-		_, err = d.pump(ctx, c.AgentID, nil, wake{stopAt: time.Now().Add(replyBudget)})
+		_, err = d.pump(ctx, agentID, nil, wake{stopAt: time.Now().Add(replyBudget)})
 		return err
 	case errors.Is(err, connections.ErrHelloSent):
-		return d.post(ctx, c.ID, frame) // recorded meanwhile: it went out before
+		return now() // recorded meanwhile: it went out before
 	case errors.Is(err, connections.ErrNotOwner), errors.Is(err, connections.ErrRepliesFull):
-		d.logger.Info("reply not sent", "agent_id", c.AgentID, "connection_id", c.ID, "reason", err.Error())
+		d.logger.Info("frame owed after hello not sent", "agent_id", agentID, "connection_id", connID, "reason", err.Error())
 		return nil
 	default:
 		return err
@@ -96,32 +105,9 @@ func (d *Deliverer) Fail(ctx context.Context, connID string) error {
 		return nil
 	}
 	frame := protocol.Marshal(protocol.Refusal(protocol.CodeInternal))
-	o, err := d.store.Owner(ctx, c.AgentID)
-	switch {
-	case errors.Is(err, connections.ErrNotFound) || err == nil && o.ConnID != connID:
-		return nil
-	case err != nil:
-		return err
-	case o.HelloSent:
+	return d.afterHello(ctx, c.AgentID, connID, frame, func() error {
 		return d.Drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
-	}
-	err = d.store.OweReply(ctx, c.AgentID, connID, frame)
-	switch {
-	case err == nil:
-		_, err = d.pump(ctx, c.AgentID, nil, wake{stopAt: time.Now().Add(replyBudget)})
-		return err
-	case errors.Is(err, connections.ErrHelloSent):
-		return d.Drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
-	case errors.Is(err, connections.ErrNotOwner):
-		return nil
-	case errors.Is(err, connections.ErrRepliesFull):
-		// MaxReplies replies are owed already: the connection gets hello and those, and
-		// stays open; its failed frame goes unanswered, as it would had Fail not run.
-		d.logger.Warn("internal error not sent: too many replies owed before hello", "agent_id", c.AgentID, "connection_id", connID)
-		return nil
-	default:
-		return err
-	}
+	})
 }
 
 // postReplies posts the error replies recorded for the connection before its hello
