@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make dev`: installs what `terret dev` needs (scripts/deps.sh dev: DynamoDB Local and
+# the Go modules, nothing the tests alone use), builds bin/terret and runs
+# `bin/terret dev --approvals` with the arguments given. go build reuses its cache: a
+# later start relinks only when a source changed, so it takes seconds. Each step prints
+# a line first, and a long build prints one every 10 s.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/deps.sh dev
+
+echo "dev: building bin/terret (go build ./cmd/terret: the first build takes a minute or two, later ones seconds)"
+mkdir -p bin
+go build -o bin/terret ./cmd/terret &
+build=$!
+waited=0
+while kill -0 "$build" 2>/dev/null; do
+  sleep 1
+  waited=$((waited + 1))
+  if ((waited % 10 == 0)) && kill -0 "$build" 2>/dev/null; then
+    echo "dev: building bin/terret: still compiling (${waited} s)"
+  fi
+done
+wait "$build"
+
+echo "dev: starting bin/terret dev --approvals $* (DynamoDB Local, the tables, the gateway; Ctrl-C stops it)"
+exec bin/terret dev --approvals "$@"
