@@ -13,12 +13,18 @@ import (
 // node_modules, go build writes a bin/terret that prints the ready line and its
 // arguments. The scripts under test are the real ones.
 var stubs = map[string]string{
+	// terret: writes --ready-file's file, prints the ready line and its arguments, and
+	// exits with $STUB_EXIT.
+	"terret": `while [ $# -gt 0 ]; do case "$1" in --ready-file) echo '{}' >"$2" ;; esac; all="$all $1"; shift; done
+echo "terret dev: listening on ws://127.0.0.1:3001/agents/{agent_id}/ws"
+echo "args:$all"
+exit "${STUB_EXIT:-0}"`,
 	"npm":  `echo "npm $*" >>"$STUB_LOG"; mkdir -p node_modules`,
 	"java": `echo "java $*" >>"$STUB_LOG"`,
 	"go": `echo "go $*" >>"$STUB_LOG"
 case "$1" in
   build)
-    printf '#!/bin/sh\necho "terret dev: listening on ws://127.0.0.1:3001/agents/{agent_id}/ws"\necho "args: $*"\n' >"$3"
+    cp "$(dirname "$0")/terret" "$3"
     chmod +x "$3" ;;
   list) echo v0.0.0-stub ;;
   install) mkdir -p "$GOBIN" && printf '#!/bin/sh\n' >"$GOBIN/aws-lambda-rie" && chmod +x "$GOBIN/aws-lambda-rie" ;;
@@ -117,8 +123,11 @@ func TestMakeDevSteps(t *testing.T) {
 		"dev: building bin/terret (go build ./cmd/terret: the first build takes a minute or two",
 		"dev: starting bin/terret dev --approvals --in-memory",
 		"terret dev: listening on ws://",
-		"args: dev --approvals --in-memory",
+		"args: dev --approvals --ready-file ",
 	}, []string{"deps: building aws-lambda-rie"})
+	if l := lines[len(lines)-1]; !strings.HasSuffix(l, " --in-memory") {
+		t.Errorf("terret ran with %q, want DEV_FLAGS last", l)
+	}
 	calls := stubLog(t, log)
 	for _, want := range []string{"npm ci ", "go mod download\n", "go build -o bin/terret ./cmd/terret\n"} {
 		if !strings.Contains(calls, want) {
@@ -137,6 +146,14 @@ func TestMakeDevSteps(t *testing.T) {
 	}, []string{"deps: installing DynamoDB Local"})
 	if calls := stubLog(t, log); strings.Contains(calls, "npm") {
 		t.Errorf("second make dev reinstalled DynamoDB Local:\n%s", calls)
+	}
+
+	// terret's exit status is make's; the caller's own --ready-file is terret's.
+	run(t, dir, append(env, "STUB_EXIT=3"), false, "make", "dev")
+	lines = run(t, dir, append(env, "STUB_EXIT=3"), false, "make", "dev", "DEV_FLAGS=--ready-file mine.json")
+	inOrder(t, "make dev with --ready-file", lines, []string{"args: dev --approvals --ready-file mine.json"}, nil)
+	if _, err := os.Stat(filepath.Join(dir, "mine.json")); err != nil {
+		t.Errorf("the caller's --ready-file: %v", err)
 	}
 }
 
