@@ -180,8 +180,8 @@ func init() {
 }
 
 // testChatPastTip: `chat --from N` with N past the log's tip says so and shows what
-// follows (a turn it starts); Ctrl-D on a terminal exits at once, even with a message
-// just sent whose turn has not shown yet.
+// follows (a turn it starts); Ctrl-D on a terminal exits at once, even with a turn
+// open (parked on an approval).
 func testChatPastTip(t *testing.T, e *e2e) {
 	agent := dynamotest.UniqueName("chat")
 	master, slave := openPTY(t)
@@ -213,7 +213,10 @@ func testChatPastTip(t *testing.T, e *e2e) {
 	write("past the tip\n")
 	scr.waitFor(t, `(?m)^◆ past the tip$`)
 	scr.waitFor(t, `(?m)^· turn completed$`)
-	write("one more\n\x04") // Ctrl-D right after sending
+	// A turn that parks on an approval never ends by itself: Ctrl-D must not wait for it.
+	write(`{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"hi"}}]}]}` + "\n")
+	scr.waitFor(t, `(?m)^\? approve guarded_echo `)
+	write("\x04")
 	select {
 	case err := <-exited:
 		exited <- err // for the deferred cleanup
