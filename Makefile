@@ -7,9 +7,11 @@ GOFLAGS_LAMBDA := -tags lambda.norpc -trimpath -ldflags="-s -w"
 
 ## dev: run the whole service locally (DynamoDB Local, tables, gateway, handlers), with
 ## the approvals row mounted and data kept under ~/.terret/data; DEV_FLAGS adds flags
-## (make dev DEV_FLAGS=--in-memory; go run ./cmd/terret dev -h lists them).
-dev: deps
-	go run ./cmd/terret dev --approvals $(DEV_FLAGS)
+## (make dev DEV_FLAGS=--in-memory; bin/terret dev -h lists them). scripts/dev.sh
+## installs only what this needs, builds bin/terret (go build's cache makes later
+## starts quick) and prints a line per step.
+dev:
+	./scripts/dev.sh $(DEV_FLAGS)
 
 ## test: gofmt, go vet and every test (race detector on) against DynamoDB Local.
 test:

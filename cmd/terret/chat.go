@@ -50,13 +50,14 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if ctx.Err() != nil {
 			return nil
 		}
-		return err
+		return explainEnd(err, tgt.agent)
 	}
 	defer c.Close()
-	if err := c.Subscribe(ctx, *from); err != nil && ctx.Err() == nil {
+	start := v.startAt(*from)
+	if err := c.Subscribe(ctx, start); err != nil && ctx.Err() == nil {
 		return err
 	}
-	return chat(ctx, c, v, os.Stdin)
+	return explainEnd(chat(ctx, c, v, os.Stdin), tgt.agent)
 }
 
 // chat runs the input loop until /quit, the end of input, an interrupt (ctx), or the
@@ -88,6 +89,10 @@ func chat(ctx context.Context, c *client.Client, v *chatView, in io.Reader) erro
 			return c.Err()
 		case line, ok := <-lines:
 			if !ok {
+				if v.echo {
+					v.endLine() // Ctrl-D on a terminal: leave now, as /quit does
+					return nil
+				}
 				return v.drain(ctx, c)
 			}
 			if quit := v.input(ctx, c, line); quit {
@@ -378,6 +383,21 @@ func (v *chatView) status(s client.Status) {
 			v.say(styleDim, "· %s", line)
 		}
 	}
+}
+
+// startAt is the seq to subscribe from for --from: from itself, or the log's tip + 1
+// when from is past it. The server would answer such a subscribe with replay_truncated
+// and start at the tip + 1 anyway; chat says so here, so that an empty screen never
+// leaves the user guessing, and the events of the turns it starts show.
+func (v *chatView) startAt(from int64) int64 {
+	v.mu.Lock()
+	tip := v.history
+	v.mu.Unlock()
+	if from <= tip+1 {
+		return from
+	}
+	v.say(styleDim, "· replay_truncated: the log ends at seq %d, before --from %d; showing what comes from seq %d on", tip, from, tip+1)
+	return tip + 1
 }
 
 // input carries out one line; it reports whether the user asked to quit.

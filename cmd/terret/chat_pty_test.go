@@ -171,3 +171,59 @@ func testChatTerminal(t *testing.T, e *e2e) {
 		t.Fatal("chat did not quit")
 	}
 }
+
+func init() {
+	binaryTests = append(binaryTests, struct {
+		name string
+		run  func(*testing.T, *e2e)
+	}{"chat --from past the tip, then Ctrl-D", testChatPastTip})
+}
+
+// testChatPastTip: `chat --from N` with N past the log's tip says so and shows what
+// follows (a turn it starts); Ctrl-D on a terminal exits at once, even with a turn
+// open (parked on an approval).
+func testChatPastTip(t *testing.T, e *e2e) {
+	agent := dynamotest.UniqueName("chat")
+	master, slave := openPTY(t)
+	defer master.Close()
+	cmd := e.command(t, nil, "chat", "--agent", agent, "--url", e.url(agent), "--token", e.token(t, agent), "--from", "50")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	scr := &screen{}
+	go scr.read(master)
+	write := func(s string) {
+		t.Helper()
+		if _, err := master.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	scr.waitFor(t, `connected to `+agent+` \(log at seq 0\)`)
+	scr.waitFor(t, `(?m)^· replay_truncated: the log ends at seq 0, before --from 50; showing what comes from seq 1 on$`)
+	write("past the tip\n")
+	scr.waitFor(t, `(?m)^◆ past the tip$`)
+	scr.waitFor(t, `(?m)^· turn completed$`)
+	// A turn that parks on an approval never ends by itself: Ctrl-D must not wait for it.
+	write(`{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"hi"}}]}]}` + "\n")
+	scr.waitFor(t, `(?m)^\? approve guarded_echo `)
+	write("\x04")
+	select {
+	case err := <-exited:
+		exited <- err // for the deferred cleanup
+		if err != nil {
+			t.Fatalf("chat exited with %v after Ctrl-D", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("chat did not exit on Ctrl-D")
+	}
+}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"regexp"
 	"strings"
@@ -177,5 +179,42 @@ func TestChatView(t *testing.T) {
 	_ = cv.event(client.Event{Seq: 5, Type: "tool/call", Payload: json.RawMessage(`{"id":"c","name":"echo","args":{"text":"` + strings.Repeat("x", 400) + `"}}`)})
 	if s := colored.String(); !strings.HasPrefix(s, "\x1b[36m⚙ echo ") || !strings.Contains(s, "…\x1b[0m\n") {
 		t.Fatalf("terminal line %q is not coloured and clipped", s)
+	}
+}
+
+func init() {
+	binaryTests = append(binaryTests, struct {
+		name string
+		run  func(*testing.T, *e2e)
+	}{"chat superseded", testChatSuperseded})
+}
+
+// testChatSuperseded: another connection for the agent ends chat with a message that
+// says what happened and what to do, and exit status 1.
+func testChatSuperseded(t *testing.T, e *e2e) {
+	agent := dynamotest.UniqueName("chat")
+	tok := e.token(t, agent)
+	in, keep, err := os.Pipe() // input that never ends
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	cmd := e.command(t, nil, "chat", "--agent", agent, "--url", e.url(agent), "--token", tok)
+	cmd.Stdin = in
+	p := start(t, cmd)
+	in.Close()
+	if l := p.line(t); !strings.HasPrefix(l, "· connected to "+agent) {
+		t.Fatalf("first line %q", l)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := "terret chat: " + explainEnd(client.ErrSuperseded, agent).Error() + "\n"
+	if code := p.exit(t); code != 1 || p.stderr.String() != want {
+		t.Fatalf("exit %d, stderr %q, want %q", code, p.stderr, want)
 	}
 }

@@ -57,7 +57,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if ctx.Err() != nil {
 			return nil
 		}
-		return err
+		return explainEnd(err, tgt.agent)
 	}
 	defer c.Close()
 	if err := c.Subscribe(ctx, *from); err != nil && ctx.Err() == nil {
@@ -67,8 +67,33 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case <-ctx.Done():
 		return nil
 	case <-c.Done():
-		return c.Err()
+		return explainEnd(c.Err(), tgt.agent)
 	}
+}
+
+// endedError is how chat and tail report the server ending their connection for good:
+// what happened and what to do, for people; errors.Is still finds the client's error.
+type endedError struct {
+	msg string
+	err error
+}
+
+func (e *endedError) Error() string { return e.msg }
+func (e *endedError) Unwrap() error { return e.err }
+
+// explainEnd turns superseded and unauthorized into messages that say what happened
+// and what to do; other errors (and nil) pass through.
+func explainEnd(err error, agent string) error {
+	switch {
+	case errors.Is(err, client.ErrSuperseded):
+		return &endedError{err: err, msg: fmt.Sprintf("superseded: another client connected to agent %s. "+
+			"An agent has one connection at a time and the newest wins: terret chat, terret tail and the web page "+
+			"on one agent take it from each other. Close the other client (or use another agent id), then run this again", agent)}
+	case errors.Is(err, client.ErrUnauthorized):
+		return &endedError{err: err, msg: fmt.Sprintf("unauthorized: the token for agent %s is missing, invalid, rotated, revoked or expired. "+
+			"Get a new one (terret token create --agent %s), or leave --token out while terret dev runs", agent, agent)}
+	}
+	return err
 }
 
 // targetFlags say which agent socket chat and tail open, and with what token.

@@ -273,7 +273,7 @@ func testTailRefused(t *testing.T, e *e2e) {
 		stderr string
 	}{
 		{"bad token", []string{"tail", "--agent", agent, "--url", e.url(agent), "--token", "tt_garbage"}, 1,
-			"terret tail: unauthorized: missing, invalid or revoked token\n"},
+			"terret tail: " + explainEnd(client.ErrUnauthorized, agent).Error() + "\n"},
 		{"no terret dev", []string{"tail", "--agent", agent}, 1,
 			"terret tail: " + errNoDevSocket.Error() + "\n"},
 		{"url without token", []string{"tail", "--agent", agent, "--url", e.url(agent)}, 2,
@@ -306,8 +306,36 @@ func testTailSuperseded(t *testing.T, e *e2e) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if code := p.exit(t); code != 1 || p.stderr.String() != "terret tail: superseded: a newer connection took over this agent\n" {
-		t.Fatalf("exit %d, stderr %q", code, p.stderr)
+	want := "terret tail: superseded: another client connected to agent " + agent + ". An agent has one connection at a time " +
+		"and the newest wins: terret chat, terret tail and the web page on one agent take it from each other. " +
+		"Close the other client (or use another agent id), then run this again\n"
+	if code := p.exit(t); code != 1 || p.stderr.String() != want {
+		t.Fatalf("exit %d, stderr %q, want %q", code, p.stderr, want)
+	}
+}
+
+// TestExplainEnd: superseded and unauthorized say what happened and what to do, and
+// stay the client's errors; others pass through unchanged.
+func TestExplainEnd(t *testing.T) {
+	other := errors.New("client: connection lost")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string // the start of the message
+	}{
+		{"superseded", fmt.Errorf("wrapped: %w", client.ErrSuperseded), "superseded: another client connected to agent a1. An agent has one connection at a time"},
+		{"unauthorized", client.ErrUnauthorized, "unauthorized: the token for agent a1 is missing, invalid, rotated, revoked or expired. Get a new one (terret token create --agent a1)"},
+		{"other", other, "client: connection lost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := explainEnd(tc.err, "a1")
+			if !strings.HasPrefix(got.Error(), tc.want) || !errors.Is(got, tc.err) {
+				t.Fatalf("explainEnd(%v) = %q, want it to start %q and wrap the error", tc.err, got, tc.want)
+			}
+		})
+	}
+	if explainEnd(nil, "a1") != nil {
+		t.Fatal("explainEnd(nil) is not nil")
 	}
 }
 

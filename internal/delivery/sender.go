@@ -94,6 +94,14 @@ func (s *sender) run() (err error) {
 		if s.resubscribed {
 			continue // read for the replaced subscription: read from the new cursor
 		}
+		if len(batch) == 0 && s.owesTruncated() {
+			// A subscribe past the tip of an idle log: the next event may be hours
+			// away, and the client must not wait for it to learn where its stream
+			// starts. The same post as with that event; release records it sent.
+			if err := s.postTruncated(); err != nil {
+				return err
+			}
+		}
 		if len(batch) > 0 {
 			if s.p.Next >= s.o.ReplayEnd && s.d.lagging(s.p.Next, batch) {
 				return s.closeLagged()
@@ -319,20 +327,32 @@ func (s *sender) next() (batch []sessionlog.Event, fromHints bool, err error) {
 	return batch, false, err
 }
 
+// owesTruncated reports whether replay_truncated is owed before the next event.
+func (s *sender) owesTruncated() bool { return s.p.Truncated && s.p.Next == s.o.From }
+
+// postTruncated posts the replay_truncated the subscription owes: 1 post, no write of
+// its own (the next checkpoint or the release records it sent).
+func (s *sender) postTruncated() error {
+	if err := s.renew(); err != nil {
+		return err
+	}
+	if err := s.d.post(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewReplayTruncated(s.o.Requested, s.o.From))); err != nil {
+		return err
+	}
+	s.p.Truncated = false
+	s.tally.Truncated++
+	return nil
+}
+
 // postEvents posts batch in order — replay_truncated first if it is owed here — one
 // event per post, or several for a batching client (batch.go). It stops early if the
 // record turns out to serve a newer subscription: the rest of batch belongs to the old
 // one.
 func (s *sender) postEvents(batch []sessionlog.Event) error {
-	if s.p.Truncated && s.p.Next == s.o.From {
-		if err := s.renew(); err != nil {
+	if s.owesTruncated() {
+		if err := s.postTruncated(); err != nil {
 			return err
 		}
-		if err := s.d.post(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewReplayTruncated(s.o.Requested, s.o.From))); err != nil {
-			return err
-		}
-		s.p.Truncated = false
-		s.tally.Truncated++
 	}
 	live := s.p.Next >= s.o.ReplayEnd
 	s.pageEnd = batch[len(batch)-1].Seq + 1

@@ -3,6 +3,7 @@ package devstack
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/protocol"
 )
 
 // console adds what a person running the stack wants to see and the deployed functions
@@ -73,10 +75,25 @@ func (c *console) frameAttrs(req events.APIGatewayWebsocketProxyRequest) []any {
 		Role    string `json:"role"`
 		Spec    string `json:"spec"`
 	}
-	if req.IsBase64Encoded || json.Unmarshal([]byte(req.Body), &f) != nil || f.Type == "" {
-		return append(attrs, "type", "(not a JSON frame)", "bytes", len(req.Body))
+	if req.IsBase64Encoded {
+		return append(attrs, "type", "(binary frame)", "bytes", len(req.Body))
+	}
+	// The problem in the words of the bad_frame reply the client gets: a frame that is
+	// JSON but lacks "type" is not "not JSON" (a dev run only: the frame is parsed twice).
+	var bad string
+	if _, err := protocol.Parse([]byte(req.Body)); err != nil {
+		bad = err.Error()
+		if be := (*protocol.BadFrameError)(nil); errors.As(err, &be) {
+			bad = be.Message
+		}
+	}
+	if json.Unmarshal([]byte(req.Body), &f) != nil || f.Type == "" {
+		return append(attrs, "type", "(bad frame)", "bad_frame", bad, "bytes", len(req.Body))
 	}
 	attrs = append(attrs, "type", f.Type)
+	if bad != "" {
+		attrs = append(attrs, "bad_frame", bad)
+	}
 	switch {
 	case f.FromSeq != nil:
 		attrs = append(attrs, "from_seq", *f.FromSeq)

@@ -47,3 +47,22 @@ func TestSubscribePastTip(t *testing.T) {
 	appendN(t, e.log, "a1", 1)
 	c.events(4, 4)
 }
+
+// TestSubscribePastTipIdle: on an idle log the replay_truncated of a subscribe past the
+// tip comes at once, not with the next event (which may be hours away); the events
+// appended afterwards follow it from the tip + 1, and it is not sent again.
+func TestSubscribePastTipIdle(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{})
+	tok := e.token(t, "a1")
+	c := e.dial(t, "a1", tok)
+	c.hello("a1")
+	appendN(t, e.log, "a1", 2) // tip 2; not sent: nothing is subscribed yet
+	c.send(`{"type":"subscribe","from_seq":9}`)
+	f := c.must(10 * time.Second) // nothing is appended before it
+	if f.Type != "replay_truncated" || f.Req != 9 || f.From != 3 || f.Seq != nil {
+		t.Fatalf("first frame after subscribe %s, want replay_truncated{requested_from_seq 9, from_seq 3}", f)
+	}
+	appendN(t, e.log, "a1", 2)
+	c.events(3, 4)
+}

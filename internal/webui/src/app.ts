@@ -3,13 +3,15 @@
 // "terret.bearer.<token>", since browsers cannot set Authorization on a WebSocket),
 // chat, approve or deny parked calls, set the model and the tool policy, and watch
 // the session log event by event with each event's raw JSON. Event data is only ever
-// written with textContent, never parsed as HTML.
+// written with textContent, never parsed as HTML. An event the page cannot render (an
+// unknown type, a payload that is not an object) is shown raw, and never stops it. An
+// idle socket gets {"type":"keepalive"} before API Gateway's 10-minute idle timeout.
 //
 // Built into ../static/app.js by client-ts (npm run build:page); the Go binary embeds
 // the built file, so `go build` needs no npm.
 import {
   ProtocolError, SessionProjection, StorageCursor, TerretClient, agentURL,
-  type ChatItem, type Notice, type SessionEvent, type Status, type ToolItem,
+  type ChatItem, type Notice, type SessionEvent, type Status, type ToolItem, type WebSocketLike,
 } from '@terret/client';
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -28,6 +30,19 @@ const ui = {
 
 const LOG_ROWS = 1000; // event log rows kept on the page
 const RECENT_AGENTS = 8;
+
+// API Gateway closes a WebSocket after 10 minutes without a message either way; a
+// socket idle for 9 sends this frame (a MOCK route on AWS: no invocation, one message).
+// ?keepalive_ms=N in the page's URL shortens the interval, for tests.
+const KEEPALIVE_FRAME = '{"type":"keepalive"}';
+const KEEPALIVE_MS = (() => {
+  const n = Number.parseInt(new URLSearchParams(location.search).get('keepalive_ms') ?? '', 10);
+  return Number.isSafeInteger(n) && n > 0 ? n : 9 * 60 * 1000;
+})();
+
+// The event types the projection renders in the chat; others get a raw row there.
+const KNOWN_TYPES = new Set(['session/created', 'user/message', 'context/injected', 'turn/start', 'assistant/chunk',
+  'tool/call', 'tool/result', 'approval/requested', 'approval/resolved', 'policy/updated', 'turn/end', 'session/titled']);
 
 let client: TerretClient | null = null;
 let view = new SessionProjection();
@@ -72,10 +87,23 @@ function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: 
   if (text !== undefined) e.textContent = text;
   return e;
 }
+// A list follows its newest item until the user scrolls up, and again once they scroll
+// back to the bottom. Whether it follows is decided by the user's scrolling, not at
+// each append: an item that grows after it was added (a streamed answer, a tool call
+// that becomes an approval) would otherwise leave the list short of its end.
+const following = new Map<HTMLElement, boolean>();
+const atEnd = (list: HTMLElement) => list.scrollHeight - list.scrollTop - list.clientHeight <= 2;
+function follow(list: HTMLElement): void {
+  following.set(list, true);
+  list.addEventListener('scroll', () => following.set(list, atEnd(list)), { passive: true });
+}
+/** settle scrolls a following list to its very end. */
+function settle(list: HTMLElement): void {
+  if (following.get(list) !== false) list.scrollTop = list.scrollHeight;
+}
 function append(list: HTMLElement, item: HTMLElement): void {
-  const stick = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
   list.append(item);
-  if (stick) list.scrollTop = list.scrollHeight;
+  settle(list);
 }
 const json = (v: unknown) => {
   try {
@@ -107,8 +135,13 @@ function refreshButtons(): void {
 
 // ---- the event log: a summary per event, its raw JSON on demand ----
 
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
 function summary(ev: SessionEvent): string {
-  const p = ev.payload as Record<string, unknown>;
+  if (!isObject(ev.payload)) return 'payload ' + json(ev.payload);
+  const p = ev.payload;
   switch (ev.type) {
     case 'user/message':
     case 'context/injected':
@@ -128,6 +161,8 @@ function summary(ev: SessionEvent): string {
       return json(p.patterns);
     case 'session/titled':
       return String(p.title ?? '');
+    case 'context/compacted':
+      return `through seq ${p.through_seq}: ${p.summary ?? ''}`;
     default:
       return Object.keys(p).length ? json(p) : '';
   }
@@ -194,6 +229,28 @@ function renderItem(item: ChatItem): void {
       break;
   }
   if (fresh) append(ui.chat, li);
+  else settle(ui.chat);
+  // A decision is waiting: its buttons are on screen, whatever the scrolling.
+  if (item.kind === 'tool' && item.approval?.state === 'pending') li.scrollIntoView({ block: 'nearest' });
+}
+
+/** rawRow puts an event the chat cannot render in it as it came: type, seq and JSON. */
+function rawRow(ev: SessionEvent, raw: string, why: string): void {
+  const li = el('li', 'note raw');
+  li.dataset.seq = String(ev.seq);
+  li.append(el('span', 'who', `${ev.type} (seq ${ev.seq}, ${why})`), el('pre', undefined, clip(prettyJSON(raw), 2000)));
+  append(ui.chat, li);
+}
+
+/** compactedRow marks where the agent's context was summarised; the summary opens on click. */
+function compactedRow(ev: SessionEvent, p: Record<string, unknown>): void {
+  const li = el('li', 'note compacted');
+  li.dataset.seq = String(ev.seq);
+  li.dataset.throughSeq = String(p.through_seq);
+  const d = el('details');
+  d.append(el('summary', undefined, `Earlier context summarised through seq ${p.through_seq}`), el('p', 'text', String(p.summary ?? '')));
+  li.append(d);
+  append(ui.chat, li);
 }
 
 function renderTool(li: HTMLLIElement, t: ToolItem): void {
@@ -280,6 +337,9 @@ function onNotice(c: TerretClient, n: Notice): void {
   switch (n.type) {
     case 'error':
       logRow('proto error', '—', 'error', n.error.message);
+      // A server without the keepalive route refuses the frame and stays open: nothing
+      // for the user to act on.
+      if (n.error.code === 'bad_frame' && n.error.message.includes('keepalive')) break;
       showError(n.error.message);
       if (n.error.code === 'stale_call') {
         // The verdict we sent named no standing request: it is settled already.
@@ -300,11 +360,25 @@ function onNotice(c: TerretClient, n: Notice): void {
   applyToView(n);
 }
 
+/** onEvent never throws: a throw would stop the client (and the page) on one odd event. */
 function onEvent(c: TerretClient, ev: SessionEvent, raw: string): void {
   if (c !== client) return;
-  logRow('event', String(ev.seq), ev.type, summary(ev), raw);
+  try {
+    logRow('event', String(ev.seq), ev.type, summary(ev), raw);
+  } catch {
+    logRow('event', String(ev.seq), String(ev.type), '', raw);
+  }
   ui.fromSeq.value = String(ev.seq + 1);
-  applyToView(ev);
+  try {
+    if (!isObject(ev.payload)) rawRow(ev, raw, 'payload not an object');
+    else if (ev.type === 'context/compacted') compactedRow(ev, ev.payload);
+    else {
+      if (!KNOWN_TYPES.has(ev.type)) rawRow(ev, raw, 'not known to this page');
+      applyToView(ev);
+    }
+  } catch (err) {
+    rawRow(ev, raw, 'not rendered: ' + (err as Error).message);
+  }
 }
 
 function resetView(): void {
@@ -313,6 +387,8 @@ function resetView(): void {
   ui.title.textContent = '';
   ui.policyNow.textContent = 'default';
   rendered.clear();
+  following.set(ui.chat, true);
+  following.set(ui.log, true);
   view = new SessionProjection();
 }
 
@@ -346,6 +422,7 @@ async function connect(): Promise<void> {
     batch: true, // consecutive events packed into one message (docs/protocol.md)
     minBackoffMs: 250,
     maxBackoffMs: 10000,
+    WebSocket: KeepaliveSocket,
     onEvent: (ev, raw) => onEvent(c, ev, raw),
     onNotice: (n) => onNotice(c, n),
     onStatus: (s) => onStatus(c, s),
@@ -358,6 +435,54 @@ async function connect(): Promise<void> {
     if (c === client) showError((err as Error).message);
   }
   refreshButtons();
+}
+
+/**
+ * KeepaliveSocket is the browser's WebSocket that sends KEEPALIVE_FRAME once nothing
+ * has been sent or received for KEEPALIVE_MS: the idle timer restarts with every
+ * message either way, so a busy socket never sends one.
+ */
+class KeepaliveSocket implements WebSocketLike {
+  onopen: ((ev: any) => void) | null = null;
+  onmessage: ((ev: { data: unknown }) => void) | null = null;
+  onclose: ((ev: { code: number; reason: string }) => void) | null = null;
+  onerror: ((ev: any) => void) | null = null;
+  private readonly ws: WebSocket;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(url: string, protocols?: string | string[]) {
+    this.ws = new WebSocket(url, protocols);
+    this.ws.onopen = (e) => {
+      this.idle();
+      this.onopen?.(e);
+    };
+    this.ws.onmessage = (e) => {
+      this.idle();
+      this.onmessage?.(e);
+    };
+    this.ws.onclose = (e) => {
+      clearTimeout(this.timer);
+      this.onclose?.(e);
+    };
+    this.ws.onerror = (e) => this.onerror?.(e);
+  }
+  get readyState(): number {
+    return this.ws.readyState;
+  }
+  send(data: string): void {
+    this.ws.send(data);
+    this.idle();
+  }
+  close(code?: number, reason?: string): void {
+    clearTimeout(this.timer);
+    this.ws.close(code, reason);
+  }
+  private idle(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      if (this.ws.readyState === WebSocket.OPEN) this.send(KEEPALIVE_FRAME);
+    }, KEEPALIVE_MS);
+  }
 }
 
 /** safeStorage is localStorage, or a memory stand-in where storage is off. */
@@ -434,6 +559,8 @@ function act(p: () => Promise<void>): void {
 
 ui.server.value = recall('terret.server') ?? (location.host ? (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host : 'ws://127.0.0.1:3001');
 ui.agent.value = recall('terret.agent') ?? '';
+follow(ui.chat);
+follow(ui.log);
 renderRecent();
 fromStored();
 

@@ -901,6 +901,25 @@
   };
   var LOG_ROWS = 1e3;
   var RECENT_AGENTS = 8;
+  var KEEPALIVE_FRAME = '{"type":"keepalive"}';
+  var KEEPALIVE_MS = (() => {
+    const n = Number.parseInt(new URLSearchParams(location.search).get("keepalive_ms") ?? "", 10);
+    return Number.isSafeInteger(n) && n > 0 ? n : 9 * 60 * 1e3;
+  })();
+  var KNOWN_TYPES = /* @__PURE__ */ new Set([
+    "session/created",
+    "user/message",
+    "context/injected",
+    "turn/start",
+    "assistant/chunk",
+    "tool/call",
+    "tool/result",
+    "approval/requested",
+    "approval/resolved",
+    "policy/updated",
+    "turn/end",
+    "session/titled"
+  ]);
   var client = null;
   var view = new SessionProjection();
   var rendered = /* @__PURE__ */ new Map();
@@ -937,10 +956,18 @@
     if (text !== void 0) e.textContent = text;
     return e;
   }
+  var following = /* @__PURE__ */ new Map();
+  var atEnd = (list) => list.scrollHeight - list.scrollTop - list.clientHeight <= 2;
+  function follow(list) {
+    following.set(list, true);
+    list.addEventListener("scroll", () => following.set(list, atEnd(list)), { passive: true });
+  }
+  function settle(list) {
+    if (following.get(list) !== false) list.scrollTop = list.scrollHeight;
+  }
   function append(list, item) {
-    const stick = list.scrollHeight - list.scrollTop - list.clientHeight < 40;
     list.append(item);
-    if (stick) list.scrollTop = list.scrollHeight;
+    settle(list);
   }
   var json = (v) => {
     try {
@@ -968,7 +995,11 @@
     for (const f of [ui.modelForm, ui.policyForm]) for (const b of f.querySelectorAll("button")) b.disabled = !live;
     ui.disconnect.disabled = client === null || client.state === "closed";
   }
+  function isObject(v) {
+    return v !== null && typeof v === "object" && !Array.isArray(v);
+  }
   function summary(ev) {
+    if (!isObject(ev.payload)) return "payload " + json(ev.payload);
     const p = ev.payload;
     switch (ev.type) {
       case "user/message":
@@ -989,6 +1020,8 @@
         return json(p.patterns);
       case "session/titled":
         return String(p.title ?? "");
+      case "context/compacted":
+        return `through seq ${p.through_seq}: ${p.summary ?? ""}`;
       default:
         return Object.keys(p).length ? json(p) : "";
     }
@@ -1051,6 +1084,23 @@
         break;
     }
     if (fresh) append(ui.chat, li);
+    else settle(ui.chat);
+    if (item.kind === "tool" && item.approval?.state === "pending") li.scrollIntoView({ block: "nearest" });
+  }
+  function rawRow(ev, raw, why) {
+    const li = el("li", "note raw");
+    li.dataset.seq = String(ev.seq);
+    li.append(el("span", "who", `${ev.type} (seq ${ev.seq}, ${why})`), el("pre", void 0, clip(prettyJSON(raw), 2e3)));
+    append(ui.chat, li);
+  }
+  function compactedRow(ev, p) {
+    const li = el("li", "note compacted");
+    li.dataset.seq = String(ev.seq);
+    li.dataset.throughSeq = String(p.through_seq);
+    const d = el("details");
+    d.append(el("summary", void 0, `Earlier context summarised through seq ${p.through_seq}`), el("p", "text", String(p.summary ?? "")));
+    li.append(d);
+    append(ui.chat, li);
   }
   function renderTool(li, t) {
     li.className = "msg tool" + (t.approval ? " approval" : "");
@@ -1130,6 +1180,7 @@
     switch (n.type) {
       case "error":
         logRow("proto error", "—", "error", n.error.message);
+        if (n.error.code === "bad_frame" && n.error.message.includes("keepalive")) break;
         showError(n.error.message);
         if (n.error.code === "stale_call") {
           for (const li of ui.chat.querySelectorAll('li.approval[data-pending="true"]')) {
@@ -1150,9 +1201,22 @@
   }
   function onEvent(c, ev, raw) {
     if (c !== client) return;
-    logRow("event", String(ev.seq), ev.type, summary(ev), raw);
+    try {
+      logRow("event", String(ev.seq), ev.type, summary(ev), raw);
+    } catch {
+      logRow("event", String(ev.seq), String(ev.type), "", raw);
+    }
     ui.fromSeq.value = String(ev.seq + 1);
-    applyToView(ev);
+    try {
+      if (!isObject(ev.payload)) rawRow(ev, raw, "payload not an object");
+      else if (ev.type === "context/compacted") compactedRow(ev, ev.payload);
+      else {
+        if (!KNOWN_TYPES.has(ev.type)) rawRow(ev, raw, "not known to this page");
+        applyToView(ev);
+      }
+    } catch (err) {
+      rawRow(ev, raw, "not rendered: " + err.message);
+    }
   }
   function resetView() {
     ui.chat.replaceChildren();
@@ -1160,6 +1224,8 @@
     ui.title.textContent = "";
     ui.policyNow.textContent = "default";
     rendered.clear();
+    following.set(ui.chat, true);
+    following.set(ui.log, true);
     view = new SessionProjection();
   }
   async function connect() {
@@ -1193,6 +1259,7 @@
       // consecutive events packed into one message (docs/protocol.md)
       minBackoffMs: 250,
       maxBackoffMs: 1e4,
+      WebSocket: KeepaliveSocket,
       onEvent: (ev, raw) => onEvent(c, ev, raw),
       onNotice: (n) => onNotice(c, n),
       onStatus: (s) => onStatus(c, s)
@@ -1206,6 +1273,47 @@
     }
     refreshButtons();
   }
+  var KeepaliveSocket = class {
+    constructor(url, protocols) {
+      __publicField(this, "onopen", null);
+      __publicField(this, "onmessage", null);
+      __publicField(this, "onclose", null);
+      __publicField(this, "onerror", null);
+      __publicField(this, "ws");
+      __publicField(this, "timer");
+      this.ws = new WebSocket(url, protocols);
+      this.ws.onopen = (e) => {
+        this.idle();
+        this.onopen?.(e);
+      };
+      this.ws.onmessage = (e) => {
+        this.idle();
+        this.onmessage?.(e);
+      };
+      this.ws.onclose = (e) => {
+        clearTimeout(this.timer);
+        this.onclose?.(e);
+      };
+      this.ws.onerror = (e) => this.onerror?.(e);
+    }
+    get readyState() {
+      return this.ws.readyState;
+    }
+    send(data) {
+      this.ws.send(data);
+      this.idle();
+    }
+    close(code, reason) {
+      clearTimeout(this.timer);
+      this.ws.close(code, reason);
+    }
+    idle() {
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => {
+        if (this.ws.readyState === WebSocket.OPEN) this.send(KEEPALIVE_FRAME);
+      }, KEEPALIVE_MS);
+    }
+  };
   function safeStorage() {
     try {
       localStorage.getItem("terret.probe");
@@ -1271,6 +1379,8 @@
   }
   ui.server.value = recall("terret.server") ?? (location.host ? (location.protocol === "https:" ? "wss://" : "ws://") + location.host : "ws://127.0.0.1:3001");
   ui.agent.value = recall("terret.agent") ?? "";
+  follow(ui.chat);
+  follow(ui.log);
   renderRecent();
   fromStored();
   ui.agent.addEventListener("input", fromStored);
