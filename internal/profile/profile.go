@@ -92,6 +92,7 @@ func Check(ctx context.Context, p tools.Profile, env Env) error {
 	pe := &tools.ProfileError{}
 	provs := parseProviders(ctx, pe, p, env, true)
 	checkModels(pe, p, provs)
+	checkAllowed(pe, p)
 	checkTools(pe, p, env)
 	return pe.Err()
 }

@@ -1,0 +1,80 @@
+package profile_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/terret/terret-ws/internal/profile"
+	"github.com/terret/terret-ws/internal/tools"
+)
+
+func TestAllowsModel(t *testing.T) {
+	acme := map[string]json.RawMessage{"acme": json.RawMessage(`{"kind":"openai","base_url":"http://x/v1"}`)}
+	for _, c := range []struct {
+		name     string
+		p        tools.Profile
+		fallback []string
+		allowed  []string
+		refused  []string
+	}{
+		{name: "globs", p: tools.Profile{AllowedModels: []string{"acme/gpt-4o*", "bedrock/anthropic.{claude-3-5,claude-3}*", "scripted"}},
+			allowed: []string{"acme/gpt-4o", "acme/gpt-4o-mini", "bedrock/anthropic.claude-3-5-sonnet", "scripted"},
+			refused: []string{"acme/gpt-5", "bedrock/meta.llama", "other/gpt-4o", "scripted2"}},
+		{name: "star spans the slash", p: tools.Profile{AllowedModels: []string{"*"}},
+			allowed: []string{"acme/x", "scripted"}},
+		{name: "empty list allows nothing", p: tools.Profile{AllowedModels: []string{}, Models: tools.Models{Main: "acme/m"}},
+			refused: []string{"acme/m", "scripted"}},
+		{name: "providers: the named models only", p: tools.Profile{Providers: acme, Models: tools.Models{Main: "acme/m", Titler: "acme/t"}},
+			fallback: []string{"scripted", "scripted"},
+			allowed:  []string{"acme/m", "acme/t"},
+			refused:  []string{"scripted", "acme/other", "bedrock/x"}},
+		{name: "providers naming scripted", p: tools.Profile{Providers: acme, Models: tools.Models{Main: "acme/m", Titler: "scripted"}},
+			allowed: []string{"acme/m", "scripted"}},
+		{name: "demo: no providers, the deployment's models", p: tools.DefaultProfile(),
+			fallback: []string{"scripted", "scripted"},
+			allowed:  []string{"scripted"},
+			refused:  []string{"bedrock/anthropic.claude", "acme/x"}},
+		{name: "no providers, a deployment model", p: tools.Profile{},
+			fallback: []string{"bedrock/anthropic.claude", "scripted"},
+			allowed:  []string{"bedrock/anthropic.claude", "scripted"},
+			refused:  []string{"bedrock/other"}},
+	} {
+		for _, s := range c.allowed {
+			if !profile.AllowsModel(c.p, s, c.fallback...) {
+				t.Errorf("%s: %s refused, want allowed", c.name, s)
+			}
+		}
+		for _, s := range c.refused {
+			if profile.AllowsModel(c.p, s, c.fallback...) {
+				t.Errorf("%s: %s allowed, want refused", c.name, s)
+			}
+		}
+	}
+}
+
+// TestCheckAllowedModels: `terret agent put` and terret dev refuse a bad allowed_models
+// at its JSON path.
+func TestCheckAllowedModels(t *testing.T) {
+	ctx := context.Background()
+	if err := profile.Check(ctx, decode(t, `{"models": {"main": "bedrock/m"}, "allowed_models": ["bedrock/*", "scripted"]}`), env()); err != nil {
+		t.Fatalf("Check(good) = %v", err)
+	}
+	for _, c := range []struct{ name, profile, want string }{
+		{"not a list", `{"allowed_models": "scripted"}`, `allowed_models: want an array, got JSON string`},
+		{"not a string", `{"allowed_models": ["scripted", 7]}`, `allowed_models[1]: want a string, got JSON number`},
+		{"empty glob", `{"allowed_models": ["scripted", ""]}`, `allowed_models[1]: empty glob`},
+		{"long glob", `{"allowed_models": ["` + strings.Repeat("a", profile.MaxAllowedChars+1) + `"]}`, `allowed_models[0]: 257 characters, at most 256 allowed`},
+		{"too many", `{"allowed_models": [` + strings.Repeat(`"a/b",`, profile.MaxAllowedModels) + `"a/c"]}`, `allowed_models: 65 globs, at most 64 allowed`},
+		{"own model refused", `{"models": {"main": "bedrock/m", "titler": "scripted"}, "allowed_models": ["bedrock/*"]}`, `models.titler: "scripted" is not in allowed_models`},
+	} {
+		p, err := tools.DecodeProfile([]byte(c.profile))
+		if err == nil {
+			err = profile.Check(ctx, p, env())
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
