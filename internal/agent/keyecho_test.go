@@ -55,7 +55,9 @@ func TestProviderEchoingTheKey(t *testing.T) {
 	p := allowing("acme/*")
 	p.Models.Main = "acme/gpt"
 	e := newEnv(t, opts{models: models, profile: p})
-	e.restart(func(c *agent.Config) { c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})) })
+	e.restart(func(c *agent.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
 	e.inject("hi", true)
 	evs := e.waitTurnEnds(1)
 	e.settle()

@@ -78,3 +78,45 @@ func TestCheckAllowedModels(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckMCPHeaders: a literal credential header is refused at its JSON path, a
+// header reference is resolved like a provider key.
+func TestCheckMCPHeaders(t *testing.T) {
+	ctx := context.Background()
+	good := `{"tools": [{"name": "d", "kind": "mcp", "spec": {"url": "https://mcp.example.com/mcp", "headers": {"X-Tenant": "acme"},
+	  "headers_env": {"Authorization": "ACME_KEY"}, "headers_secret": {"X-Api-Key": "acme/key"}}}]}`
+	if err := profile.Check(ctx, decode(t, good), env()); err != nil {
+		t.Fatalf("Check(good) = %v", err)
+	}
+	for _, c := range []struct{ name, spec, want string }{
+		{"literal", `{"url": "https://m/mcp", "headers": {"Authorization": "Bearer sk-lit"}}`, `tools[0].spec.headers.Authorization: a secret is never written in a profile`},
+		{"unset", `{"url": "https://m/mcp", "headers_env": {"Authorization": "NOPE"}}`, `tools[0].spec.headers_env.Authorization: environment variable NOPE is not set`},
+		{"missing secret", `{"url": "https://m/mcp", "headers_secret": {"Authorization": "acme/gone"}}`, `tools[0].spec.headers_secret.Authorization: secret: not found`},
+	} {
+		err := profile.Check(ctx, decode(t, `{"tools": [{"name": "d", "kind": "mcp", "spec": `+c.spec+`}]}`), env())
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "sk-lit") {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// TestRedact: what `terret agent get` prints keeps references and plain headers and
+// hides literal credentials a profile stored before they were refused may hold.
+func TestRedact(t *testing.T) {
+	raw := `{"system":"S","providers":{"p":{"kind":"openai","api_key":"sk-old"}},"tools":[{"name":"echo"},
+	  {"name":"d","kind":"mcp","spec":{"url":"https://m/mcp","headers":{"Authorization":"Bearer sk-lit","X-Tenant":"acme"},"headers_env":{"X-Api-Key":"ACME_KEY"}}}]}`
+	out := string(profile.Redact([]byte(raw)))
+	for _, s := range []string{"sk-old", "sk-lit"} {
+		if strings.Contains(out, s) {
+			t.Errorf("Redact left %s: %s", s, out)
+		}
+	}
+	for _, s := range []string{`"X-Tenant":"acme"`, `"X-Api-Key":"ACME_KEY"`, `"Authorization":"[redacted]"`, `"api_key":"[redacted]"`, `"system":"S"`} {
+		if !strings.Contains(out, s) {
+			t.Errorf("Redact lost %s: %s", s, out)
+		}
+	}
+	if plain := `{"system":"S"}`; string(profile.Redact([]byte(plain))) != plain {
+		t.Errorf("Redact changed a profile with nothing to hide")
+	}
+}
