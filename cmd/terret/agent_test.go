@@ -293,7 +293,7 @@ func profileJSON(system, baseURL, mcpBin string) string {
 	return fmt.Sprintf(`{
   "system": %q,
   "models": {"main": "acme/gpt-test", "titler": "scripted"},
-  "allowed_models": ["acme/*", "local/gpt-local", "bedrock/*", "scripted"],
+  "allowed_models": ["acme/gpt-*", "local/*", "bedrock/*", "scripted"],
   "providers": {
     "acme":  {"kind": "openai", "base_url": %q, "api_key_env": "ACME_KEY"},
     "local": {"kind": "openai", "base_url": %q, "api_key_env": "LOCAL_KEY"},
@@ -380,7 +380,7 @@ func TestOwnAgent(t *testing.T) {
 		{"main", "openai/gpt-4o-mini", `set_model: spec \"openai/gpt-4o-mini\": no provider \"openai\" is configured (configured: acme, bedrock, local, scripted)`},
 		{"boss", "scripted", `set_model: role \"boss\": unknown role (main, titler)`},
 		{"main", "acme", `set_model: field \"spec\" must be \"provider/model\" or \"scripted\"`},
-		{"main", "local/gpt-other", `set_model: spec \"local/gpt-other\": not among the models this agent's profile allows (allowed_models)`},
+		{"main", "acme/o1", `set_model: spec \"acme/o1\": not among the models this agent's profile allows (allowed_models)`},
 	} {
 		f := a.setModel(c.role, c.spec)
 		if !strings.Contains(f, `"code":"bad_frame"`) || !strings.Contains(f, c.want) {
