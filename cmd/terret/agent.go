@@ -111,7 +111,8 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("agent %s has no profile of its own (it runs with the default)", *agentID)
 		}
 		var out bytes.Buffer
-		if err := json.Indent(&out, []byte(raw), "", "  "); err != nil {
+		// A profile stored before literal credentials were refused may hold one.
+		if err := json.Indent(&out, profile.Redact([]byte(raw)), "", "  "); err != nil {
 			return fmt.Errorf("stored profile of %s is not JSON: %w", *agentID, err)
 		}
 		fmt.Fprintln(stdout, out.String())

@@ -293,6 +293,7 @@ func profileJSON(system, baseURL, mcpBin string) string {
 	return fmt.Sprintf(`{
   "system": %q,
   "models": {"main": "acme/gpt-test", "titler": "scripted"},
+  "allowed_models": ["acme/gpt-*", "local/*", "bedrock/*", "scripted"],
   "providers": {
     "acme":  {"kind": "openai", "base_url": %q, "api_key_env": "ACME_KEY"},
     "local": {"kind": "openai", "base_url": %q, "api_key_env": "LOCAL_KEY"},
@@ -379,6 +380,7 @@ func TestOwnAgent(t *testing.T) {
 		{"main", "openai/gpt-4o-mini", `set_model: spec \"openai/gpt-4o-mini\": no provider \"openai\" is configured (configured: acme, bedrock, local, scripted)`},
 		{"boss", "scripted", `set_model: role \"boss\": unknown role (main, titler)`},
 		{"main", "acme", `set_model: field \"spec\" must be \"provider/model\" or \"scripted\"`},
+		{"main", "acme/o1", `set_model: spec \"acme/o1\": not among the models this agent's profile allows (allowed_models)`},
 	} {
 		f := a.setModel(c.role, c.spec)
 		if !strings.Contains(f, `"code":"bad_frame"`) || !strings.Contains(f, c.want) {
@@ -544,6 +546,9 @@ func testAgentCommands(t *testing.T, p *ownDev, model *openaitest.Server) {
 		{`{"models": {"boss": "scripted"}}`, `models.boss: unknown model role`},
 		{`{"tools": [{"name": "echo", "concurrency": "sometimes"}]}`, `tools[0].concurrency: "sometimes" is not parallel or serial`},
 		{`{"quotas": {"turns_per_day": -1}}`, `quotas.turns_per_day: must be 0 (no cap) or more, got -1`},
+		{`{"allowed_models": ["acme/*", ""]}`, `allowed_models[1]: empty glob`},
+		{`{"tools": [{"name": "d", "kind": "mcp", "spec": {"url": "http://x/mcp", "headers": {"Authorization": "Bearer sk-literal"}}}]}`, `tools[0].spec.headers.Authorization: a secret is never written in a profile`},
+		{`{"tools": [{"name": "d", "kind": "mcp", "spec": {"url": "http://x/mcp", "headers_env": {"Authorization": "TERRET_TEST_UNSET_KEY"}}}]}`, `tools[0].spec.headers_env.Authorization: environment variable TERRET_TEST_UNSET_KEY is not set`},
 		{`{"quotas": {"turns_per_hour": 5}}`, `quotas.turns_per_hour: unknown quota (turns_per_day, tokens_per_month)`},
 		{`not json`, `bad.json: not a JSON object`},
 	} {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -98,7 +99,7 @@ func explainEnd(err error, agent string) error {
 
 // targetFlags say which agent socket chat and tail open, and with what token.
 type targetFlags struct {
-	agent, url, token, addr *string
+	agent, url, token, tokenFile, addr *string
 }
 
 func addTargetFlags(fs *flag.FlagSet, env config.CLIEnv) targetFlags {
@@ -106,8 +107,11 @@ func addTargetFlags(fs *flag.FlagSet, env config.CLIEnv) targetFlags {
 		agent: fs.String("agent", "", "agent id (required unless --url names the agent)"),
 		url: fs.String("url", env.URL, "the agent's socket URL, ws(s)://HOST/agents/{agent_id}/ws or wss://API/STAGE?agent_id=ID, "+
 			"or a base to build it from: ws(s)://HOST, wss://API/STAGE (env TERRET_URL; default: the running terret dev's)"),
-		token: fs.String("token", env.Token, "bearer token (env TERRET_TOKEN; default with the running terret dev: a new token for the agent, created in its tables)"),
-		addr:  fs.String("addr", "", "the terret dev to use, by its listen address HOST:PORT (needed when several are running)"),
+		// The default is never env.Token: -h prints a flag's default.
+		token: fs.String("token", "", "bearer token; visible to other users in ps: prefer env TERRET_TOKEN or --token-file "+
+			"(default with the running terret dev: a new token for the agent, created in its tables)"),
+		tokenFile: fs.String("token-file", "", "read the bearer token from this file (its first line; not with --token)"),
+		addr:      fs.String("addr", "", "the terret dev to use, by its listen address HOST:PORT (needed when several are running)"),
 	}
 }
 
@@ -121,7 +125,11 @@ var errNoDevSocket = errors.New("no running terret dev found: start `terret dev`
 // `terret dev` (its state file names the URL) and, without --token, creates a token
 // for the agent in that dev's tables: a convenience of the local profile only.
 func (f targetFlags) resolve(ctx context.Context, env config.CLIEnv) (target, error) {
-	base, token := *f.url, *f.token
+	token, err := f.bearer(env)
+	if err != nil {
+		return target{}, err
+	}
+	base := *f.url
 	var dev devState // the terret dev whose tables mint a missing token
 	if base == "" {
 		st, err := readDevState(env, *f.addr)
@@ -132,7 +140,7 @@ func (f targetFlags) resolve(ctx context.Context, env config.CLIEnv) (target, er
 	} else if token == "" {
 		st, err := findDev(env, base, "--url")
 		if err != nil {
-			return target{}, fmt.Errorf("%w: --token is required with --url (env TERRET_TOKEN)", errUsage)
+			return target{}, fmt.Errorf("%w: --token is required with --url (env TERRET_TOKEN, or --token-file)", errUsage)
 		}
 		dev = st
 	}
@@ -153,6 +161,31 @@ func (f targetFlags) resolve(ctx context.Context, env config.CLIEnv) (target, er
 		}
 	}
 	return target{agent: agent, url: u, token: token}, nil
+}
+
+// errEmptyTokenFile is a --token-file with no token in it.
+var errEmptyTokenFile = errors.New("holds no token")
+
+// bearer is the token the flags and the environment name, "" for none: --token, else
+// --token-file's first line, else TERRET_TOKEN. The two flags together are a usage error.
+func (f targetFlags) bearer(env config.CLIEnv) (string, error) {
+	switch {
+	case *f.token != "" && *f.tokenFile != "":
+		return "", fmt.Errorf("%w: --token and --token-file are exclusive", errUsage)
+	case *f.token != "":
+		return *f.token, nil
+	case *f.tokenFile != "":
+		b, err := os.ReadFile(*f.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		if line = strings.TrimSpace(line); line == "" {
+			return "", fmt.Errorf("--token-file %s: %w", *f.tokenFile, errEmptyTokenFile)
+		}
+		return line, nil
+	}
+	return env.Token, nil
 }
 
 // readDevState finds the running `terret dev` (the one at addr, if given).

@@ -53,6 +53,7 @@ var binaryTests = []struct {
 	{"tail superseded", testTailSuperseded},
 	{"tail from terret dev and the environment", testTailFindsDev},
 	{"tail across a dropped connection", testTailReconnects},
+	{"tail with a token file", testTailTokenFile},
 }
 
 // TestBinary builds terret once and runs every end-to-end subtest against one stack.
@@ -277,7 +278,7 @@ func testTailRefused(t *testing.T, e *e2e) {
 		{"no terret dev", []string{"tail", "--agent", agent}, 1,
 			"terret tail: " + errNoDevSocket.Error() + "\n"},
 		{"url without token", []string{"tail", "--agent", agent, "--url", e.url(agent)}, 2,
-			"terret tail: --token is required with --url (env TERRET_TOKEN)\n"},
+			"terret tail: --token is required with --url (env TERRET_TOKEN, or --token-file)\n"},
 		{"url of another agent", []string{"tail", "--agent", "other", "--url", e.url(agent), "--token", "x"}, 2, ""},
 	} {
 		p := start(t, e.command(t, nil, tc.args...))
@@ -431,4 +432,18 @@ func (p *tcpCut) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// testTailTokenFile: --token-file stands for --token, so the token is not in the
+// command line.
+func testTailTokenFile(t *testing.T, e *e2e) {
+	agent := dynamotest.UniqueName("t")
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(e.token(t, agent)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, e.command(t, nil, "tail", "--agent", agent, "--url", e.url(agent), "--token-file", file))
+	if l := p.line(t); !strings.Contains(l, `"seq":0,`) || !strings.Contains(l, `"session_id":"`+agent+`"`) {
+		t.Fatalf("first line %s", l)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
 	"github.com/terret/terret-ws/internal/model"
+	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
@@ -223,13 +224,28 @@ func (c *core) invoke(ctx context.Context, agentID string) error {
 
 // modelSpec is the spec of role for an agent whose state item holds st and whose
 // profile is prof: set_model's choice, else the profile's, else the deployment's.
+// A set_model choice the profile no longer allows (allowed_models changed since) is
+// passed over, so an operator's bound holds for choices made before it.
 func (c *core) modelSpec(st state, prof tools.Profile, role string) string {
+	set := st.ModelMain
+	if role == RoleTitler {
+		set = st.ModelTitler
+	}
+	if set != "" && !c.allowsModel(prof, set) {
+		set = ""
+	}
 	switch role {
 	case RoleTitler:
-		return firstOf(st.ModelTitler, prof.Models.Titler, c.cfg.TitlerModel)
+		return firstOf(set, prof.Models.Titler, c.cfg.TitlerModel)
 	default:
-		return firstOf(st.ModelMain, prof.Models.Main, c.cfg.MainModel)
+		return firstOf(set, prof.Models.Main, c.cfg.MainModel)
 	}
+}
+
+// allowsModel is profile.AllowsModel for an agent of this deployment: a profile that
+// configures no providers also allows the deployment's own role models.
+func (c *core) allowsModel(prof tools.Profile, spec string) bool {
+	return profile.AllowsModel(prof, spec, c.cfg.MainModel, c.cfg.TitlerModel)
 }
 
 func firstOf(vs ...string) string {

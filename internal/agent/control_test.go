@@ -439,7 +439,7 @@ func TestSizeBounds(t *testing.T) {
 		if err := models.Register("big", providerFunc(func(string) (model.Model, error) { return bigArgs{}, nil })); err != nil {
 			t.Fatal(err)
 		}
-		e := newEnv(t, opts{models: models})
+		e := newEnv(t, opts{models: models, profile: allowing("*")})
 		if err := e.svc.SetModel(e.ctx, e.agentID, agent.RoleMain, "big/args"); err != nil {
 			t.Fatal(err)
 		}

@@ -167,7 +167,7 @@ func TestProviderRefusalRejectsTurn(t *testing.T) {
 	if err := models.Register("filter", providerFunc(func(string) (model.Model, error) { return refuser{}, nil })); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, opts{models: models})
+	e := newEnv(t, opts{models: models, profile: allowing("*")})
 	if err := e.svc.SetModel(e.ctx, e.agentID, agent.RoleMain, "filter/any"); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestSetModelPersists(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, opts{models: models})
+	e := newEnv(t, opts{models: models, profile: allowing("*")})
 	for _, bad := range [][2]string{{"boss", "scripted"}, {"main", "nope"}, {"main", "unknown/x"}, {"main", "scripted/x"}, {"titler", ""}} {
 		if err := e.svc.SetModel(e.ctx, e.agentID, bad[0], bad[1]); !errorsIs(err, agent.ErrBadSpec) {
 			t.Errorf("SetModel(%s, %s) = %v, want ErrBadSpec", bad[0], bad[1], err)
@@ -379,7 +379,7 @@ func TestSetModelTakesEffectAtNextStep(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, opts{models: models})
+	e := newEnv(t, opts{models: models, profile: allowing("*")})
 	e.inject(script(`{"call":[{"tool":"sleep","args":{"ms":500}}]}`, `{"say":"scripted"}`), true)
 	e.waitFor("tool/call", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 	if err := e.svc.SetModel(e.ctx, e.agentID, agent.RoleMain, "fixed/now"); err != nil {

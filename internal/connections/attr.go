@@ -25,6 +25,7 @@ const (
 	attrConnectedAt = "connected_at"
 	attrExpiresAt   = "expires_at"
 	attrOrder       = "ord"
+	attrWaiting     = "waiting" // frames of the socket in the turnstile, see EnterWait
 
 	// agent#<id>: the ownership record
 	attrConn       = "conn"
@@ -54,7 +55,7 @@ const (
 var attrNames = func() map[string]string {
 	m := map[string]string{}
 	for _, a := range []string{
-		attrPK, attrAgent, attrTokenHash, attrState, attrConnectedAt, attrExpiresAt, attrOrder,
+		attrPK, attrAgent, attrTokenHash, attrState, attrConnectedAt, attrExpiresAt, attrOrder, attrWaiting,
 		attrConn, attrSub, attrNext, attrFrom, attrRequested, attrTruncated, attrReplayEnd,
 		attrHello, attrLease, attrLeaseUntil, attrLeaseKind, attrPending, attrReleased, attrBatch, attrSubAt,
 		attrWatch, attrWatchUntil, attrSlotHolder, attrSlotUntil,

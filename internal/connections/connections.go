@@ -268,6 +268,44 @@ func (st *Store) MarkOrder(ctx context.Context, connID string, order int64) erro
 	return nil
 }
 
+// EnterWait counts one more of connID's frames waiting in the turnstile, unless max
+// already wait: false then (or when the record is gone), and nothing is written. A
+// frame that entered calls LeaveWait when it stops waiting. Should a handler die in
+// between, its count stays until the connection's record is deleted: the cap is then
+// one lower for that connection only. Cost: 1 write unit.
+func (st *Store) EnterWait(ctx context.Context, connID string, max int64) (bool, error) {
+	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       connKey(connID),
+		UpdateExpression:          aws.String("ADD #waiting :one"),
+		ConditionExpression:       aws.String("attribute_exists(#pk) AND (attribute_not_exists(#waiting) OR #waiting < :max)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1), ":max": n(max)},
+	})
+	switch {
+	case isCondCheckFailed(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("connections: enter wait of %s: %w", connID, err)
+	}
+	return true, nil
+}
+
+// LeaveWait undoes one EnterWait of connID; a missing record is a no-op. Cost: 1
+// write unit.
+func (st *Store) LeaveWait(ctx context.Context, connID string) error {
+	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.table),
+		Key:                       connKey(connID),
+		UpdateExpression:          aws.String("ADD #waiting :minus"),
+		ConditionExpression:       aws.String("attribute_exists(#pk) AND #waiting > :zero"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":minus": n(-1), ":zero": n(0)},
+	})
+	if err != nil && !isCondCheckFailed(err) {
+		return fmt.Errorf("connections: leave wait of %s: %w", connID, err)
+	}
+	return nil
+}
+
 // SetState changes the state of connID's record if it exists.
 func (st *Store) SetState(ctx context.Context, connID string, state State) error {
 	_, err := st.update(ctx, &dynamodb.UpdateItemInput{

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/coder/websocket"
@@ -367,6 +368,18 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 		received := c.stamp(time.Now())
 		c.frames++
 		g.log.Debug("frame received", "connection_id", c.id, "frame", c.frames, "request_time_epoch", received.UnixMilli())
+		if typ == websocket.MessageText && !utf8.Valid(data) {
+			// RFC 6455 §8.1: an endpoint that finds a text message is not UTF-8 fails the
+			// connection, with 1007 (§7.4.1). $default never sees it: the JSON event
+			// would carry the body with U+FFFD substituted, as if the client had sent that.
+			if c.markClosing(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8") {
+				go func() { _ = c.ws.Close(websocket.StatusInvalidFramePayloadData, "text frame is not valid UTF-8") }()
+			}
+			continue
+		}
+		if c.isClosed() {
+			continue // closing: nothing after the frame that failed it is applied
+		}
 		body, b64 := string(data), false
 		if typ == websocket.MessageBinary {
 			body, b64 = base64.StdEncoding.EncodeToString(data), true

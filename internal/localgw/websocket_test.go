@@ -340,6 +340,29 @@ func TestOversizedFrameClosesWith1009(t *testing.T) {
 	}
 }
 
+// TestInvalidUTF8ClosesWith1007: a text frame that is not UTF-8 fails the connection
+// with 1007 (RFC 6455 §8.1) and reaches no handler, nor does a frame sent after it.
+func TestInvalidUTF8ClosesWith1007(t *testing.T) {
+	rec := newRecorder()
+	g := startGateway(t, localgw.Config{Routes: rec.routes()}, nil)
+	c := dial(t, g, "a1", nil)
+	ctx := ctxT(t)
+	go func() {
+		_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"set_policy","patterns":["`+"\xff\xfe"+`"]}`))
+		_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"cancel"}`))
+	}()
+	if got := readClose(t, c); got != websocket.StatusInvalidFramePayloadData {
+		t.Fatalf("close status %v, want 1007", got)
+	}
+	ev := rec.waitFor(t, localgw.RouteDisconnect, 1)[0]
+	if ev.RequestContext.DisconnectStatusCode != 1007 {
+		t.Fatalf("disconnect status %d, want 1007", ev.RequestContext.DisconnectStatusCode)
+	}
+	if n := len(rec.get(localgw.RouteDefault)); n != 0 {
+		t.Fatalf("frames after invalid UTF-8 reached $default (%d invocations)", n)
+	}
+}
+
 func TestCloseDisconnectsEverySocket(t *testing.T) {
 	rec := newRecorder()
 	g := startGateway(t, localgw.Config{Routes: rec.routes()}, nil)

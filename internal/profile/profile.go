@@ -92,7 +92,8 @@ func Check(ctx context.Context, p tools.Profile, env Env) error {
 	pe := &tools.ProfileError{}
 	provs := parseProviders(ctx, pe, p, env, true)
 	checkModels(pe, p, provs)
-	checkTools(pe, p, env)
+	checkAllowed(pe, p)
+	checkTools(ctx, pe, p, env)
 	return pe.Err()
 }
 
@@ -198,7 +199,7 @@ func checkModels(pe *tools.ProfileError, p tools.Profile, provs map[string]provi
 	}
 }
 
-func checkTools(pe *tools.ProfileError, p tools.Profile, env Env) {
+func checkTools(ctx context.Context, pe *tools.ProfileError, p tools.Profile, env Env) {
 	kinds := env.Kinds
 	if kinds == nil {
 		kinds = []string{tools.KindBuiltin, "lambda", mcptool.Kind}
@@ -243,6 +244,11 @@ func checkTools(pe *tools.ProfileError, p tools.Profile, env Env) {
 				pe.Add(path+".spec", "%s", strings.TrimPrefix(err.Error(), mcptool.ErrBadConfig.Error()+": "))
 			case len(cfg.Command) > 0 && env.NoCommand:
 				pe.Add(path+".spec.command", "a command MCP server cannot run in AWS Lambda (no such program there); serve it over streamable HTTP and give spec.url")
+			default:
+				// Header references resolve as provider keys do; values stay out of messages.
+				if err := mcptool.CheckHeaders(ctx, cfg, mcptool.Options{LookupEnv: env.LookupEnv, Secrets: env.Secrets}); errors.As(err, &fe) {
+					pe.Add(path+".spec."+fe.Field, "%s", fe.Message)
+				}
 			}
 		}
 	}

@@ -21,7 +21,8 @@ const maxEchoedChars = 64
 // holds) whose Message names the problem for the client. Checks, in order:
 //
 //  1. len(data) ≤ [MaxFrameBytes], checked before anything else is read.
-//  2. data is valid UTF-8 and valid JSON, and the JSON value is an object.
+//  2. data is valid UTF-8 and valid JSON, the JSON value is an object, and no
+//     \u escape names a lone UTF-16 surrogate (which would decode to U+FFFD).
 //  3. No top-level field name occurs twice (names compare after unescaping,
 //     case-sensitively).
 //  4. "type" is present, is a string, and names a frame of the closed set.
@@ -66,6 +67,10 @@ func parse(data []byte, maxBytes int) (ClientFrame, int64, error) {
 	if err := json.Unmarshal(data, &whole); err != nil {
 		return nil, 0, syntaxProblem(err)
 	}
+	if at := loneSurrogate(data); at >= 0 {
+		// encoding/json would decode it to U+FFFD: text the client never wrote.
+		return nil, 0, badFrame("frame is not valid UTF-8: \\u escape of a lone surrogate at byte %d", at)
+	}
 	if k := kindOf(whole); k != "object" {
 		return nil, 0, badFrame("frame is not a JSON object, got %s", k)
 	}
@@ -89,6 +94,52 @@ func parse(data []byte, maxBytes int) (ClientFrame, int64, error) {
 	}
 	frame, err := parseFields(fields)
 	return frame, order, err
+}
+
+// loneSurrogate returns the offset of the first \u escape in valid JSON data that
+// names a UTF-16 surrogate not part of a high-low pair, or -1. Such an escape is no
+// character (RFC 8259 §8.2), so a frame holding one is not UTF-8 text.
+func loneSurrogate(data []byte) int {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString:
+			if i+1 < len(data) && data[i+1] != 'u' {
+				i++ // a one-character escape, \" included
+				continue
+			}
+			r := hex4(data, i+2)
+			switch {
+			case r >= 0xDC00 && r <= 0xDFFF:
+				return i
+			case r >= 0xD800 && r <= 0xDBFF:
+				if i+7 >= len(data) || data[i+6] != '\\' || data[i+7] != 'u' {
+					return i
+				}
+				if lo := hex4(data, i+8); lo < 0xDC00 || lo > 0xDFFF {
+					return i
+				}
+				i += 11 // the pair
+				continue
+			}
+			i += 5
+		}
+	}
+	return -1
+}
+
+// hex4 is the value of the four hex digits at data[i:], or -1.
+func hex4(data []byte, i int) int {
+	if i+4 > len(data) {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(data[i:i+4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(n)
 }
 
 // parseFields reads the frame named by the "type" of a frame's top-level fields.

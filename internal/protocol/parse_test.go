@@ -342,7 +342,6 @@ func TestParseAccepts(t *testing.T) {
 		{"inject steer", `{"type":"inject","text":"use celsius","wake":false}`, Inject{Text: "use celsius", Wake: false}},
 		{"inject empty text", `{"type":"inject","text":"","wake":true}`, Inject{Text: "", Wake: true}},
 		{"inject escapes", `{"type":"inject","text":"a\"b\\c\n\u00e9\ud83d\ude00\u2028<&>","wake":true}`, Inject{Text: "a\"b\\c\né😀\u2028<&>", Wake: true}},
-		{"inject lone surrogate escape", `{"type":"inject","text":"\ud800","wake":false}`, Inject{Text: "\uFFFD", Wake: false}},
 		{"inject script text", `{"type":"inject","text":"{\"script\":[{\"say\":\"hi\"}]}","wake":true}`, Inject{Text: `{"script":[{"say":"hi"}]}`, Wake: true}},
 		{"inject extra field", `{"type":"inject","text":"hi","wake":true,"priority":9}`, Inject{Text: "hi", Wake: true}},
 		// cancel.
@@ -553,5 +552,38 @@ func TestReencodingMayExceedBound(t *testing.T) {
 	g, _, err := parse(enc, len(enc))
 	if err != nil || !reflect.DeepEqual(f, g) {
 		t.Fatalf("unbounded re-parse = %v, %v", err, reflect.DeepEqual(f, g))
+	}
+}
+
+// TestParseSurrogateEscapes: a \u escape of a lone UTF-16 surrogate is no character;
+// encoding/json would turn it into U+FFFD, so the frame is bad_frame and nothing of
+// it is applied. Pairs, and text that only looks like an escape, parse.
+func TestParseSurrogateEscapes(t *testing.T) {
+	for _, tc := range []struct {
+		name, pattern string // the JSON text of set_policy's one pattern, quotes included
+		want          string // the decoded pattern, "" for bad_frame
+	}{
+		{"lone high", `"a\ud800b"`, ""},
+		{"lone low", `"\udc00"`, ""},
+		{"high then a non-low escape", `"\ud800\u0041"`, ""},
+		{"high at the end", `"\uD83D"`, ""},
+		{"reversed pair", `"\ude00\ud83d"`, ""},
+		{"pair", `"\ud83d\ude00"`, "\U0001F600"},
+		{"upper-case pair", `"\uD83D\uDE00!"`, "\U0001F600!"},
+		{"escaped backslash before u", `"\\ud800"`, `\ud800`},
+		{"escaped quote then escape", `"\"\u00e9"`, `"é`},
+		{"plain escape", `"\u00e9"`, "é"},
+	} {
+		f, err := Parse([]byte(`{"type":"set_policy","patterns":[` + tc.pattern + `]}`))
+		if tc.want == "" {
+			var bf *BadFrameError
+			if !errors.As(err, &bf) || !strings.Contains(bf.Message, "not valid UTF-8: \\u escape of a lone surrogate") {
+				t.Errorf("%s: %v, %v; want bad_frame", tc.name, f, err)
+			}
+			continue
+		}
+		if sp, ok := f.(SetPolicy); err != nil || !ok || len(sp.Patterns) != 1 || sp.Patterns[0] != tc.want {
+			t.Errorf("%s: %#v, %v; want pattern %q", tc.name, f, err, tc.want)
+		}
 	}
 }

@@ -119,7 +119,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	if err := kinds.RegisterSetKind(mcptool.Kind, mcptool.Sets(mcptool.Options{Stderr: stderr}, o.Local)); err != nil {
+	if err := kinds.RegisterSetKind(mcptool.Kind, mcptool.Sets(mcptool.Options{Stderr: stderr, LookupEnv: env.LookupEnv, Secrets: env.Secrets}, o.Local)); err != nil {
 		return agent.Config{}, err
 	}
 	pause := o.Pause

@@ -72,6 +72,9 @@ type Server struct {
 	origin  []byte // RequireOrigin's secret; nil: no check
 	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
 	orderWait time.Duration
+	// waiting, if set, is called with the order of each frame that enters the
+	// turnstile's wait (for tests).
+	waiting func(order int64)
 }
 
 // OriginHeader is the header CloudFront adds to every request it forwards when the
@@ -259,6 +262,30 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	}
 	taken := func() {}
 	if order > 0 {
+		if c.Order < order-1 {
+			// It would wait: at most MaxWaitingFrames of a connection do, so a gap in
+			// the numbering cannot hold more than that many handlers.
+			entered, werr := s.conns.EnterWait(ctx, connID, MaxWaitingFrames)
+			switch {
+			case werr != nil:
+				lg.Error("enter frame order wait", "order", order, "error", werr)
+				s.fail(ctx, lg, connID)
+				return ok, nil
+			case !entered:
+				lg.Info("frame order wait full: frame refused", "order", order, "done", c.Order)
+				s.reply(ctx, lg, c, (&protocol.BadFrameError{FrameType: "frame", Field: protocol.FieldOrder,
+					Message: fmt.Sprintf("order %d: %d frames of this connection already wait for an earlier order (a gap in the numbering?); this frame is not applied", order, MaxWaitingFrames)}).Frame())
+				return ok, nil
+			}
+			defer func() {
+				if err := s.conns.LeaveWait(context.WithoutCancel(ctx), connID); err != nil {
+					lg.Warn("leave frame order wait", "order", order, "error", err)
+				}
+			}()
+			if s.waiting != nil {
+				s.waiting(order)
+			}
+		}
 		stamp.InOrder = s.awaitTurn(ctx, lg, c, stamp)
 		taken = sync.OnceFunc(func() {
 			if err := s.conns.MarkOrder(context.WithoutCancel(ctx), connID, order); err != nil {
@@ -297,12 +324,20 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 
 // OrderWait is the default bound (Server.WithOrderWait) on how long a numbered frame
 // waits for its predecessor (its order minus one) to take effect, counted from the
-// frame's receipt. A predecessor that never
-// came (a gap) or whose handler failed holds its successors up this long at most; they
-// then take effect without the guarantee. Ten seconds leaves a predecessor slowed by a
-// cold start or DynamoDB retries (the SDK retries 8 times) room to finish, well inside
-// API Gateway's 29 s integration timeout.
-const OrderWait = 10 * time.Second
+// frame's receipt. A predecessor that never came (a gap) or whose handler failed holds
+// its successors up this long at most; they then take effect without the guarantee.
+// Each waiting frame holds its handler (a Lambda invocation) that long: three seconds
+// leave a predecessor slowed by a cold start or a few DynamoDB retries room to finish
+// while keeping what a gap costs small.
+const OrderWait = 3 * time.Second
+
+// MaxWaitingFrames bounds the frames of one connection waiting in the turnstile at
+// once (connections.Store.EnterWait: 1 write unit to enter, 1 to leave, only for a
+// frame that finds its predecessor not yet taken effect). A frame beyond it is
+// answered bad_frame at once and not applied, so a gap in a client's numbering holds
+// at most this many handlers for at most OrderWait. Sixteen leaves room for a burst
+// of numbered frames sent back to back, each waiting for the one before.
+const MaxWaitingFrames = 16
 
 // awaitTurn is the per-connection turnstile: it returns once the frame before st (by
 // order) has taken effect on c — true — or, false, once the order wait (OrderWait by

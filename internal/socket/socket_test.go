@@ -111,6 +111,7 @@ func TestRoutes(t *testing.T) {
 		{"Connect", testConnect},
 		{"Disconnect", testDisconnect},
 		{"OrderGap", testOrderGap},
+		{"OrderWaitCap", testOrderWaitCap},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -123,6 +124,12 @@ func TestRoutes(t *testing.T) {
 // or none if noRuntime) and the deliver function on a local gateway, over the tables
 // names. Tests sharing tables use agent ids of their own.
 func newRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration) *rig {
+	t.Helper()
+	return newRigWith(t, names, noRuntime, orderWait, nil)
+}
+
+// newRigWith is newRig with configure applied to the Server before it serves.
+func newRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration, configure func(*Server)) *rig {
 	t.Helper()
 	db := dynamotest.Client(t)
 	logger := testLogger()
@@ -142,6 +149,9 @@ func newRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Dur
 	r.srv = New(r.tokens, r.conns, log, d, ctrl, logger)
 	if orderWait > 0 {
 		r.srv.WithOrderWait(orderWait)
+	}
+	if configure != nil {
+		configure(r.srv)
 	}
 	gw.Connect.Bind(lambda.NewHandler(r.srv.Connect))
 	gw.Message.Bind(lambda.NewHandler(r.srv.Message))
@@ -543,6 +553,80 @@ func testOrderGap(t *testing.T, names tables.Names) {
 	}
 	if got := mark(); got < 3 {
 		t.Errorf("turnstile mark %d once frame 3 took effect, want at least 3", got)
+	}
+}
+
+// testOrderWaitCap: behind a gap in the numbering at most MaxWaitingFrames frames of a
+// connection wait; each further one is answered bad_frame at once, before any waiting
+// one is served, and is never applied. Filling the gap serves the waiting ones in
+// order; the wait count is back to zero after.
+func testOrderWaitCap(t *testing.T, names tables.Names) {
+	entered := make(chan int64, 2*MaxWaitingFrames)
+	// The wait is long: the test never depends on it running out.
+	r := newRigWith(t, names, false, 10*time.Minute, func(s *Server) { s.waiting = func(o int64) { entered <- o } })
+	a1 := agentFor(t, "a1")
+	c := r.connected(t, a1)
+	policy := func(order int64) []byte {
+		return fmt.Appendf(nil, `{"type":"set_policy","patterns":["p%d"],"order":%d}`, order, order)
+	}
+	// Frame 1 is held back: frames 2 … MaxWaitingFrames+1 all wait.
+	for o := int64(2); o <= MaxWaitingFrames+1; o++ {
+		c.send(websocket.MessageText, policy(o))
+	}
+	for range MaxWaitingFrames {
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("fewer frames than MaxWaitingFrames entered the wait in 30 s")
+		}
+	}
+	const excess = 3
+	for o := int64(MaxWaitingFrames + 2); o < MaxWaitingFrames+2+excess; o++ {
+		c.send(websocket.MessageText, policy(o))
+	}
+	for i := range excess {
+		f := c.next()
+		if f["code"] != "bad_frame" || !strings.Contains(fmt.Sprint(f["message"]), "already wait for an earlier order") {
+			t.Fatalf("answer %d to a frame over the cap: %v, want bad_frame", i, f)
+		}
+	}
+	select {
+	case got := <-r.ctrl.calls:
+		t.Fatalf("Controller call %q while frame 1 was missing", got.what)
+	default:
+	}
+	c.send(websocket.MessageText, policy(1))
+	for o := int64(1); o <= MaxWaitingFrames+1; o++ {
+		if got, want := r.nextCall(t).what, fmt.Sprintf("SetPolicy %s [p%d]", a1, o); got != want {
+			t.Fatalf("Controller call %q, want %q (in order)", got, want)
+		}
+	}
+	// A barrier after the last waiting frame: its answer comes once that one took
+	// effect; no refused frame was applied meanwhile.
+	c.send(websocket.MessageText, fmt.Appendf(nil, `{"type":"barrier","order":%d}`, MaxWaitingFrames+2))
+	if f := c.next(); f["code"] != "bad_frame" || !strings.Contains(fmt.Sprint(f["message"]), "unknown frame type") {
+		t.Fatalf("barrier answered %v", f)
+	}
+	select {
+	case got := <-r.ctrl.calls:
+		t.Fatalf("Controller call %q: a refused frame was applied", got.what)
+	default:
+	}
+	// The barrier may have waited for the mark of the last frame (written after its
+	// Controller call): its entry, made before its answer, is in the channel by now.
+	select {
+	case <-entered:
+	default:
+	}
+	// The waits were left: a new gap admits a frame into the wait again.
+	c.send(websocket.MessageText, policy(MaxWaitingFrames+4))
+	select {
+	case o := <-entered:
+		if o != MaxWaitingFrames+4 {
+			t.Fatalf("entered %d, want %d", o, MaxWaitingFrames+4)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a frame behind a new gap did not enter the wait")
 	}
 }
 

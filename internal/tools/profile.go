@@ -42,6 +42,10 @@ type Profile struct {
 	Providers map[string]json.RawMessage `json:"providers,omitempty"`
 	Tools     []ToolConfig               `json:"tools"` // nil in an override: keep the default's
 	Quotas    Quotas                     `json:"quotas,omitzero"`
+
+	// AllowedModels bounds set_model: globs over "provider/model" specs and
+	// "scripted" (nil: package profile's default, see profile.AllowsModel).
+	AllowedModels []string `json:"allowed_models,omitempty"`
 }
 
 // Quotas cap what one agent may use; 0 is no cap. A turn that would start over a cap
@@ -183,6 +187,15 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					pe.Add("models."+role, "unknown model role (main, titler)")
 				}
 			}
+		case "allowed_models":
+			var list []json.RawMessage
+			if !decodeInto(pe, k, v, &list) || list == nil {
+				continue // null: as if absent
+			}
+			p.AllowedModels = make([]string, len(list))
+			for i, item := range list {
+				decodeInto(pe, fmt.Sprintf("allowed_models[%d]", i), item, &p.AllowedModels[i])
+			}
 		case "providers":
 			var m map[string]json.RawMessage
 			if !decodeInto(pe, k, v, &m) {
@@ -232,7 +245,7 @@ func DecodeProfile(raw []byte) (Profile, error) {
 				}
 			}
 		default:
-			pe.Add(k, "unknown key (system, models, providers, tools, quotas)")
+			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, quotas)")
 		}
 	}
 	if err := pe.Err(); err != nil {
@@ -353,6 +366,9 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.Tools != nil {
 		out.Tools = over.Tools
+	}
+	if over.AllowedModels != nil {
+		out.AllowedModels = over.AllowedModels
 	}
 	if over.Quotas.TurnsPerDay != 0 {
 		out.Quotas.TurnsPerDay = over.Quotas.TurnsPerDay

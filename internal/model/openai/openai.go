@@ -35,6 +35,7 @@ import (
 	"strings"
 
 	"github.com/terret/terret-ws/internal/model"
+	"github.com/terret/terret-ws/internal/secret"
 )
 
 // Errors returned by the provider's models. Every error a model returns wraps exactly
@@ -123,6 +124,7 @@ type Provider struct {
 	http     Doer
 	cfg      Config
 	endpoint string
+	secrets  *secret.Scrubber // the key in every form a server may echo it
 }
 
 var _ model.Provider = (*Provider)(nil)
@@ -138,7 +140,8 @@ func NewProvider(client Doer, cfg Config) (*Provider, error) {
 	if client == nil {
 		client = &http.Client{}
 	}
-	return &Provider{http: client, cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"}, nil
+	return &Provider{http: client, cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
+		secrets: secret.NewScrubber(cfg.APIKey)}, nil
 }
 
 // Model returns the named model. It returns an error wrapping model.ErrBadSpec if name
@@ -245,11 +248,10 @@ func (m *Model) transportError(ctx context.Context, err error) error {
 }
 
 func (m *Model) statusError(resp *http.Response) error {
+	// Only the message of a recognised error shape is kept, never the body itself:
+	// a body is the server's to fill, and may echo the request, key included.
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	msg := errorText(b)
-	if msg == "" {
-		msg = strings.TrimSpace(string(b))
-	}
 	var sentinel error
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests:
@@ -294,15 +296,15 @@ func errorText(b []byte) string {
 
 var secretPattern = regexp.MustCompile(`(?i)(bearer\s+\S+|\bsk-[A-Za-z0-9_\-*.]{6,}|api[_-]?key\s*[=:]\s*\S+)`)
 
-// maxErrorText bounds provider error text: it is logged durably.
-const maxErrorText = 512
+// maxErrorText bounds provider error text: it is logged durably (turn/end's reason)
+// and printed on the console.
+const maxErrorText = 256
 
-// scrub removes the API key and key-looking material from server text and bounds it.
+// scrub removes the API key (as written, base64, hex, split by white space: see
+// secret.Scrubber) and key-looking material from server text and bounds it.
 func (m *Model) scrub(s string) string {
-	if k := m.p.cfg.APIKey; k != "" {
-		s = strings.ReplaceAll(s, k, "[redacted]")
-	}
-	s = secretPattern.ReplaceAllString(s, "[redacted]")
+	s = m.p.secrets.Scrub(s)
+	s = secretPattern.ReplaceAllString(s, secret.Redacted)
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > maxErrorText {
 		s = s[:maxErrorText] + "…"

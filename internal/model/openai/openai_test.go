@@ -3,6 +3,8 @@ package openai_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -188,7 +190,7 @@ func TestStreamErrors(t *testing.T) {
 		{"HTTP 500", status(http.StatusInternalServerError, "application/json", recorded(t, "error_500.json")), openai.ErrUnavailable,
 			[]string{"HTTP 500", "The server had an error"}},
 		{"HTTP 502 plain text", status(http.StatusBadGateway, "text/plain", []byte("upstream connect error or disconnect/reset before headers\n")), openai.ErrUnavailable,
-			[]string{"HTTP 502", "upstream connect error"}},
+			[]string{"HTTP 502"}},
 		{"HTTP 400 vLLM error shape", status(http.StatusBadRequest, "application/json", recorded(t, "error_400_vllm.json")), openai.ErrInvalidRequest,
 			[]string{"HTTP 400", "maximum context length is 8192 tokens"}},
 		{"HTTP 401 echoing the key", echoKey, openai.ErrAuth, []string{"HTTP 401", "Incorrect API key provided"}},
@@ -218,6 +220,62 @@ func TestStreamErrors(t *testing.T) {
 			}
 			if strings.Contains(msg, testKey) || strings.Contains(msg, "TESTKEY") {
 				t.Errorf("error %q carries the API key", msg)
+			}
+			if strings.Contains(msg, "upstream") {
+				t.Errorf("error %q copies a body that is no error shape", msg)
+			}
+		})
+	}
+}
+
+// TestErrorsNeverEchoTheKey: a server that echoes the key encoded (base64, hex), split
+// by white space, or in a body of no error shape gets none of it into the error; the
+// message is bounded.
+func TestErrorsNeverEchoTheKey(t *testing.T) {
+	t.Parallel()
+	echo := func(status int, ct string, body func(key string) string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", ct)
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")))
+		}
+	}
+	msgJSON := func(m string) string {
+		b, _ := json.Marshal(map[string]any{"error": map[string]string{"message": m}})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name    string
+		respond http.HandlerFunc
+	}{
+		{"base64", echo(401, "application/json", func(k string) string {
+			return msgJSON("bad key " + base64.StdEncoding.EncodeToString([]byte(k)))
+		})},
+		{"base64 url in Basic", echo(403, "application/json", func(k string) string {
+			return msgJSON("Basic " + base64.URLEncoding.EncodeToString([]byte("api:"+k)))
+		})},
+		{"hex", echo(400, "application/json", func(k string) string { return msgJSON("key=" + hex.EncodeToString([]byte(k))) })},
+		{"split by a newline", echo(401, "application/json", func(k string) string { return msgJSON("key " + k[:7] + "\n" + k[7:]) })},
+		{"plain body", echo(500, "text/html", func(k string) string { return "<pre>Authorization: Bearer\n" + k + "</pre>" })},
+		{"long", echo(400, "application/json", func(k string) string { return msgJSON(strings.Repeat("x", 5000) + k) })},
+		{"stream error event", sse([]byte("data: " + `{"error":{"message":"key ` + base64.StdEncoding.EncodeToString([]byte(testKey)) + `"}}` + "\n\n"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, nil, tc.respond)
+			_, _, err := stream(t, newModel(t, srv.URL+"/v1", testKey), userRequest("hi"))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			flat := strings.Join(strings.Fields(msg), "")
+			for _, f := range []string{testKey, base64.StdEncoding.EncodeToString([]byte(testKey))[4:16], hex.EncodeToString([]byte(testKey))[:16]} {
+				if strings.Contains(flat, f) {
+					t.Errorf("error %q carries a form of the key (%s)", msg, f)
+				}
+			}
+			if len(msg) > 400 {
+				t.Errorf("error is %d bytes, want it bounded", len(msg))
 			}
 		})
 	}

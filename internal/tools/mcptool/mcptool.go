@@ -17,7 +17,8 @@
 //	  "concurrency": "parallel",
 //	  "needs_approval": false,
 //	  "overrides": {"fetch": {"concurrency": "serial", "needs_approval": true}},
-//	  "headers": {"Authorization": "Bearer …"},
+//	  "headers": {"X-Tenant": "acme"},
+//	  "headers_env": {"Authorization": "MCP_TOKEN"},
 //	  "timeout_ms": 30000,
 //	  "max_result_bytes": 65536
 //	}
@@ -34,7 +35,10 @@
 // server's tools to those named (default: all). concurrency (default "serial") and
 // needs_approval (default false) apply to every tool unless overrides, keyed by the
 // server's tool name, says otherwise. headers are sent with every request and never
-// logged or put in errors. timeout_ms bounds each call (and the connect it may need)
+// logged or put in errors; a credential header (IsCredentialHeader: Authorization,
+// Cookie, *-Api-Key, *Token*, …) is never written in the spec but named, as provider
+// keys are: headers_env (header → environment variable) or headers_secret (header →
+// Secrets Manager / SSM reference), resolved when the server is connected (Options). timeout_ms bounds each call (and the connect it may need)
 // on top of the caller's context. max_result_bytes (default 64 KiB) bounds a result.
 // protocol_version pins the MCP protocol version offered (default: the SDK's latest,
 // which falls back to older servers' versions by itself).
@@ -68,6 +72,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/terret/terret-ws/internal/secret"
 	"github.com/terret/terret-ws/internal/tools"
 )
 
@@ -105,6 +110,8 @@ type Config struct {
 	NeedsApproval   bool                `json:"needs_approval"`
 	Overrides       map[string]Override `json:"overrides,omitempty"`
 	Headers         map[string]string   `json:"headers,omitempty"`
+	HeadersEnv      map[string]string   `json:"headers_env,omitempty"`    // header → environment variable holding its value
+	HeadersSecret   map[string]string   `json:"headers_secret,omitempty"` // header → Secrets Manager / SSM reference
 	TimeoutMS       int                 `json:"timeout_ms,omitempty"`
 	MaxResultBytes  int                 `json:"max_result_bytes,omitempty"`
 	ProtocolVersion string              `json:"protocol_version,omitempty"`
@@ -112,13 +119,8 @@ type Config struct {
 
 // String leaves header values out, so the config can be printed.
 func (c Config) String() string {
-	names := make([]string, 0, len(c.Headers))
-	for k := range c.Headers {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return fmt.Sprintf("mcptool.Config{URL:%q Command:%q Prefix:%q Tools:%q Concurrency:%q NeedsApproval:%t Headers:%q(values redacted)}",
-		redactURL(c.URL), c.Command, c.Prefix, c.Tools, c.Concurrency, c.NeedsApproval, names)
+	return fmt.Sprintf("mcptool.Config{URL:%q Command:%q Prefix:%q Tools:%q Concurrency:%q NeedsApproval:%t Headers:%s(values redacted)}",
+		redactURL(c.URL), c.Command, c.Prefix, c.Tools, c.Concurrency, c.NeedsApproval, c.describeHeaders())
 }
 
 // GoString is String.
@@ -181,7 +183,7 @@ func (c Config) validate() error {
 		if strings.TrimSpace(c.Command[0]) == "" {
 			return fieldErr("command", "the program (first element) is empty")
 		}
-		if len(c.Headers) > 0 {
+		if len(c.Headers)+len(c.HeadersEnv)+len(c.HeadersSecret) > 0 {
 			return fieldErr("headers", "headers apply to url servers only")
 		}
 	case c.URL == "":
@@ -193,6 +195,9 @@ func (c Config) validate() error {
 		}
 		if c.Dir != "" {
 			return fieldErr("dir", "dir applies to command servers only")
+		}
+		if err := c.validateHeaders(); err != nil {
+			return err
 		}
 	}
 	switch {
@@ -250,6 +255,8 @@ type Server struct {
 	client *mcp.Client
 	http   *http.Client
 	stderr io.Writer // a command server's stderr
+	// secrets removes header values (every form, see secret.Scrubber) from error text.
+	secrets *secret.Scrubber
 
 	// connecting serializes session opening (one connect serves all waiters) while
 	// letting a waiter give up when its context ends.
@@ -268,6 +275,10 @@ func Connect(ctx context.Context, cfg Config, client *http.Client) (*Server, err
 type Options struct {
 	HTTP   *http.Client // sends a url server's requests; nil: a client of its own
 	Stderr io.Writer    // receives a command server's stderr; nil: discarded
+	// LookupEnv finds the variables headers_env names (nil: none is read).
+	LookupEnv func(name string) (string, bool)
+	// Secrets fetches headers_secret references (nil: they are refused).
+	Secrets Secrets
 }
 
 // ConnectWith is Connect with the wiring's options.
@@ -285,13 +296,17 @@ func ConnectWith(ctx context.Context, cfg Config, o Options) (*Server, error) {
 		// this session's streams.
 		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	if len(cfg.Headers) > 0 {
+	headers, secrets, err := cfg.resolveHeaders(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if len(headers) > 0 {
 		c := *client
 		base := c.Transport
 		if base == nil {
 			base = http.DefaultTransport
 		}
-		c.Transport = headerTransport{base: base, headers: cfg.Headers}
+		c.Transport = headerTransport{base: base, headers: headers}
 		client = &c
 	}
 	s := &Server{
@@ -299,6 +314,7 @@ func ConnectWith(ctx context.Context, cfg Config, o Options) (*Server, error) {
 		client:     mcp.NewClient(&mcp.Implementation{Name: "terret-ws", Version: "v1"}, nil),
 		http:       client,
 		stderr:     o.Stderr,
+		secrets:    secret.NewScrubber(secrets...),
 		connecting: make(chan struct{}, 1),
 	}
 	ctx, cancel := s.bound(ctx)
@@ -592,11 +608,7 @@ const maxErrorText = 2048
 
 // scrub removes configured header values and URL secrets from text and bounds it.
 func (s *Server) scrub(text string) string {
-	for _, v := range s.cfg.Headers {
-		if v != "" {
-			text = strings.ReplaceAll(text, v, "[redacted]")
-		}
-	}
+	text = s.secrets.Scrub(text)
 	if u, err := url.Parse(s.cfg.URL); err == nil {
 		if u.RawQuery != "" {
 			text = strings.ReplaceAll(text, u.RawQuery, "[redacted]")

@@ -462,13 +462,20 @@ func TestHeadersSentAndNeverInErrors(t *testing.T) {
 		mcpHandler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
-	spec := `{"url":"` + hs.URL + `?key=querysecret","headers":{"Authorization":"` + secret + `"}}`
-	lookup := byName(t, build(t, spec), "lookup")
+	// The value is named, never written: headers_env, resolved where the server runs.
+	spec := `{"url":"` + hs.URL + `?key=querysecret","headers_env":{"Authorization":"MCP_TOKEN"}}`
+	sets := mcptool.Sets(mcptool.Options{LookupEnv: func(n string) (string, bool) { return map[string]string{"MCP_TOKEN": secret}[n], n == "MCP_TOKEN" }}, false)
+	ts, err := sets(tools.ToolConfig{Name: "m", Kind: mcptool.Kind, Spec: json.RawMessage(spec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ts[0].(io.Closer).Close() })
+	lookup := byName(t, ts, "lookup")
 	if _, err := call(t, lookup, `{"id": 5}`); err != nil {
 		t.Fatal(err)
 	}
 	reject.Store(true)
-	_, err := call(t, lookup, `{"id": 6}`)
+	_, err = call(t, lookup, `{"id": 6}`)
 	if err == nil {
 		t.Fatal("call succeeded against a rejecting server")
 	}
