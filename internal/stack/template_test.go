@@ -473,7 +473,7 @@ func checkMockRoute(t *testing.T, s *Stack, key, id string) {
 	}
 	var in struct {
 		ApiId, IntegrationType, IntegrationUri, TemplateSelectionExpression string
-		RequestTemplates                                                     map[string]string
+		RequestTemplates                                                    map[string]string
 	}
 	if err := s.Decode(&in, "Resources", integration, "Properties"); err != nil {
 		t.Fatal(err)
