@@ -236,6 +236,7 @@ func (c Config) DynamoDB(awsCfg aws.Config) *dynamodb.Client {
 			so.MaxAttempts = DynamoDBMaxAttempts
 			so.MaxBackoff = DynamoDBMaxBackoff
 		})
+		o.RetryMaxAttempts = DynamoDBMaxAttempts // else aws.Config's (AWS_MAX_ATTEMPTS) would win
 		if c.CallBudget > 0 {
 			o.APIOptions = append(o.APIOptions, budget(c.CallBudget))
 		}

@@ -135,6 +135,17 @@ func TestCallBudgetEndsRetries(t *testing.T) {
 	if n := db.requests.Load(); n < 1 || n >= config.DynamoDBMaxAttempts {
 		t.Errorf("%d attempts, want between 1 and %d: the budget, not the attempt limit, ended them", n, config.DynamoDBMaxAttempts-1)
 	}
+	// Without a budget the attempts stop at DynamoDBMaxAttempts, whatever the AWS
+	// configuration asks (dynamolocal.Config asks for 10).
+	db.requests.Store(0)
+	cfg.CallBudget = 0
+	_, err = cfg.DynamoDB(dynamolocal.Config()).GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String("agents"),
+		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "agent#a"}, "sk": &types.AttributeValueMemberS{Value: "state"}},
+	})
+	if n := db.requests.Load(); err == nil || n != config.DynamoDBMaxAttempts {
+		t.Errorf("unbudgeted: %d attempts (%v), want exactly %d", n, err, config.DynamoDBMaxAttempts)
+	}
 }
 
 // syncWriter serialises writes to w (the handlers log from more than one goroutine).
