@@ -22,9 +22,6 @@ const (
 	smokeScript = `{"script":[{"call":[{"tool":"echo","args":{"text":"smoke"}}]},{"say":"` + smokeReply + `"}]}`
 )
 
-// errSmoke marks a smoke step that failed; the message names the step.
-var errSmoke = errors.New("smoke")
-
 // runSmoke checks a deployment end to end, through the protocol only: connect,
 // subscribe, a turn with a tool call, reconnect and replay. Each step prints its name,
 // ok and its latency; the first failure ends the run with exit status 1 naming the step.
@@ -77,7 +74,7 @@ func (s *smoke) do(ctx context.Context, name string, f func(context.Context) (st
 	took := time.Since(start).Round(time.Millisecond)
 	if err != nil {
 		fmt.Fprintf(s.out, "%-10s FAILED after %s: %v\n", name, took, err)
-		return fmt.Errorf("%w: step %s failed: %v", errSmoke, name, err)
+		return fmt.Errorf("step %s failed: %w", name, err)
 	}
 	fmt.Fprintf(s.out, "%-10s ok %8s  %s\n", name, took, detail)
 	return nil
