@@ -38,8 +38,9 @@ func (d *Deliverer) post(ctx context.Context, connID string, data []byte) error 
 }
 
 // Backoff of the hello loop (postHello): the first retry after 50 ms, each next one
-// twice as late, at most 1 s apart. Over the default 5 s grace that is at most 10 posts
-// (it was about 100 at a fixed 50 ms).
+// twice as late, at most 1 s apart, each wait drawn from its upper half. Over the
+// default 5 s grace that is about 11 posts, at most 15 (it was about 100 at a fixed
+// 50 ms).
 const (
 	helloFirstBackoff = 50 * time.Millisecond
 	helloMaxBackoff   = time.Second
@@ -56,7 +57,8 @@ const (
 //
 // Cost per Gone answer: one post, plus for a recorded connection one strongly
 // consistent GetItem of the conn# record (1 RRU). A client that hangs up at once costs
-// one or two of each; one that never opens costs at most 10 posts (docs/security.md,
+// those until $disconnect has run and at most one more; one that never opens costs at
+// most 15 posts (docs/security.md,
 // "What a vanished connection costs").
 func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte, recorded bool) error {
 	deadline := time.Now().Add(d.cfg.HelloGrace)
