@@ -127,11 +127,25 @@ type Options struct {
 	// Gateway closes idle connections after 10 minutes, which the client reconnects
 	// through anyway.
 	PingInterval time.Duration
+	// KeepaliveInterval is how long a connection may go without a frame in either
+	// direction before the client sends {"type":"keepalive"} (docs/protocol.md,
+	// "Keepalive"): API Gateway closes a connection idle for 10 minutes, and the
+	// server cannot ping through it. Default DefaultKeepaliveInterval (9 minutes);
+	// negative turns it off. A server without the extension answers bad_frame (an
+	// OnNotice) and stays open. On AWS a keepalive costs one billed message and no
+	// invocation; it carries no order number, as the server never sees it.
+	KeepaliveInterval time.Duration
+	// keepaliveAfter replaces time.After in the keepalive loop (tests).
+	keepaliveAfter func(time.Duration) <-chan time.Time
 	// NoBatch subscribes without the batching extension (docs/protocol.md, "Extension: batched event frames"): the server
 	// then sends one event per message, as to any v1 client. By default the client
 	// asks for batches and splits them; OnEvent sees the same events either way.
 	NoBatch bool
 }
+
+// DefaultKeepaliveInterval is Options.KeepaliveInterval's default: a minute inside API
+// Gateway's 10-minute idle timeout.
+const DefaultKeepaliveInterval = 9 * time.Minute
 
 func (o Options) withDefaults() Options {
 	if o.Cursor == nil {
@@ -151,6 +165,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReadAhead <= 0 {
 		o.ReadAhead = 256
+	}
+	if o.KeepaliveInterval == 0 {
+		o.KeepaliveInterval = DefaultKeepaliveInterval
+	}
+	if o.keepaliveAfter == nil {
+		o.keepaliveAfter = time.After
 	}
 	return o
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -25,6 +26,9 @@ type conn struct {
 
 	writeMu sync.Mutex // numbers and writes one frame at a time
 	order   int64      // order field of the last frame written on this connection
+	// traffic is when a frame last went either way (UnixNano): the keepalive loop's
+	// idle clock.
+	traffic atomic.Int64
 }
 
 // MaxFrameBytes is the largest WebSocket frame the client writes: API Gateway closes a
@@ -70,7 +74,11 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 		return nil, err
 	}
 	cn := &conn{ws: ws, hello: hello, frames: make(chan read, c.opts.ReadAhead), quit: make(chan struct{})}
+	cn.touch()
 	go cn.readLoop()
+	if c.opts.KeepaliveInterval > 0 {
+		go cn.keepaliveLoop(c.opts.KeepaliveInterval, c.opts.keepaliveAfter)
+	}
 	if c.opts.PingInterval > 0 {
 		go cn.pingLoop(c.opts.PingInterval)
 	}
@@ -99,6 +107,7 @@ func firstFrame(typ websocket.MessageType, data []byte) (Hello, error) {
 func (cn *conn) readLoop() {
 	for {
 		typ, data, err := cn.ws.Read(context.Background())
+		cn.touch()
 		if err == nil && typ != websocket.MessageText {
 			err = fmt.Errorf("%w: binary frame", ErrProtocol)
 		}
@@ -114,6 +123,49 @@ func (cn *conn) readLoop() {
 			return
 		}
 	}
+}
+
+// keepaliveFrame is the keepalive extension's frame, exactly (docs/protocol.md,
+// "Keepalive").
+var keepaliveFrame = []byte(`{"type":"keepalive"}`)
+
+func (cn *conn) touch() { cn.traffic.Store(time.Now().UnixNano()) }
+
+// keepaliveLoop sends keepaliveFrame whenever interval has passed with no frame in
+// either direction, so that an idle connection is not closed by API Gateway. It wakes
+// at most once per interval; traffic only moves its next look later.
+func (cn *conn) keepaliveLoop(interval time.Duration, after func(time.Duration) <-chan time.Time) {
+	wait := interval
+	for {
+		select {
+		case <-cn.quit:
+			return
+		case <-after(wait):
+		}
+		idle := time.Since(time.Unix(0, cn.traffic.Load()))
+		if idle < interval {
+			wait = interval - idle
+			continue
+		}
+		if err := cn.writeRaw(keepaliveFrame); err != nil {
+			return // the reader sees the closed socket and the client reconnects
+		}
+		wait = interval
+	}
+}
+
+// writeRaw writes data as it is, unnumbered: a frame the server's handlers never see.
+func (cn *conn) writeRaw(data []byte) error {
+	cn.writeMu.Lock()
+	defer cn.writeMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := writeMessage(ctx, cn.ws, data); err != nil {
+		cn.ws.CloseNow()
+		return err
+	}
+	cn.touch()
+	return nil
 }
 
 // pingLoop pings every interval; a ping unanswered for an interval ends the connection.
@@ -166,6 +218,7 @@ func (cn *conn) write(ctx context.Context, f protocol.ClientFrame) error {
 		return err
 	}
 	cn.order++
+	cn.touch()
 	return nil
 }
 

@@ -94,6 +94,13 @@ export interface ClientOptions {
   maxBackoffMs?: number;
   /** How long one attempt may take to get its hello (default 15000). */
   connectTimeoutMs?: number;
+  /**
+   * How long a connection may go with nothing sent or received before the client sends
+   * {"type":"keepalive"} (default 540000, 9 minutes: API Gateway closes a connection
+   * idle for 10). 0 turns it off. The frame is unnumbered; a server without the
+   * extension answers bad_frame (a notice) and stays open. See docs/protocol.md.
+   */
+  keepaliveMs?: number;
   /** Receives every event in seq order, each once; awaited before the seq is recorded. A throw (or rejection) stops the client. */
   onEvent?: (event: SessionEvent, raw: string) => void | Promise<void>;
   /** Receives the notices, in stream order with the events. */
@@ -109,6 +116,12 @@ const STOPPED = new TerretError('client: closed');
 
 type Item = { data: string } | { end: Error };
 
+/** The keepalive extension's frame, exactly (docs/protocol.md, "Extension: keepalive"). */
+export const KEEPALIVE_FRAME = '{"type":"keepalive"}';
+
+/** DEFAULT_KEEPALIVE_MS is keepaliveMs's default: a minute inside API Gateway's 10-minute idle timeout. */
+export const DEFAULT_KEEPALIVE_MS = 9 * 60 * 1000;
+
 /** Conn is one WebSocket: its frames in arrival order, and the order count of what it sent. */
 class Conn {
   hello: HelloFrame | null = null;
@@ -116,9 +129,18 @@ class Conn {
   private items: Item[] = [];
   private waiter: (() => void) | null = null;
   private ended = false;
+  /** When a frame last went either way (ms): the keepalive's idle clock. */
+  private traffic = Date.now();
+  private keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
 
-  constructor(readonly ws: WebSocketLike, private readonly tap?: (direction: 'in' | 'out', text: string) => void) {
+  constructor(
+    readonly ws: WebSocketLike,
+    private readonly tap?: (direction: 'in' | 'out', text: string) => void,
+    private readonly keepaliveMs = 0,
+  ) {
+    if (keepaliveMs > 0) this.armKeepalive(keepaliveMs);
     ws.onmessage = (m) => {
+      this.traffic = Date.now();
       if (typeof m.data === 'string') {
         this.tap?.('in', m.data);
         this.push({ data: m.data });
@@ -129,9 +151,27 @@ class Conn {
     ws.onerror = () => {}; // the close that follows says it
   }
 
+  /** armKeepalive looks again in ms: traffic meanwhile only moves the next look later. */
+  private armKeepalive(ms: number): void {
+    this.keepaliveTimer = setTimeout(() => {
+      if (this.ended) return;
+      const idle = Date.now() - this.traffic;
+      if (idle < this.keepaliveMs) return this.armKeepalive(this.keepaliveMs - idle);
+      if (this.ws.readyState === 1 /* OPEN */) {
+        this.ws.send(KEEPALIVE_FRAME); // unnumbered: the server's handlers never see it
+        this.tap?.('out', KEEPALIVE_FRAME);
+        this.traffic = Date.now();
+      }
+      this.armKeepalive(this.keepaliveMs);
+    }, ms);
+  }
+
   push(item: Item): void {
     if (this.ended) return;
-    if ('end' in item) this.ended = true;
+    if ('end' in item) {
+      this.ended = true;
+      clearTimeout(this.keepaliveTimer);
+    }
     this.items.push(item);
     const w = this.waiter;
     this.waiter = null;
@@ -161,6 +201,7 @@ class Conn {
     this.order++;
     const text = JSON.stringify({ ...frame, order: this.order });
     this.ws.send(text);
+    this.traffic = Date.now();
     this.tap?.('out', text);
   }
 
@@ -461,7 +502,7 @@ export class TerretClient implements AsyncIterable<StreamItem> {
       if (this.opts.token) protocols.push(SUBPROTOCOL_BEARER + this.opts.token);
       ws = new WS(this.opts.url, protocols);
     }
-    const conn = new Conn(ws, this.opts.onFrame);
+    const conn = new Conn(ws, this.opts.onFrame, this.opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS);
     this.dialing = conn;
     let item: Item;
     try {

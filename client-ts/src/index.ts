@@ -4,7 +4,7 @@ export * from './cursor.js';
 export { splitMessage } from './batch.js';
 export { agentURL, agentIdOf } from './url.js';
 export {
-  TerretClient, isEvent,
+  TerretClient, isEvent, KEEPALIVE_FRAME, DEFAULT_KEEPALIVE_MS,
   type ClientOptions, type ConnectionState, type Notice, type SessionEvent, type Status, type StreamItem,
   type WebSocketConstructor, type WebSocketLike,
 } from './client.js';

@@ -33,6 +33,8 @@ commands:
   usage --agent ID             print the agent's metered usage
   chat --agent ID              talk with the agent in the terminal
   tail --agent ID [--from N]   print the agent's events as JSON lines, following live
+  smoke [--url URL --token T]  connect, subscribe, run a turn with a tool call,
+                               reconnect and replay; each step with its latency
 
 Run 'terret <command> -h' for a command's flags, 'terret --version' for the version.
 `
@@ -65,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runTail(ctx, args[1:], stdout, stderr)
 	case "agent":
 		err = runAgent(ctx, args[1:], stdout, stderr)
+	case "smoke":
+		err = runSmoke(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

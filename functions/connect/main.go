@@ -11,5 +11,5 @@ func main() {
 	env := service.Boot("connect")
 	h := service.Socket(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), nil, env.Logger)
 	h.RequireOrigin(env.Config.OriginSecret)
-	lambda.Start(h.Connect)
+	lambda.Start(service.Route(h.Connect))
 }

@@ -10,5 +10,5 @@ import (
 func main() {
 	env := service.Boot("disconnect")
 	h := service.Socket(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), nil, env.Logger)
-	lambda.Start(h.Disconnect)
+	lambda.Start(service.Route(h.Disconnect))
 }

@@ -16,5 +16,5 @@ func main() {
 		service.Exit(err)
 	}
 	h := service.Socket(env.Config, env.AWS, d, rt, env.Logger)
-	lambda.Start(h.Message)
+	lambda.Start(service.Route(h.Message))
 }

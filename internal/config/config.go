@@ -11,12 +11,15 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // ErrInvalid reports a missing or malformed setting.
@@ -46,6 +49,11 @@ type Config struct {
 	// answer. Load takes it only for a local stack: DYNAMODB_ENDPOINT set and the URL
 	// http on a loopback address; anywhere else it is an error.
 	PauseEndpoint string
+	// CallBudget bounds each DynamoDB operation of the function, its retries included
+	// (CallBudgets; docs/deploy.md, "Retry budgets"). LoadFrom sets it per function
+	// for a deployed function (DYNAMODB_ENDPOINT unset); zero means no bound beyond
+	// the caller's context.
+	CallBudget time.Duration
 	// OriginSecret (ORIGIN_SECRET, connect only, optional) is the value CloudFront adds
 	// as the origin header; when set, $connect refuses a handshake without it. A secret:
 	// never log it or print the Config.
@@ -110,6 +118,11 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		LogLevel:           orDefault(getenv("LOG_LEVEL"), "info"),
 		MetricsNamespace:   strings.TrimSpace(getenv("METRICS_NAMESPACE")),
 		OriginSecret:       getenv("ORIGIN_SECRET"),
+	}
+	if c.DynamoDBEndpoint == "" {
+		// Deployed only: DynamoDB Local on a loaded machine may stall for seconds, and
+		// a local stack has no 29 s route timeout to answer within.
+		c.CallBudget = CallBudgets[function]
 	}
 	var err error
 	if c.ReplayLimit, err = positive(getenv, "REPLAY_LIMIT", DefaultReplayLimit); err != nil {
@@ -185,19 +198,65 @@ func AWS(ctx context.Context) (aws.Config, error) {
 
 // DynamoDBMaxAttempts is how many times a DynamoDB request is tried before its error
 // reaches the caller: throttling on a hot partition or during on-demand scaling passes
-// within the SDK's backoff (up to 20 s between attempts), far cheaper than failing a
-// stream batch or a client's frame. The SDK's default is 3.
+// within the SDK's backoff, far cheaper than failing a stream batch or a client's
+// frame. The SDK's default is 3.
 const DynamoDBMaxAttempts = 8
 
+// DynamoDBMaxBackoff caps the wait between two attempts (the SDK's default is 20 s, so
+// that 8 attempts could outlast API Gateway's 29 s route timeout).
+const DynamoDBMaxBackoff = 2 * time.Second
+
+// CallBudgets bound each DynamoDB operation, retries included, per function: a route
+// function's well inside API Gateway's 29 s (a frame makes a few calls, and the route
+// context ends RouteMargin before the Lambda deadline anyway); deliver's inside half
+// its sender lease (connections.DefaultLease, 30 s, renewed at half the term); the
+// runner's inside a third of its 15 s lease, the interval it renews at, so that one
+// stalled call never outlives the lease it holds. Past its budget an operation fails
+// with context.DeadlineExceeded and the caller's error path runs.
+var CallBudgets = map[string]time.Duration{
+	"connect":    8 * time.Second,
+	"message":    8 * time.Second,
+	"disconnect": 8 * time.Second,
+	"deliver":    10 * time.Second,
+	"runner":     4 * time.Second,
+}
+
+// RouteMargin is how long before its Lambda deadline a route handler's context ends
+// (Route in internal/service), so that the handler answers — its error path included —
+// before Lambda and API Gateway give up on it.
+const RouteMargin = 3 * time.Second
+
 // DynamoDB returns a DynamoDB client, pointed at DynamoDBEndpoint when set, that retries
-// throttled and failed requests DynamoDBMaxAttempts times.
+// throttled and failed requests up to DynamoDBMaxAttempts times, at most
+// DynamoDBMaxBackoff apart, and ends each operation, retries included, within
+// CallBudget when it is set.
 func (c Config) DynamoDB(awsCfg aws.Config) *dynamodb.Client {
 	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
-		o.RetryMaxAttempts = DynamoDBMaxAttempts
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxAttempts = DynamoDBMaxAttempts
+			so.MaxBackoff = DynamoDBMaxBackoff
+		})
+		o.RetryMaxAttempts = DynamoDBMaxAttempts // else aws.Config's (AWS_MAX_ATTEMPTS) would win
+		if c.CallBudget > 0 {
+			o.APIOptions = append(o.APIOptions, budget(c.CallBudget))
+		}
 		if c.DynamoDBEndpoint != "" {
 			o.BaseEndpoint = aws.String(c.DynamoDBEndpoint)
 		}
 	})
+}
+
+// budget bounds a whole operation — every attempt and every backoff — to d: it is an
+// Initialize-step middleware, which runs once per operation, outside the retry loop.
+func budget(d time.Duration) func(*middleware.Stack) error {
+	return func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("terret/call-budget",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				ctx, cancel := context.WithTimeout(ctx, d)
+				defer cancel()
+				return next.HandleInitialize(ctx, in)
+			}), middleware.Before)
+	}
 }
 
 // Management returns the @connections client for ManagementEndpoint.

@@ -3,6 +3,7 @@ package config_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/terret/terret-ws/internal/config"
 )
@@ -51,5 +52,36 @@ func TestPauseEndpoint(t *testing.T) {
 				t.Errorf("error %v, want config.ErrInvalid", err)
 			}
 		})
+	}
+}
+
+// TestCallBudgets: a deployed function's DynamoDB operations each get their function's
+// budget; a local stack's (DYNAMODB_ENDPOINT set) get none. Every function has one,
+// and a route function's ends before its route context does (29 s less RouteMargin).
+func TestCallBudgets(t *testing.T) {
+	env := map[string]string{
+		"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "WS_MANAGEMENT_ENDPOINT": "https://x",
+		"DELIVER_FUNCTION": "d", "RUNNER_FUNCTION": "r",
+	}
+	for _, fn := range []string{"connect", "message", "disconnect", "deliver", "runner"} {
+		c, err := config.LoadFrom(fn, func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.CallBudget <= 0 || c.CallBudget != config.CallBudgets[fn] {
+			t.Errorf("%s: CallBudget %s, want %s", fn, c.CallBudget, config.CallBudgets[fn])
+		}
+		if fn != "deliver" && fn != "runner" && c.CallBudget >= 29*time.Second-config.RouteMargin {
+			t.Errorf("%s: CallBudget %s outlasts the route context", fn, c.CallBudget)
+		}
+		local, err := config.LoadFrom(fn, func(k string) string {
+			if k == "DYNAMODB_ENDPOINT" {
+				return "http://127.0.0.1:8000"
+			}
+			return env[k]
+		})
+		if err != nil || local.CallBudget != 0 {
+			t.Errorf("%s on a local stack: CallBudget %s (%v), want none", fn, local.CallBudget, err)
+		}
 	}
 }

@@ -117,6 +117,9 @@ type rigConfig struct {
 	served chan<- string
 	// agent serves the frames other than subscribe; nil: none (unsupported).
 	agent socket.Controller
+	// disconnected, if set, receives the connection id of each $disconnect once the
+	// disconnect function has served it.
+	disconnected chan<- string
 }
 
 func startRig(t *testing.T, rc rigConfig) *rig {
@@ -159,6 +162,12 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 		}))
 	}
 	gw.Disconnect.Bind(lambda.NewHandler(sock.Disconnect))
+	if rc.disconnected != nil {
+		gw.Disconnect.Bind(lambda.NewHandler(func(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+			defer func() { rc.disconnected <- req.RequestContext.ConnectionID }()
+			return sock.Disconnect(ctx, req)
+		}))
+	}
 	gw.Deliver.Bind(lambda.NewHandler(func(ctx context.Context, raw json.RawMessage) (any, error) {
 		out, err := r.d.Handle(ctx, raw)
 		if err == nil {

@@ -74,8 +74,9 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 		if k.Code != protocol.CodeSuperseded {
 			d.dropped(k.Code) // Supersede counted its own
 		}
-		// The connection may still be finishing $connect: allow it the hello grace.
-		err := d.postHello(ctx, k.ConnectionID, protocol.Marshal(protocol.NewError(k.Code, message(k.Code))))
+		// The connection may still be finishing $connect: allow it the hello grace. A
+		// refused connection has no conn# record to end the loop early (recorded false).
+		err := d.postHello(ctx, k.ConnectionID, protocol.Marshal(protocol.NewError(k.Code, message(k.Code))), false)
 		if errors.Is(err, ErrGone) {
 			return nil
 		}

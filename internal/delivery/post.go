@@ -37,16 +37,53 @@ func (d *Deliverer) post(ctx context.Context, connID string, data []byte) error 
 	return fmt.Errorf("%w: %s: %v", ErrPost, connID, err)
 }
 
-// postHello posts hello, allowing a freshly accepted connection a grace period: on AWS
-// a post can race the end of $connect and answer Gone until the socket is open.
-func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte) error {
+// Backoff of the hello loop (postHello): the first retry after 50 ms, each next one
+// twice as late, at most 1 s apart, each wait drawn from its upper half. Over the
+// default 5 s grace that is about 11 posts, at most 15 (it was about 100 at a fixed
+// 50 ms).
+const (
+	helloFirstBackoff = 50 * time.Millisecond
+	helloMaxBackoff   = time.Second
+)
+
+// postHello posts data, the first frame of a freshly accepted connection (hello, or the
+// error frame of a refused one), allowing it a grace period: on AWS a post can race the
+// end of $connect and answer Gone until the socket is open — and Gone is also the answer
+// once the client has left, which no post can tell apart. So a Gone is retried with a
+// bounded exponential backoff until d.cfg.HelloGrace has passed, and, when the
+// connection has a conn# record (recorded), the loop ends as soon as that record is
+// gone: $disconnect deletes it (connections.Store.Forget), and $disconnect runs only
+// after $connect has completed, so a missing record means the client left.
+//
+// Cost per Gone answer: one post, plus for a recorded connection one strongly
+// consistent GetItem of the conn# record (1 RRU). A client that hangs up at once costs
+// those until $disconnect has run and at most one more; one that never opens costs at
+// most 15 posts (docs/security.md,
+// "What a vanished connection costs").
+func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte, recorded bool) error {
 	deadline := time.Now().Add(d.cfg.HelloGrace)
+	wait := helloFirstBackoff
 	for {
 		err := d.post(ctx, connID, data)
 		if !errors.Is(err, ErrGone) || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(50 * time.Millisecond)
+		if recorded {
+			_, cerr := d.store.Conn(ctx, connID)
+			if errors.Is(cerr, connections.ErrNotFound) {
+				d.logger.Info("connection left before its first frame", "connection_id", connID)
+				return err
+			}
+			// Any other read error: keep to the grace and its backoff.
+		}
+		t := time.NewTimer(wait/2 + mrand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, helloMaxBackoff)
 	}
 }
 

@@ -298,7 +298,7 @@ func (s *sender) hello() error {
 		return s.unwelcomed(err, false)
 	}
 	s.d.gate(GateHello, s.o.AgentID)
-	if err := s.d.postHello(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewHello(s.o.AgentID, tip))); err != nil {
+	if err := s.d.postHello(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewHello(s.o.AgentID, tip)), true); err != nil {
 		return err
 	}
 	s.p.HelloSent = true

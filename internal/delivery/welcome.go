@@ -188,7 +188,7 @@ func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, 
 			return time.Time{}, err
 		}
 		// The connection may still be finishing $connect: postHello allows for it.
-		err = d.postHello(ctx, connID, protocol.Marshal(protocol.NewHello(c.AgentID, tip)))
+		err = d.postHello(ctx, connID, protocol.Marshal(protocol.NewHello(c.AgentID, tip)), true)
 		if errors.Is(err, ErrGone) {
 			return time.Time{}, d.settle(ctx, connID, holder)
 		}

@@ -87,6 +87,23 @@ func Socket(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, agent s
 	)
 }
 
+// Route bounds a route handler h (connect, message, disconnect) by its Lambda deadline:
+// h runs with a context that ends config.RouteMargin before the deadline of the
+// invocation's, so that its calls — DynamoDB retries included — give up in time for
+// h's error path to answer (an error frame, a refused handshake) before Lambda and API
+// Gateway's 29 s give up on the invocation. A context without a deadline is passed on
+// as it is.
+func Route[Req, Resp any](h func(context.Context, Req) (Resp, error)) func(context.Context, Req) (Resp, error) {
+	return func(ctx context.Context, req Req) (Resp, error) {
+		if deadline, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline.Add(-config.RouteMargin))
+			defer cancel()
+		}
+		return h(ctx, req)
+	}
+}
+
 // Env is what a function's main loads once at cold start.
 type Env struct {
 	Config config.Config

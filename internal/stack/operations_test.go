@@ -130,6 +130,18 @@ func TestTablesRetained(t *testing.T) {
 				t.Errorf("%s %s = %q, want Retain", id, policy, got)
 			}
 		}
+		if got := s.Get("Resources", id, "Properties", "DeletionProtectionEnabled"); got != true {
+			t.Errorf("%s DeletionProtectionEnabled = %v, want true", id, got)
+		}
+		for unit, param := range map[string]string{"MaxReadRequestUnits": "TableMaxReadRequestUnits", "MaxWriteRequestUnits": "TableMaxWriteRequestUnits"} {
+			cond, yes, no, ok := ifOf(yamlPath(root, "Resources", id, "Properties", "OnDemandThroughput", unit))
+			if !ok || yes.Tag != "!Ref" || yes.Value != param || no.Value != "AWS::NoValue" || !conditionOn(root, cond, param, "-1", true) {
+				t.Errorf("%s OnDemandThroughput.%s must be !If [C, !Ref %s, !Ref AWS::NoValue] with C = !Not [!Equals [!Ref %s, -1]]", id, unit, param, param)
+			}
+			if d := yamlPath(root, "Parameters", param, "Default"); d == nil || d.Value != "-1" {
+				t.Errorf("parameter %s must default to -1 (no cap)", param)
+			}
+		}
 		n := yamlPath(root, "Resources", id, "Properties", "PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled")
 		cond, yes, no, ok := ifOf(n)
 		if !ok || yes.Value != "true" || no.Value != "false" || !conditionOn(root, cond, "PointInTimeRecovery", "true", false) {
@@ -173,17 +185,22 @@ func TestAlarms(t *testing.T) {
 	if len(queues) == 0 {
 		t.Fatal("no queues")
 	}
+	// A queue's alarm counts the messages sent to it per 5 minutes, so it clears once
+	// nothing new arrives; the number visible would stay up until somebody read them.
 	for _, q := range queues {
 		found := false
-		for _, a := range as {
-			if a.Namespace == "AWS/SQS" && a.MetricName == "ApproximateNumberOfMessagesVisible" && len(a.Dimensions) == 1 &&
+		for id, a := range as {
+			if a.Namespace == "AWS/SQS" && a.MetricName == "ApproximateNumberOfMessagesVisible" {
+				t.Errorf("%s alarms on the level of messages visible: it stays in alarm until the queue is read", id)
+			}
+			if a.Namespace == "AWS/SQS" && a.MetricName == "NumberOfMessagesSent" && a.Statistic == "Sum" && a.Period == 300 && len(a.Dimensions) == 1 &&
 				a.Dimensions[0].Name == "QueueName" && a.Dimensions[0].Value == "${"+q+".QueueName}" &&
 				jsonScalar(a.Threshold) == "0" && a.ComparisonOperator == "GreaterThanThreshold" && a.TreatMissingData == "notBreaching" {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("queue %s has no alarm on ApproximateNumberOfMessagesVisible > 0", q)
+			t.Errorf("queue %s has no alarm on NumberOfMessagesSent (Sum per 5 minutes) > 0", q)
 		}
 	}
 
@@ -287,48 +304,43 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 	t.Parallel()
 	s := loadStack(t)
 	fs := functions(t, s)
-	for id, metric := range map[string]string{"FunctionErrorsAlarm": "Errors", "FunctionThrottlesAlarm": "Throttles"} {
-		var a struct {
-			Metrics []struct {
-				ID         string `json:"Id"`
-				Expression string
-				ReturnData bool
-				MetricStat *struct {
-					Stat   string
-					Metric struct {
-						Namespace, MetricName string
-						Dimensions            []struct{ Name, Value string }
-					}
-				}
+	var all []string
+	for _, f := range fs {
+		all = append(all, f.Props.FunctionName)
+	}
+	// Errors are a share of invocations, route and background functions apart (together
+	// every function); throttles a share of all requests, every function in one alarm.
+	var errorsCovered []string
+	for _, c := range []struct{ id, part, param string }{
+		{"FunctionErrorsAlarm", "Errors", "${FunctionErrorRateAlarmPercent}"},
+		{"BackgroundErrorsAlarm", "Errors", "${FunctionErrorRateAlarmPercent}"},
+		{"FunctionThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
+	} {
+		m := mathAlarm(t, s, c.id)
+		parts, invocations := m.summed("AWS/Lambda", c.part, "FunctionName"), m.summed("AWS/Lambda", "Invocations", "FunctionName")
+		if len(parts) == 0 || !equalSets(parts, invocations) {
+			t.Errorf("%s: %s of %v against Invocations of %v, want the same functions", c.id, c.part, parts, invocations)
+		}
+		expr := " " + m.returned().Expression + " "
+		for _, ms := range m.Metrics {
+			if ms.MetricStat != nil && !strings.Contains(strings.NewReplacer("(", " ", ")", " ").Replace(expr), " "+ms.ID+" ") {
+				t.Errorf("%s: %s is not in the expression %q", c.id, ms.ID, expr)
 			}
 		}
-		if err := s.Decode(&a, "Resources", id, "Properties"); err != nil {
-			t.Fatal(err)
+		if !strings.Contains(expr, "/") || !strings.Contains(expr, "100 *") || !strings.HasPrefix(strings.TrimSpace(expr), "IF(") {
+			t.Errorf("%s: expression %q, want a percentage of invocations that is 0 on too few", c.id, expr)
 		}
-		var summed, returned []string
-		var expr string
-		for _, m := range a.Metrics {
-			if m.ReturnData {
-				returned = append(returned, m.ID)
-				expr = m.Expression
-			}
+		if jsonScalar(m.Threshold) != c.param {
+			t.Errorf("%s: threshold %v, want %s", c.id, m.Threshold, c.param)
 		}
-		for _, m := range a.Metrics {
-			if ms := m.MetricStat; ms != nil && ms.Metric.Namespace == "AWS/Lambda" && ms.Metric.MetricName == metric && ms.Stat == "Sum" &&
-				len(ms.Metric.Dimensions) == 1 && ms.Metric.Dimensions[0].Name == "FunctionName" {
-				summed = append(summed, ms.Metric.Dimensions[0].Value)
-				if !strings.Contains(" "+expr+" ", " "+m.ID+" ") {
-					t.Errorf("%s: %s is not in the sum", id, m.ID)
-				}
-			}
+		if c.part == "Errors" {
+			errorsCovered = append(errorsCovered, parts...)
+		} else if !equalSets(parts, all) {
+			t.Errorf("%s covers %v, want every function %v", c.id, parts, all)
 		}
-		var want []string
-		for _, f := range fs {
-			want = append(want, f.Props.FunctionName)
-		}
-		if len(returned) != 1 || !equalSets(summed, want) {
-			t.Errorf("%s sums %s of %v (returns %v), want every function %v", id, metric, summed, returned, want)
-		}
+	}
+	if !equalSets(errorsCovered, all) {
+		t.Errorf("error alarms cover %v, want every function once %v", errorsCovered, all)
 	}
 	body := s.String("Resources", "Dashboard", "Properties", "DashboardBody")
 	var doc struct{ Widgets []any }

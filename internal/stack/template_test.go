@@ -371,8 +371,16 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("%s ApiId = %q", id, got)
 		}
 	}
-	if got := keys(routes); !equalSets(got, keys(routeFunction)) {
-		t.Fatalf("routes = %v, want %v: every frame goes to $default", got, keys(routeFunction))
+	if got, want := keys(routes), append(keys(routeFunction), keys(mockRoutes)...); !equalSets(got, want) {
+		t.Fatalf("routes = %v, want %v: every frame but keepalive goes to $default", got, want)
+	}
+	for key := range mockRoutes {
+		id := routes[key]
+		checkMockRoute(t, s, key, id)
+		delete(routes, key)
+	}
+	if n := len(s.Resources("AWS::ApiGatewayV2::RouteResponse")); n != 0 {
+		t.Errorf("%d route responses: no route answers a frame through API Gateway", n)
 	}
 	invoked := map[string]string{} // function → source ARN
 	for _, id := range s.Resources("AWS::Lambda::Permission") {
@@ -433,7 +441,7 @@ func TestRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var routeIDs []string
-	for _, id := range routes {
+	for _, id := range s.Resources("AWS::ApiGatewayV2::Route") {
 		routeIDs = append(routeIDs, id)
 	}
 	if !equalSets(deps, routeIDs) {
@@ -444,6 +452,47 @@ func TestRoutes(t *testing.T) {
 	}
 	if s.Get("Resources", "AccessLogGroup", "Condition") != "AccessLogsEnabled" || st("AccessLogSettings", "DestinationArn") != "${AccessLogGroup.Arn}" {
 		t.Errorf("access logs must be optional (Condition AccessLogsEnabled) and go to AccessLogGroup")
+	}
+}
+
+// mockRoutes are the routes API Gateway answers itself, with the frame type each
+// carries: keepalive (docs/protocol.md, "Keepalive").
+var mockRoutes = map[string]bool{"keepalive": true}
+
+// checkMockRoute: route key (logical id id) targets a MOCK integration that invokes
+// nothing and answers nothing: no function, no route response (so no frame back), and
+// the request template that gives API Gateway the status code a WebSocket MOCK
+// integration needs, selected whatever the frame's content (\$default).
+func checkMockRoute(t *testing.T, s *Stack, key, id string) {
+	t.Helper()
+	target := s.String("Resources", id, "Properties", "Target")
+	integration, ok := strings.CutPrefix(target, "integrations/")
+	integration = strings.Trim(integration, "${}")
+	if !ok || s.String("Resources", integration, "Type") != "AWS::ApiGatewayV2::Integration" {
+		t.Fatalf("route %s: Target %q, want integrations/${...} of an AWS::ApiGatewayV2::Integration", key, target)
+	}
+	var in struct {
+		ApiId, IntegrationType, IntegrationUri, TemplateSelectionExpression string
+		RequestTemplates                                                    map[string]string
+	}
+	if err := s.Decode(&in, "Resources", integration, "Properties"); err != nil {
+		t.Fatal(err)
+	}
+	if in.ApiId != "${WebSocketApi}" || in.IntegrationType != "MOCK" || in.IntegrationUri != "" {
+		t.Errorf("route %s: integration %+v, want a MOCK integration of the WebSocketApi with no URI", key, in)
+	}
+	if in.TemplateSelectionExpression != `\$default` || len(in.RequestTemplates) != 1 {
+		t.Errorf("route %s: TemplateSelectionExpression %q, templates %v; want \\$default selecting the one $default template", key, in.TemplateSelectionExpression, in.RequestTemplates)
+	}
+	var tmpl struct{ StatusCode *int }
+	if err := json.Unmarshal([]byte(in.RequestTemplates["$default"]), &tmpl); err != nil || tmpl.StatusCode == nil || *tmpl.StatusCode != 200 {
+		t.Errorf("route %s: $default request template %q (%v), want JSON {\"statusCode\": 200}", key, in.RequestTemplates["$default"], err)
+	}
+	if rse := s.String("Resources", id, "Properties", "RouteResponseSelectionExpression"); rse != "" {
+		t.Errorf("route %s: RouteResponseSelectionExpression %q: the keepalive gets no answer", key, rse)
+	}
+	if got := s.String("Resources", id, "Properties", "RouteKey"); got != key {
+		t.Errorf("route %s: RouteKey %q", key, got)
 	}
 }
 

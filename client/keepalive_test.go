@@ -1,0 +1,111 @@
+package client_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/terret/terret-ws/client"
+)
+
+// next reads the client's next frame on the connection, as text.
+func (p *peer) next() string {
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	_, b, err := p.ws.Read(ctx)
+	if err != nil {
+		p.t.Errorf("connection %d: no frame from the client: %v", p.i, err)
+		return ""
+	}
+	return string(b)
+}
+
+// TestKeepaliveOnIdleSocket: a connection with nothing sent or received for the
+// keepalive interval gets exactly {"type":"keepalive"} — unnumbered, so the server's
+// order of the client's frames has no gap — and again after each further interval; a
+// numbered frame sent afterwards still carries the next order number.
+func TestKeepaliveOnIdleSocket(t *testing.T) {
+	t.Parallel()
+	got := make(chan []string, 1)
+	srv := serveScripts(t, func(p *peer) {
+		p.hello(0)
+		p.expectSubscribe(0)
+		frames := []string{p.next(), p.next(), p.next()}
+		got <- frames
+		p.waitClosed()
+	})
+	o := newRecorder().options()
+	o.KeepaliveInterval = 20 * time.Millisecond
+	c := dial(t, srv.url("/agents/a1/ws"), "tok", o)
+	if err := c.Subscribe(ctxT(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	var frames []string
+	select {
+	case frames = <-got:
+	case <-time.After(wait):
+		t.Fatal("the server got no three frames")
+	}
+	for i, f := range frames[:2] {
+		if f != `{"type":"keepalive"}` {
+			t.Errorf("idle frame %d = %s, want exactly {\"type\":\"keepalive\"}", i, f)
+		}
+	}
+	// The third: a keepalive again, or nothing but keepalives: the subscribe was order 1.
+	if frames[2] != `{"type":"keepalive"}` {
+		t.Errorf("third idle frame = %s", frames[2])
+	}
+}
+
+// TestNoKeepaliveWhileTrafficFlows: the keepalive timer firing on a connection that
+// had traffic within the interval sends nothing; it looks again when the interval since
+// that traffic is up. The timer is the test's, so the order is the test's: the frame
+// the server reads after the timer fired is the client's next real frame, numbered 2.
+func TestNoKeepaliveWhileTrafficFlows(t *testing.T) {
+	t.Parallel()
+	const interval = time.Hour // longer than the test: traffic is always recent
+	waits := make(chan time.Duration)
+	fire := make(chan time.Time)
+	after := func(d time.Duration) <-chan time.Time {
+		waits <- d
+		return fire
+	}
+	got := make(chan string, 1)
+	srv := serveScripts(t, func(p *peer) {
+		p.hello(0)
+		p.expectSubscribe(0)
+		p.events(0) // traffic from the server
+		got <- p.next()
+		p.waitClosed()
+	})
+	r := newRecorder()
+	o := client.WithKeepaliveTimer(r.options(), after)
+	o.KeepaliveInterval = interval
+	c := dial(t, srv.url("/agents/a1/ws"), "tok", o)
+	if d := <-waits; d != interval {
+		t.Fatalf("first keepalive wait %s, want the interval %s", d, interval)
+	}
+	if err := c.Subscribe(ctxT(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	r.expectSeqs(t, 0, 0) // the event arrived: traffic both ways
+	for round := range 3 {
+		fire <- time.Now()
+		// The loop decided and waits again: for what is left of the interval since the
+		// last traffic, less than the whole.
+		if d := <-waits; d <= 0 || d >= interval {
+			t.Fatalf("round %d: wait %s after traffic, want within (0, %s)", round, d, interval)
+		}
+	}
+	if err := c.Inject(ctxT(t), "hi", false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-got:
+		if f != `{"type":"inject","text":"hi","wake":false,"order":2}` {
+			t.Errorf("the server's next frame = %s, want the inject (order 2) and no keepalive before it", f)
+		}
+	case <-time.After(wait):
+		t.Fatal("the server got nothing")
+	}
+}

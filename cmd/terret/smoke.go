@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/terret/terret-ws/client"
+	"github.com/terret/terret-ws/internal/config"
+)
+
+// smokeScript is the turn the smoke test runs: one echo tool call, then a reply. It
+// needs the scripted model and the echo tool, the deployment's defaults.
+const (
+	smokeReply  = "smoke ok"
+	smokeScript = `{"script":[{"call":[{"tool":"echo","args":{"text":"smoke"}}]},{"say":"` + smokeReply + `"}]}`
+)
+
+// runSmoke checks a deployment end to end, through the protocol only: connect,
+// subscribe, a turn with a tool call, reconnect and replay. Each step prints its name,
+// ok and its latency; the first failure ends the run with exit status 1 naming the step.
+// Against AWS this is the one test of the IAM grants (DynamoDB Local enforces none):
+// the connect transaction (tokens#, agent#, conn# items), the runner's log writes and
+// deliver's posts all run under the functions' own roles.
+func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	env := config.LoadCLIEnv()
+	fs := flag.NewFlagSet("terret smoke", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	setUsage(fs, "terret smoke [--url URL --token TOKEN] [--agent ID]")
+	tf := addTargetFlags(fs, env)
+	step := fs.Duration("step-timeout", time.Minute, "how long each step may take")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *step <= 0 {
+		return fmt.Errorf("%w: --step-timeout must be positive", errUsage)
+	}
+	if *tf.url == "" && *tf.agent == "" {
+		*tf.agent = "smoke-" + randomSuffix() // a fresh agent of the running terret dev
+	}
+	tgt, err := tf.resolve(ctx, env)
+	if err != nil {
+		return err
+	}
+	s := &smoke{url: tgt.url, token: tgt.token, step: *step, out: stdout, events: make(chan client.Event, 4096)}
+	return s.run(ctx)
+}
+
+type smoke struct {
+	url, token string
+	step       time.Duration
+	out        io.Writer
+	events     chan client.Event
+}
+
+// do runs one step within the step timeout and reports it.
+func (s *smoke) do(ctx context.Context, name string, f func(context.Context) (string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, s.step)
+	defer cancel()
+	start := time.Now()
+	detail, err := f(ctx)
+	took := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		fmt.Fprintf(s.out, "%-10s FAILED after %s: %v\n", name, took, err)
+		return fmt.Errorf("step %s failed: %w", name, err)
+	}
+	fmt.Fprintf(s.out, "%-10s ok %8s  %s\n", name, took, detail)
+	return nil
+}
+
+func (s *smoke) dial(ctx context.Context) (*client.Client, error) {
+	return client.Dial(ctx, s.url, s.token, client.Options{OnEvent: func(ev client.Event) error {
+		select {
+		case s.events <- ev:
+			return nil
+		default:
+			return errors.New("terret smoke: too many events unread")
+		}
+	}})
+}
+
+// until reads events until match holds for one, and returns it.
+func (s *smoke) until(ctx context.Context, c *client.Client, what string, match func(client.Event) (bool, error)) (client.Event, error) {
+	for {
+		select {
+		case ev := <-s.events:
+			ok, err := match(ev)
+			if err != nil || ok {
+				return ev, err
+			}
+		case <-c.Done():
+			return client.Event{}, fmt.Errorf("connection ended before %s: %v", what, c.Err())
+		case <-ctx.Done():
+			return client.Event{}, fmt.Errorf("no %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+func (s *smoke) run(ctx context.Context) error {
+	var c *client.Client
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	var hello client.Hello
+	if err := s.do(ctx, "connect", func(ctx context.Context) (string, error) {
+		var err error
+		if c, err = s.dial(ctx); err != nil {
+			return "", err
+		}
+		hello = c.Hello()
+		return fmt.Sprintf("hello: session %s, last_seq %d", hello.SessionID, hello.LastSeq), nil
+	}); err != nil {
+		return err
+	}
+	if err := s.do(ctx, "subscribe", func(ctx context.Context) (string, error) {
+		if err := c.Subscribe(ctx, hello.LastSeq); err != nil {
+			return "", err
+		}
+		ev, err := s.until(ctx, c, fmt.Sprintf("event %d", hello.LastSeq), func(ev client.Event) (bool, error) { return ev.Seq >= hello.LastSeq, nil })
+		return fmt.Sprintf("replayed seq %d (%s)", ev.Seq, ev.Type), err
+	}); err != nil {
+		return err
+	}
+	var turnStart, turnEnd int64 = -1, -1
+	if err := s.do(ctx, "turn", func(ctx context.Context) (string, error) {
+		if err := c.Inject(ctx, smokeScript, true); err != nil {
+			return "", err
+		}
+		var tool, result bool
+		var reply string
+		_, err := s.until(ctx, c, "turn/end", func(ev client.Event) (bool, error) {
+			var p struct {
+				Status, Reason, Text, Name string
+				Error                      json.RawMessage
+			}
+			_ = json.Unmarshal(ev.Payload, &p)
+			switch ev.Type {
+			case "turn/start":
+				if turnStart < 0 {
+					turnStart = ev.Seq
+				}
+			case "tool/call":
+				tool = tool || p.Name == "echo"
+			case "tool/result":
+				if len(p.Error) > 0 && string(p.Error) != "null" {
+					return false, fmt.Errorf("tool/result is an error: %s", p.Error)
+				}
+				result = true
+			case "assistant/chunk":
+				reply += p.Text
+			case "turn/end":
+				if turnStart < 0 {
+					return false, nil // an earlier turn's end
+				}
+				turnEnd = ev.Seq
+				if p.Status != "completed" {
+					return false, fmt.Errorf("turn ended %s: %s", p.Status, p.Reason)
+				}
+				return true, nil
+			}
+			return false, nil
+		})
+		if err != nil {
+			return "", err
+		}
+		if !tool || !result || reply != smokeReply {
+			return "", fmt.Errorf("turn completed with tool call %v, tool result %v, reply %q; want echo, its result and %q", tool, result, reply, smokeReply)
+		}
+		return fmt.Sprintf("seq %d..%d: echo tool call and result, reply %q", turnStart, turnEnd, reply), nil
+	}); err != nil {
+		return err
+	}
+	return s.do(ctx, "replay", func(ctx context.Context) (string, error) {
+		c.Close()
+		for len(s.events) > 0 {
+			<-s.events // the first connection's leftovers
+		}
+		var err error
+		if c, err = s.dial(ctx); err != nil {
+			return "", fmt.Errorf("reconnect: %w", err)
+		}
+		if err := c.Subscribe(ctx, turnStart); err != nil {
+			return "", err
+		}
+		next := turnStart
+		_, err = s.until(ctx, c, fmt.Sprintf("seq %d", turnEnd), func(ev client.Event) (bool, error) {
+			if ev.Seq != next {
+				return false, fmt.Errorf("replay sent seq %d, want %d", ev.Seq, next)
+			}
+			next++
+			return ev.Seq == turnEnd, nil
+		})
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("reconnected, replayed seq %d..%d gapless", turnStart, turnEnd), nil
+	})
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
