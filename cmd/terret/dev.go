@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -52,6 +53,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
+	allowRemoteToken := fs.Bool("allow-remote-dev-token", false, "with a non-loopback --addr, still serve the page's /dev/token (anyone who reaches the address can then mint tokens)")
 	awsLatency := latency.Flags(fs) // --aws-latency and its figures (docs/performance.md)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -95,19 +97,32 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// The page's "Dev token" button mints tokens in the stack's own table, known once it is up.
 	var devTokens atomic.Pointer[auth.Store]
-	pages := webui.Handler(webui.Options{DevToken: func(ctx context.Context, agentID string) (string, error) {
+	mint := func(ctx context.Context, agentID string) (string, error) {
 		if s := devTokens.Load(); s != nil {
 			return s.Create(ctx, agentID)
 		}
 		return "", errors.New("terret dev: still starting")
-	}})
+	}
+	remote := !loopbackAddr(*addr)
+	if remote {
+		// Anyone on the network can then open sockets and load the page; /dev/token would
+		// hand them tokens.
+		if *allowRemoteToken {
+			fmt.Fprintf(stderr, "terret dev: warning: --addr %s is reachable from other hosts, and --allow-remote-dev-token lets anyone who reaches it mint tokens at /dev/token\n", *addr)
+		} else {
+			fmt.Fprintf(stderr, "terret dev: warning: --addr %s is reachable from other hosts; /dev/token is off (--allow-remote-dev-token serves it anyway)\n", *addr)
+			mint = nil
+		}
+	}
+	pages := webui.Handler(webui.Options{DevToken: mint})
 	// The same metrics the functions write as CloudWatch EMF, in Prometheus text format.
 	rec := metrics.New(nil, "")
 	metrics.SetDefault(rec)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", rec.Handler())
 	mux.Handle("/", pages)
-	pages = mux
+	guard := &devTokenGuard{next: mux, loopbackOnly: !remote}
+	pages = guard
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second, QuotaSweep: 5 * time.Second,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
@@ -124,6 +139,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return profileError(*profileFile, devStartError(err, *addr))
 	}
 	defer st.Close()
+	if _, port, err := net.SplitHostPort(strings.TrimPrefix(st.WebSocketURL(), "ws://")); err == nil {
+		guard.port.Store(&port)
+	}
 	devTokens.Store(auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]))
 	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
 		Addr: strings.TrimPrefix(st.WebSocketURL(), "ws://"), DataDir: data}
