@@ -66,10 +66,11 @@ const (
 const (
 	// MaxPostBytes is API Gateway's limit for one PostToConnection payload (128 KiB).
 	MaxPostBytes = 128 * 1024
-	// ReadLimit is the largest frame the gateway reads; a larger one closes the socket
-	// with 1009 (message too big). The $default handler enforces the protocol's own
-	// 1 MiB limit itself, answering bad_frame.
-	ReadLimit = 8 << 20
+	// ReadLimit is the largest message the gateway reads: API Gateway's own 128 KiB
+	// (MaxMessageBytes). A larger one closes the socket with 1009 (message too big), as
+	// AWS does, after at most ReadLimit bytes were buffered: a client cannot make the
+	// gateway hold more than that per frame, whatever length its header claims.
+	ReadLimit = MaxMessageBytes
 	// MaxSyncInvokeBytes and MaxAsyncInvokeBytes are Lambda's request payload limits.
 	MaxSyncInvokeBytes  = 6 * 1024 * 1024
 	MaxAsyncInvokeBytes = 1024 * 1024
@@ -129,7 +130,8 @@ type Config struct {
 	RetryBackoff time.Duration
 	// Limits enforces API Gateway's limits on what clients send: frames of at most
 	// MaxFrameBytes, messages of at most MaxMessageBytes; a larger one closes the
-	// connection with status 1009. Off, frames and messages up to ReadLimit pass.
+	// connection with status 1009. Off, frames of any size pass, and messages up to
+	// ReadLimit (which is MaxMessageBytes either way).
 	Limits bool
 	// Logger receives JSON logs; nil logs to stderr at Info.
 	Logger *slog.Logger

@@ -320,10 +320,7 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 		g.disconnect(c, websocket.StatusAbnormalClosure, "upgrade failed")
 		return
 	}
-	ws.SetReadLimit(ReadLimit)
-	if g.cfg.Limits {
-		ws.SetReadLimit(MaxMessageBytes) // over it, the library closes with 1009
-	}
+	ws.SetReadLimit(ReadLimit) // over it, the library closes with 1009
 	c.ws = ws
 	close(c.ready)
 	log.Info("connected", "status", status, "source_ip", c.sourceIP)
@@ -392,7 +389,7 @@ func (g *Gateway) message(c *connection, body string, b64 bool, received time.Ti
 	now := received
 	ev := events.APIGatewayWebsocketProxyRequest{
 		RequestContext:  g.requestContext(c, RouteDefault, "MESSAGE", now),
-		Body:            body,
+		Body:            bodyMark,
 		IsBase64Encoded: b64,
 	}
 	ev.RequestContext.MessageID = newShortID()
@@ -401,7 +398,13 @@ func (g *Gateway) message(c *connection, body string, b64 bool, received time.Ti
 		g.routeError(c, "Forbidden", ev.RequestContext.RequestID)
 		return
 	}
-	_, reqID, err := g.invoke(g.base, routeFunction(RouteDefault), h, g.timeout(RouteDefault), ev, nil)
+	payload, err := messageEvent(ev, body)
+	if err != nil {
+		g.log.Error("message event", "connection_id", c.id, "error", err.Error())
+		g.routeError(c, "Internal server error", ev.RequestContext.RequestID)
+		return
+	}
+	_, reqID, err := g.invoke(g.base, routeFunction(RouteDefault), h, g.timeout(RouteDefault), payload, nil)
 	if err != nil {
 		g.log.Warn("message handler failed", "connection_id", c.id, "route", RouteDefault, "request_id", reqID, "error", err.Error())
 		g.routeError(c, "Internal server error", ev.RequestContext.RequestID)
