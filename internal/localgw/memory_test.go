@@ -98,10 +98,11 @@ func TestOversizedFrameCostsAtMostTheReadLimit(t *testing.T) {
 	if n := len(rec.get(localgw.RouteDefault)); n != 0 {
 		t.Fatalf("$default ran %d times for frames over the limit", n)
 	}
-	// Per socket: the buffered message (grown by doubling, ~2× ReadLimit) and the
-	// gateway's bookkeeping; 8 MiB each would be 64 MiB.
-	if limit := uint64(sockets * 4 * localgw.ReadLimit); grown > limit {
-		t.Fatalf("allocated %d bytes for %d sockets, want at most %d (4× ReadLimit each)", grown, sockets, limit)
+	// Per socket: the buffered message (grown by doubling, ~2.5× ReadLimit measured)
+	// and the gateway's bookkeeping, with room for the race detector's own; reading the
+	// claimed 8 MiB each would be 64 MiB at least.
+	if limit := uint64(sockets * 16 * localgw.ReadLimit); grown > limit {
+		t.Fatalf("allocated %d bytes for %d sockets, want at most %d (16× ReadLimit each)", grown, sockets, limit)
 	}
 	t.Logf("allocated %d bytes for %d oversized frames (%.1f× ReadLimit each)", grown, sockets, float64(grown)/float64(sockets*localgw.ReadLimit))
 }
