@@ -23,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/latency"
+	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webui"
@@ -53,6 +54,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
+	idle := fs.Duration("idle-timeout", localgw.DefaultIdleTimeout, "close a connection whose client sent no frame for this long, as API Gateway does ({\"type\":\"keepalive\"} counts)")
+	maxDuration := fs.Duration("max-connection-duration", localgw.DefaultMaxConnectionDuration, "close every connection this old, as API Gateway does")
 	allowRemoteToken := fs.Bool("allow-remote-dev-token", false, "with a non-loopback --addr, still serve the page's /dev/token (anyone who reaches the address can then mint tokens)")
 	awsLatency := latency.Flags(fs) // --aws-latency and its figures (docs/performance.md)
 	if err := fs.Parse(args); err != nil {
@@ -69,8 +72,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%w: --%s must be positive", errUsage, name)
 		}
 	}
-	if *ping <= 0 {
-		return fmt.Errorf("%w: --ping-interval must be positive", errUsage)
+	for name, d := range map[string]time.Duration{"ping-interval": *ping, "idle-timeout": *idle, "max-connection-duration": *maxDuration} {
+		if d <= 0 {
+			return fmt.Errorf("%w: --%s must be positive", errUsage, name)
+		}
 	}
 	if *profileFile == "" {
 		if _, err := os.Stat(defaultProfileFile); err == nil {
@@ -130,7 +135,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
 		Profile: *profileFile,
 		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "),
-		Latency: awsLatency(),
+		Latency:     awsLatency(),
+		IdleTimeout: *idle, MaxConnectionDuration: *maxDuration,
 	})
 	if err != nil {
 		if errors.Is(err, devstack.ErrProfile) {

@@ -291,6 +291,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dev", "--replay-limit", "0"}, 2, "--replay-limit must be positive"},
 		{[]string{"dev", "--lambda-emulator", "--lambda-concurrency", "0"}, 2, "--lambda-concurrency must be positive"},
 		{[]string{"dev", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"dev", "--idle-timeout", "0"}, 2, "--idle-timeout must be positive"},
+		{[]string{"dev", "--max-connection-duration", "-1s"}, 2, "--max-connection-duration must be positive"},
 		{[]string{"usage"}, 2, "--agent is required"},
 	}
 	for _, tc := range tests {

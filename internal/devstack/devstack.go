@@ -56,8 +56,12 @@ type Options struct {
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
 	GatewayLimits        bool               // the gateway enforces API Gateway's 32 KB frame and 128 KB message limits
-	Logger               *slog.Logger
-	LambdaEmulator       *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
+	// IdleTimeout and MaxConnectionDuration are the gateway's connection limits
+	// (default API Gateway's: 10 minutes without a client frame, 2 hours in all).
+	IdleTimeout           time.Duration
+	MaxConnectionDuration time.Duration
+	Logger                *slog.Logger
+	LambdaEmulator        *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
 	// Profile is the default profile's file, read again when it changes; "" serves the
 	// demo profile. Bedrock and api_key_secret use the default AWS credentials.
 	Profile string
@@ -82,6 +86,11 @@ type Options struct {
 	// HTTP (package pausehook).
 	Pause func(point, agentID string)
 }
+
+// KeepaliveRoute is the route key of the client's keepalive frame,
+// {"type":"keepalive"}: on AWS a MOCK integration answers it (no Lambda, no DynamoDB,
+// no reply frame), and it keeps the connection from the idle timeout.
+const KeepaliveRoute = "keepalive"
 
 // Stack is a running local service.
 type Stack struct {
@@ -219,8 +228,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Logger:       quietLog,
 		Pages:        o.Pages,
 		// Measurements raise the $default bound (measure.go).
-		MaxConcurrency: o.Measure.MaxConcurrency,
-		Limits:         o.GatewayLimits,
+		MaxConcurrency:        o.Measure.MaxConcurrency,
+		Limits:                o.GatewayLimits,
+		IdleTimeout:           o.IdleTimeout,
+		MaxConnectionDuration: o.MaxConnectionDuration,
+		// The template's keepalive route has a MOCK integration: no function runs.
+		MockRoutes: []string{KeepaliveRoute},
 	})
 	if err != nil {
 		return nil, err

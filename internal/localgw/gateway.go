@@ -133,6 +133,15 @@ type Config struct {
 	// connection with status 1009. Off, frames of any size pass, and messages up to
 	// ReadLimit (which is MaxMessageBytes either way).
 	Limits bool
+	// IdleTimeout closes a connection on which the client sent no frame for that long
+	// (default 10 minutes, API Gateway's); MaxConnectionDuration closes every
+	// connection that old (default 2 hours). Both close with 1001 "Going away".
+	IdleTimeout           time.Duration
+	MaxConnectionDuration time.Duration
+	// MockRoutes are route keys served by a MOCK integration: a text frame whose JSON
+	// "type" is one of them (the route selection expression $request.body.type)
+	// invokes no handler and gets no reply; it counts as activity for IdleTimeout.
+	MockRoutes []string
 	// Logger receives JSON logs; nil logs to stderr at Info.
 	Logger *slog.Logger
 	// Pages, if set, serves every other GET (the dev web page).
@@ -204,6 +213,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	}
 	if cfg.MaxConcurrency <= 0 {
 		cfg.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxConnectionDuration <= 0 {
+		cfg.MaxConnectionDuration = DefaultMaxConnectionDuration
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff

@@ -52,6 +52,7 @@ type connection struct {
 
 	activeMu     sync.Mutex
 	lastActiveAt time.Time
+	lastFrameAt  time.Time // the last client frame (idle.go)
 
 	// lastEpoch is the requestTimeEpoch of the newest frame read, frames the number of
 	// frames read (read loop only).
@@ -258,6 +259,7 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 		ready:        make(chan struct{}),
 		connectedAt:  now,
 		lastActiveAt: now,
+		lastFrameAt:  now,
 		sourceIP:     remoteIP(r),
 		userAgent:    r.UserAgent(),
 		host:         r.Host,
@@ -322,18 +324,24 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 	}
 	ws.SetReadLimit(ReadLimit) // over it, the library closes with 1009
 	c.ws = ws
+	c.active(time.Now()) // the idle clock starts with the connection, not before $connect ran
 	close(c.ready)
 	log.Info("connected", "status", status, "source_ip", c.sourceIP)
 
 	pingDone := make(chan struct{})
-	pingStopped := make(chan struct{})
+	pingStopped := make(chan struct{}, 2)
 	go func() {
-		defer close(pingStopped)
+		defer func() { pingStopped <- struct{}{} }()
 		g.pingLoop(c, pingDone)
+	}()
+	go func() {
+		defer func() { pingStopped <- struct{}{} }()
+		g.limitLoop(c, pingDone)
 	}()
 
 	code, reason := g.readLoop(c)
 	close(pingDone)
+	<-pingStopped
 	<-pingStopped
 	g.disconnect(c, code, reason)
 }
@@ -360,8 +368,14 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 			}
 			return websocket.StatusAbnormalClosure, "connection lost"
 		}
+		now := time.Now()
 		c.touch()
-		received := c.stamp(time.Now())
+		c.active(now)
+		if g.mockRoute(typ, data) {
+			g.log.Debug("frame to a mock route", "connection_id", c.id)
+			continue
+		}
+		received := c.stamp(now)
 		c.frames++
 		g.log.Debug("frame received", "connection_id", c.id, "frame", c.frames, "request_time_epoch", received.UnixMilli())
 		body, b64 := string(data), false
