@@ -148,9 +148,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, port, err := net.SplitHostPort(strings.TrimPrefix(st.WebSocketURL(), "ws://")); err == nil {
 		guard.port.Store(&port)
 	}
-	devTokens.Store(auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]))
+	devTokens.Store(auth.New(dynamolocal.ClientWith(st.DynamoDBEndpoint, st.Credentials), st.Tables["ConnectionsTable"]))
 	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
 		Addr: strings.TrimPrefix(st.WebSocketURL(), "ws://"), DataDir: data}
+	if st.Credentials != dynamolocal.LocalCredentials {
+		state.AccessKeyID, state.SecretAccessKey = st.Credentials.AccessKey, st.Credentials.SecretKey
+	}
 	b, _ := json.MarshalIndent(state, "", "  ")
 	_, _ = devstate.List(env.StateDir) // drops the records of instances that died
 	if remove, err := devstate.Write(env.StateDir, state); err != nil {
