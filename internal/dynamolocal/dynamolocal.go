@@ -161,7 +161,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.release()
 		return nil, err
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// A JVM on a loaded machine can take more than a minute to open its port.
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
 		if err == nil {
