@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/latency"
+	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webui"
@@ -52,6 +54,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
+	idle := fs.Duration("idle-timeout", localgw.DefaultIdleTimeout, "close a connection whose client sent no frame for this long, as API Gateway does ({\"type\":\"keepalive\"} counts)")
+	maxDuration := fs.Duration("max-connection-duration", localgw.DefaultMaxConnectionDuration, "close every connection this old, as API Gateway does")
+	allowRemoteToken := fs.Bool("allow-remote-dev-token", false, "with a non-loopback --addr, still serve the page's /dev/token (anyone who reaches the address can then mint tokens)")
 	awsLatency := latency.Flags(fs) // --aws-latency and its figures (docs/performance.md)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -67,8 +72,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%w: --%s must be positive", errUsage, name)
 		}
 	}
-	if *ping <= 0 {
-		return fmt.Errorf("%w: --ping-interval must be positive", errUsage)
+	for name, d := range map[string]time.Duration{"ping-interval": *ping, "idle-timeout": *idle, "max-connection-duration": *maxDuration} {
+		if d <= 0 {
+			return fmt.Errorf("%w: --%s must be positive", errUsage, name)
+		}
 	}
 	if *profileFile == "" {
 		if _, err := os.Stat(defaultProfileFile); err == nil {
@@ -95,19 +102,32 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// The page's "Dev token" button mints tokens in the stack's own table, known once it is up.
 	var devTokens atomic.Pointer[auth.Store]
-	pages := webui.Handler(webui.Options{DevToken: func(ctx context.Context, agentID string) (string, error) {
+	mint := func(ctx context.Context, agentID string) (string, error) {
 		if s := devTokens.Load(); s != nil {
 			return s.Create(ctx, agentID)
 		}
 		return "", errors.New("terret dev: still starting")
-	}})
+	}
+	remote := !loopbackAddr(*addr)
+	if remote {
+		// Anyone on the network can then open sockets and load the page; /dev/token would
+		// hand them tokens.
+		if *allowRemoteToken {
+			fmt.Fprintf(stderr, "terret dev: warning: --addr %s is reachable from other hosts, and --allow-remote-dev-token lets anyone who reaches it mint tokens at /dev/token\n", *addr)
+		} else {
+			fmt.Fprintf(stderr, "terret dev: warning: --addr %s is reachable from other hosts; /dev/token is off (--allow-remote-dev-token serves it anyway)\n", *addr)
+			mint = nil
+		}
+	}
+	pages := webui.Handler(webui.Options{DevToken: mint})
 	// The same metrics the functions write as CloudWatch EMF, in Prometheus text format.
 	rec := metrics.New(nil, "")
 	metrics.SetDefault(rec)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", rec.Handler())
 	mux.Handle("/", pages)
-	pages = mux
+	guard := &devTokenGuard{next: mux, loopbackOnly: !remote}
+	pages = guard
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second, QuotaSweep: 5 * time.Second,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
@@ -115,7 +135,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
 		Profile: *profileFile,
 		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "),
-		Latency: awsLatency(),
+		Latency:     awsLatency(),
+		IdleTimeout: *idle, MaxConnectionDuration: *maxDuration,
 	})
 	if err != nil {
 		if errors.Is(err, devstack.ErrProfile) {
@@ -124,9 +145,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return profileError(*profileFile, devStartError(err, *addr))
 	}
 	defer st.Close()
-	devTokens.Store(auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]))
+	if _, port, err := net.SplitHostPort(strings.TrimPrefix(st.WebSocketURL(), "ws://")); err == nil {
+		guard.port.Store(&port)
+	}
+	devTokens.Store(auth.New(dynamolocal.ClientWith(st.DynamoDBEndpoint, st.Credentials), st.Tables["ConnectionsTable"]))
 	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
 		Addr: strings.TrimPrefix(st.WebSocketURL(), "ws://"), DataDir: data}
+	if st.Credentials != dynamolocal.LocalCredentials {
+		state.AccessKeyID, state.SecretAccessKey = st.Credentials.AccessKey, st.Credentials.SecretKey
+	}
 	b, _ := json.MarshalIndent(state, "", "  ")
 	_, _ = devstate.List(env.StateDir) // drops the records of instances that died
 	if remove, err := devstate.Write(env.StateDir, state); err != nil {

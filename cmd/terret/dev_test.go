@@ -17,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/devstate"
+	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 )
 
@@ -257,6 +259,26 @@ func TestDevStartsDynamoDBLocal(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "tt_") {
 		t.Fatalf("token create against the started DynamoDB Local = %q, %d", out, code)
 	}
+	// Its database is private: a client with the fixed local key (anyone on the
+	// network) sees none of its tables; the record's key does, and the record is 0600.
+	if p.ready.AccessKeyID == "" {
+		t.Fatal("the ready file names no access key for the started DynamoDB Local")
+	}
+	lt, err := dynamolocal.Client(endpoint).ListTables(context.Background(), &dynamodb.ListTablesInput{})
+	if err != nil || len(lt.TableNames) != 0 {
+		t.Fatalf("the fixed local key sees tables %v (%v), want none", lt, err)
+	}
+	own, err := dynamolocal.ClientWith(endpoint, devCredentials(p.ready)).ListTables(context.Background(), &dynamodb.ListTablesInput{})
+	if err != nil || len(own.TableNames) != 3 {
+		t.Fatalf("the instance's key sees %v (%v), want its 3 tables", own, err)
+	}
+	recs, err := devstate.List(p.stateDir)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records %v %v", recs, err)
+	}
+	if fi, err := os.Stat(filepath.Join(devstate.Dir(p.stateDir), fmt.Sprint(recs[0].PID)+".json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("record file: %v %v, want mode 0600", err, fi)
+	}
 	p.cmd.Process.Signal(os.Interrupt)
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGINT: %v", err)
@@ -291,6 +313,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dev", "--replay-limit", "0"}, 2, "--replay-limit must be positive"},
 		{[]string{"dev", "--lambda-emulator", "--lambda-concurrency", "0"}, 2, "--lambda-concurrency must be positive"},
 		{[]string{"dev", "--bogus"}, 2, "flag provided but not defined"},
+		{[]string{"dev", "--idle-timeout", "0"}, 2, "--idle-timeout must be positive"},
+		{[]string{"dev", "--max-connection-duration", "-1s"}, 2, "--max-connection-duration must be positive"},
 		{[]string{"usage"}, 2, "--agent is required"},
 	}
 	for _, tc := range tests {

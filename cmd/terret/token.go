@@ -6,18 +6,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 )
 
-// store finds where the tables are: --dynamodb-endpoint (local credentials), the AWS
+// store finds where the tables are: --dynamodb-endpoint (a running terret dev's
+// credentials when it is that instance's DynamoDB Local, else the local ones), the AWS
 // account of the default credentials (--region with --connections-table), or the running
 // `terret dev`'s state file.
 type storeFlags struct {
@@ -44,7 +46,7 @@ var errNoDev = errors.New("no running terret dev found: start `terret dev`, or p
 func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) {
 	switch {
 	case *f.endpoint != "":
-		st := store{db: dynamolocal.Client(*f.endpoint), connections: orStr(*f.table, "terret-connections"), agents: orStr(*f.agentsTable, "terret-agents")}
+		st := store{db: dynamolocal.ClientWith(*f.endpoint, endpointCredentials(env, *f.endpoint)), connections: orStr(*f.table, "terret-connections"), agents: orStr(*f.agentsTable, "terret-agents")}
 		return st, nil
 	case *f.table != "" || *f.region != "":
 		if *f.table == "" {
@@ -70,10 +72,31 @@ func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) 
 	return devStore(s), nil
 }
 
-// devStore is the store of a running `terret dev`.
+// devStore is the store of a running `terret dev`, opened with the credentials its
+// DynamoDB Local takes.
 func devStore(s devState) store {
-	db := dynamodb.NewFromConfig(dynamolocal.Config(), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(s.DynamoDBEndpoint) })
+	db := dynamolocal.ClientWith(s.DynamoDBEndpoint, devCredentials(s))
 	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"]}
+}
+
+// devCredentials are the credentials of a dev instance's DynamoDB endpoint.
+func devCredentials(s devState) dynamolocal.Credentials {
+	if s.AccessKeyID == "" {
+		return dynamolocal.LocalCredentials
+	}
+	return dynamolocal.Credentials{AccessKey: s.AccessKeyID, SecretKey: s.SecretAccessKey}
+}
+
+// endpointCredentials are the credentials for a --dynamodb-endpoint: a running terret
+// dev's own when the endpoint is the DynamoDB Local it started, else the fixed local ones.
+func endpointCredentials(env config.CLIEnv, endpoint string) dynamolocal.Credentials {
+	running, _ := devstate.List(env.StateDir)
+	for _, r := range running {
+		if strings.TrimRight(r.DynamoDBEndpoint, "/") == strings.TrimRight(endpoint, "/") {
+			return devCredentials(r)
+		}
+	}
+	return dynamolocal.LocalCredentials
 }
 
 const tokenUsage = `usage: terret token create|rotate|revoke --agent ID [flags]

@@ -56,8 +56,12 @@ type Options struct {
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
 	GatewayLimits        bool               // the gateway enforces API Gateway's 32 KB frame and 128 KB message limits
-	Logger               *slog.Logger
-	LambdaEmulator       *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
+	// IdleTimeout and MaxConnectionDuration are the gateway's connection limits
+	// (default API Gateway's: 10 minutes without a client frame, 2 hours in all).
+	IdleTimeout           time.Duration
+	MaxConnectionDuration time.Duration
+	Logger                *slog.Logger
+	LambdaEmulator        *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
 	// Profile is the default profile's file, read again when it changes; "" serves the
 	// demo profile. Bedrock and api_key_secret use the default AWS credentials.
 	Profile string
@@ -83,6 +87,11 @@ type Options struct {
 	Pause func(point, agentID string)
 }
 
+// KeepaliveRoute is the route key of the client's keepalive frame,
+// {"type":"keepalive"}: on AWS a MOCK integration answers it (no Lambda, no DynamoDB,
+// no reply frame), and it keeps the connection from the idle timeout.
+const KeepaliveRoute = "keepalive"
+
 // Stack is a running local service.
 type Stack struct {
 	DynamoDBEndpoint string
@@ -90,6 +99,9 @@ type Stack struct {
 	Tables           tables.Names
 	Config           config.Config
 	AWSConfig        aws.Config // the handlers' clients' configuration
+	// Credentials are what DynamoDBEndpoint takes: the DynamoDB Local started here has
+	// its own (dynamolocal.Options.Private); an endpoint given by URL the fixed local ones.
+	Credentials dynamolocal.Credentials
 
 	sweep  *sweeper
 	gw     *localgw.Gateway
@@ -152,7 +164,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		ln.Close()
 		return nil, err
 	}
-	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint, measure: o.Measure}
+	st = &Stack{Region: dynamolocal.Region, DynamoDBEndpoint: o.DynamoDBEndpoint, measure: o.Measure, Credentials: dynamolocal.LocalCredentials}
 	// A failed start closes what it started; the local copy survives the
 	// `return nil, err` that clears the named result.
 	started := st
@@ -163,10 +175,13 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		}
 	}()
 	if st.DynamoDBEndpoint == "" {
-		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root, DBPath: o.DataDir, InstallDir: o.InstallDir, Progress: o.Progress}); err != nil {
+		// Private: DynamoDB Local listens on every interface; its own credentials keep
+		// other hosts out of this database.
+		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root, DBPath: o.DataDir, InstallDir: o.InstallDir, Progress: o.Progress, Private: true}); err != nil {
 			return nil, err
 		}
 		st.DynamoDBEndpoint = st.ddb.Endpoint()
+		st.Credentials = st.ddb.Credentials()
 	}
 	st.DynamoDBEndpoint = strings.TrimRight(st.DynamoDBEndpoint, "/")
 	defs, err := tables.Parse(terretws.Template)
@@ -177,7 +192,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if st.logStream, err = o.Measure.holdLogStream(defs); err != nil {
 		return nil, err
 	}
-	db := dynamolocal.Client(st.DynamoDBEndpoint)
+	db := dynamolocal.ClientWith(st.DynamoDBEndpoint, st.Credentials)
 	if err := tables.Ensure(ctx, db, defs, st.Tables); err != nil {
 		return nil, fmt.Errorf("devstack: create tables at %s: %w", st.DynamoDBEndpoint, err)
 	}
@@ -219,8 +234,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		Logger:       quietLog,
 		Pages:        o.Pages,
 		// Measurements raise the $default bound (measure.go).
-		MaxConcurrency: o.Measure.MaxConcurrency,
-		Limits:         o.GatewayLimits,
+		MaxConcurrency:        o.Measure.MaxConcurrency,
+		Limits:                o.GatewayLimits,
+		IdleTimeout:           o.IdleTimeout,
+		MaxConnectionDuration: o.MaxConnectionDuration,
+		// The template's keepalive route has a MOCK integration: no function runs.
+		MockRoutes: []string{KeepaliveRoute},
 	})
 	if err != nil {
 		return nil, err
@@ -242,7 +261,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		LambdaEndpoint:       st.gw.LambdaEndpoint(),
 		LogLevel:             "info",
 	}
-	awsCfg := o.Latency.Install(o.Measure.clients(dynamolocal.Config()))
+	awsCfg := o.Latency.Install(o.Measure.clients(dynamolocal.ConfigWith(st.Credentials)))
 	st.AWSConfig = awsCfg
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	msgD := service.Deliverer(st.Config, awsCfg, logger, tune) // the message function's, shared as there
@@ -274,7 +293,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.pollerOpts = eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: quietLog, Faults: o.Faults}
-	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint), st.Region, st.splitMappings([]eventsource.Mapping{
+	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint, st.Credentials), st.Region, st.splitMappings([]eventsource.Mapping{
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", con.turns(deliver)), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (tokens stream)", deliver), TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
 	}), st.pollerOpts)

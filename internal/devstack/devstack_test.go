@@ -159,13 +159,20 @@ func TestBadFrameKeepsSocketOpen(t *testing.T) {
 		`{"type":"subscribe","from_seq":"1"}`,
 		`[1]`,
 		`{"type":"set_policy","patterns":[1]}`,
-		`{"type":"inject","text":"` + strings.Repeat("x", 1<<20) + `","wake":true}`,
+		// Near the gateway's 128 KiB message limit, still read and answered.
+		`{"type":"inject","text":"` + strings.Repeat("x", 120<<10) + `","wake":"yes"}`,
 	} {
 		c.send(bad)
 		c.expectError("bad_frame")
 	}
 	c.send(`{"type":"subscribe","from_seq":0}`)
 	c.events(0, 0)
+	// Over 128 KiB the gateway closes the socket with 1009 before any handler runs, as
+	// API Gateway does: the protocol's 1 MiB bad_frame is never reached.
+	c.send(`{"type":"inject","text":"` + strings.Repeat("x", 1<<20) + `","wake":true}`)
+	if _, err := c.ws.Next(frameTimeout); websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("after a 1 MiB frame: %v, want close 1009", err)
+	}
 }
 
 func TestSupersededConnectionIsRefused(t *testing.T) {

@@ -177,8 +177,8 @@ func (em *emulation) env(st *Stack) (map[string]string, error) {
 		"LAMBDA_ENDPOINT":       st.gw.LambdaEndpoint(),
 		"AWS_REGION":            dynamolocal.Region,
 		"AWS_DEFAULT_REGION":    dynamolocal.Region,
-		"AWS_ACCESS_KEY_ID":     dynamolocal.AccessKey,
-		"AWS_SECRET_ACCESS_KEY": dynamolocal.SecretKey,
+		"AWS_ACCESS_KEY_ID":     st.Credentials.AccessKey,
+		"AWS_SECRET_ACCESS_KEY": st.Credentials.SecretKey,
 	}
 	if em.o.Pause != nil {
 		var err error

@@ -52,11 +52,11 @@ func (m Measure) clients(cfg aws.Config) aws.Config {
 }
 
 // streams is the pollers' DynamoDB Streams client.
-func (m Measure) streams(endpoint string) *dynamodbstreams.Client {
+func (m Measure) streams(endpoint string, creds dynamolocal.Credentials) *dynamodbstreams.Client {
 	if m.PollerClients == nil {
-		return dynamolocal.StreamsClient(endpoint)
+		return dynamolocal.StreamsClientWith(endpoint, creds)
 	}
-	return dynamodbstreams.NewFromConfig(m.PollerClients(dynamolocal.Config()), func(o *dynamodbstreams.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	return dynamodbstreams.NewFromConfig(m.PollerClients(dynamolocal.ConfigWith(creds)), func(o *dynamodbstreams.Options) { o.BaseEndpoint = aws.String(endpoint) })
 }
 
 // holdLogStream takes the log table's stream out of defs when LogStreamLater is set, and
@@ -101,7 +101,7 @@ func (s *Stack) EnableLogStream(ctx context.Context) error {
 	if s.logStream == nil {
 		return errors.New("devstack: the log table has its stream already")
 	}
-	db := dynamolocal.Client(s.DynamoDBEndpoint)
+	db := dynamolocal.ClientWith(s.DynamoDBEndpoint, s.Credentials)
 	name := s.Tables["LogTable"]
 	if _, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: aws.String(name), StreamSpecification: s.logStream}); err != nil {
 		return fmt.Errorf("devstack: enable the stream of %s: %w", name, err)
@@ -119,7 +119,7 @@ func (s *Stack) EnableLogStream(ctx context.Context) error {
 		}
 	}
 	var err error
-	s.logPoller, err = eventsource.Start(context.WithoutCancel(ctx), db, s.measure.streams(s.DynamoDBEndpoint), s.Region,
+	s.logPoller, err = eventsource.Start(context.WithoutCancel(ctx), db, s.measure.streams(s.DynamoDBEndpoint, s.Credentials), s.Region,
 		[]eventsource.Mapping{s.logMapping}, s.pollerOpts)
 	return err
 }

@@ -30,6 +30,11 @@ type Record struct {
 	PID              int          `json:"pid"`
 	Addr             string       `json:"addr,omitempty"`     // the gateway's bound HOST:PORT
 	DataDir          string       `json:"data_dir,omitempty"` // "" in memory or an external endpoint
+	// AccessKeyID and SecretAccessKey are what the DynamoDB Local this instance
+	// started takes (its database opens only with them); "" for an endpoint given by
+	// URL, which takes the fixed local credentials. The record file is 0600.
+	AccessKeyID     string `json:"aws_access_key_id,omitempty"`
+	SecretAccessKey string `json:"aws_secret_access_key,omitempty"`
 }
 
 // Errors of Find.

@@ -54,14 +54,16 @@ type Server struct {
 	unlock   func() // releases the data directory; nil in memory
 	output   *tailBuffer
 	graceful bool
+	creds    Credentials
 }
 
 // Options tune Start.
 type Options struct {
 	Port int // 0 picks a free port
 	// DBPath "" runs in memory; otherwise it is a directory (created if missing) holding
-	// one file-backed database shared by every access key and region (-sharedDb), locked
-	// for the life of the server so that a second server cannot open it.
+	// the file-backed database (shared by every access key and region, -sharedDb,
+	// unless Private), locked for the life of the server so that a second server cannot
+	// open it.
 	DBPath string
 	// Root is a repository root; "" finds one by walking up from the working directory.
 	// Its PackageDir is used when `make deps` installed DynamoDB Local there.
@@ -71,6 +73,10 @@ type Options struct {
 	InstallDir string
 	// Progress receives the install's progress lines; nil discards them.
 	Progress io.Writer
+	// Private gives the server credentials of its own (credentials.go) instead of the
+	// fixed local ones, and a database only they open: random per start in memory,
+	// kept in DBPath's key file otherwise (no -sharedDb then). `terret dev` sets it.
+	Private bool
 }
 
 // Endpoint is the server's URL, e.g. http://127.0.0.1:8000.
@@ -99,9 +105,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 	args := []string{"-Djava.library.path=DynamoDBLocal_lib", "-Xms64m", "-jar", "DynamoDBLocal.jar", "-port", strconv.Itoa(port)}
-	s := &Server{endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{}), output: &tailBuffer{max: 20}}
+	s := &Server{endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{}), output: &tailBuffer{max: 20}, creds: LocalCredentials}
 	if o.DBPath == "" {
 		args = append(args, "-inMemory")
+		if o.Private {
+			s.creds = newCredentials()
+		}
 	} else {
 		dir, err := filepath.Abs(o.DBPath)
 		if err != nil {
@@ -113,7 +122,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		if s.unlock, err = lockData(dir); err != nil {
 			return nil, err
 		}
-		args = append(args, "-dbPath", dir, "-sharedDb")
+		args = append(args, "-dbPath", dir)
+		if o.Private {
+			if s.creds, err = dataCredentials(dir); err != nil {
+				s.release()
+				return nil, err
+			}
+		} else {
+			args = append(args, "-sharedDb")
+		}
 		s.graceful = true
 	}
 	started := make(chan error, 1)
@@ -144,7 +161,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.release()
 		return nil, err
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// A JVM on a loaded machine can take more than a minute to open its port.
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
 		if err == nil {

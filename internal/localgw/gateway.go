@@ -16,7 +16,9 @@
 //   - POST /2015-03-31/functions/{name}/invocations serves Invoke for the real lambda
 //     client with BaseEndpoint = LambdaEndpoint().
 //
-// Everything listens on one address.
+// The sockets (and Config.Pages) listen on Config.Addr. The two APIs listen apart, on
+// a loopback port of their own, behind a per-gateway secret (internal.go): they are
+// the handlers' callbacks, never a client's.
 package localgw
 
 import (
@@ -64,10 +66,11 @@ const (
 const (
 	// MaxPostBytes is API Gateway's limit for one PostToConnection payload (128 KiB).
 	MaxPostBytes = 128 * 1024
-	// ReadLimit is the largest frame the gateway reads; a larger one closes the socket
-	// with 1009 (message too big). The $default handler enforces the protocol's own
-	// 1 MiB limit itself, answering bad_frame.
-	ReadLimit = 8 << 20
+	// ReadLimit is the largest message the gateway reads: API Gateway's own 128 KiB
+	// (MaxMessageBytes). A larger one closes the socket with 1009 (message too big), as
+	// AWS does, after at most ReadLimit bytes were buffered: a client cannot make the
+	// gateway hold more than that per frame, whatever length its header claims.
+	ReadLimit = MaxMessageBytes
 	// MaxSyncInvokeBytes and MaxAsyncInvokeBytes are Lambda's request payload limits.
 	MaxSyncInvokeBytes  = 6 * 1024 * 1024
 	MaxAsyncInvokeBytes = 1024 * 1024
@@ -127,8 +130,18 @@ type Config struct {
 	RetryBackoff time.Duration
 	// Limits enforces API Gateway's limits on what clients send: frames of at most
 	// MaxFrameBytes, messages of at most MaxMessageBytes; a larger one closes the
-	// connection with status 1009. Off, frames and messages up to ReadLimit pass.
+	// connection with status 1009. Off, frames of any size pass, and messages up to
+	// ReadLimit (which is MaxMessageBytes either way).
 	Limits bool
+	// IdleTimeout closes a connection on which the client sent no frame for that long
+	// (default 10 minutes, API Gateway's); MaxConnectionDuration closes every
+	// connection that old (default 2 hours). Both close with 1001 "Going away".
+	IdleTimeout           time.Duration
+	MaxConnectionDuration time.Duration
+	// MockRoutes are route keys served by a MOCK integration: a text frame whose JSON
+	// "type" is one of them (the route selection expression $request.body.type)
+	// invokes no handler and gets no reply; it counts as activity for IdleTimeout.
+	MockRoutes []string
 	// Logger receives JSON logs; nil logs to stderr at Info.
 	Logger *slog.Logger
 	// Pages, if set, serves every other GET (the dev web page).
@@ -141,12 +154,17 @@ type Gateway struct {
 	log  *slog.Logger
 	ln   net.Listener
 	srv  *http.Server
-	base context.Context // parent of every invocation; cancelled last, in Shutdown
+	iln  net.Listener // the internal APIs' loopback listener (internal.go)
+	isrv *http.Server
+	// secret is the first path segment of every internal API call.
+	secret string
+	base   context.Context // parent of every invocation; cancelled last, in Shutdown
 
 	cancelBase  context.CancelFunc
 	stopWatch   func() bool
 	stopRetries chan struct{} // closed when Shutdown runs out of time: pending async retries are dropped
 	serveDone   chan struct{}
+	iserveDone  chan struct{}
 
 	sem  chan struct{} // $default concurrency slots
 	work tracker       // connections and invocations Shutdown waits for
@@ -196,6 +214,12 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.MaxConcurrency <= 0 {
 		cfg.MaxConcurrency = DefaultMaxConcurrency
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxConnectionDuration <= 0 {
+		cfg.MaxConnectionDuration = DefaultMaxConnectionDuration
+	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
@@ -211,6 +235,13 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("localgw: listen %s: %w", cfg.Addr, err)
 		}
 	}
+	iln, err := listenInternal()
+	if err != nil {
+		if cfg.Listener == nil {
+			ln.Close()
+		}
+		return nil, fmt.Errorf("localgw: listen for the internal APIs: %w", err)
+	}
 	// Invocations outlive the caller's ctx on purpose: shutting down must let them
 	// finish (bounded by their deadlines) rather than cancel them mid-write.
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -218,10 +249,13 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		cfg:         cfg,
 		log:         log,
 		ln:          ln,
+		iln:         iln,
+		secret:      newInternalSecret(),
 		base:        base,
 		cancelBase:  cancel,
 		stopRetries: make(chan struct{}),
 		serveDone:   make(chan struct{}),
+		iserveDone:  make(chan struct{}),
 		sem:         make(chan struct{}, cfg.MaxConcurrency),
 		work:        newTracker(),
 		conns:       make(map[string]*connection),
@@ -231,10 +265,21 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	g.isrv = &http.Server{
+		Handler:           internalAPI{g},
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 	go func() {
 		defer close(g.serveDone)
 		if err := g.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve failed", "error", err.Error())
+		}
+	}()
+	go func() {
+		defer close(g.iserveDone)
+		if err := g.isrv.Serve(iln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve failed", "listener", "internal", "error", err.Error())
 		}
 	}()
 	g.stopWatch = context.AfterFunc(ctx, func() { _ = g.Close() })
@@ -256,14 +301,16 @@ func (g *Gateway) hostPort() string {
 // WebSocketURL is ws://HOST:PORT; clients dial WebSocketURL()+"/agents/{agent_id}/ws".
 func (g *Gateway) WebSocketURL() string { return "ws://" + g.hostPort() }
 
-// ManagementEndpoint is http://HOST:PORT/{stage}, the BaseEndpoint for an
-// apigatewaymanagementapi client (the same shape as https://{api}.execute-api.../{stage}).
+// ManagementEndpoint is http://127.0.0.1:PORT/SECRET/{stage}, the BaseEndpoint for an
+// apigatewaymanagementapi client (the shape of https://{api}.execute-api.../{stage}).
+// It holds the gateway's secret: give it only to the handlers, never log it.
 func (g *Gateway) ManagementEndpoint() string {
-	return "http://" + g.hostPort() + "/" + g.cfg.Stage
+	return "http://" + g.internalHostPort() + "/" + g.secret + "/" + g.cfg.Stage
 }
 
-// LambdaEndpoint is http://HOST:PORT, the BaseEndpoint for a lambda client.
-func (g *Gateway) LambdaEndpoint() string { return "http://" + g.hostPort() }
+// LambdaEndpoint is http://127.0.0.1:PORT/SECRET, the BaseEndpoint for a lambda
+// client. It holds the gateway's secret, as ManagementEndpoint does.
+func (g *Gateway) LambdaEndpoint() string { return "http://" + g.internalHostPort() + "/" + g.secret }
 
 // Close is Shutdown bounded by the longest configured invocation timeout plus 15s,
 // so a handler that ignores its context cannot hang the caller forever.
@@ -338,13 +385,16 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 250*time.Millisecond)
 	defer cancel()
 	var srvErr error
-	if err := g.srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		srvErr = err
-	}
-	if err := g.srv.Close(); err != nil {
-		srvErr = errors.Join(srvErr, err)
+	for _, srv := range []*http.Server{g.srv, g.isrv} {
+		if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			srvErr = errors.Join(srvErr, err)
+		}
+		if err := srv.Close(); err != nil {
+			srvErr = errors.Join(srvErr, err)
+		}
 	}
 	<-g.serveDone
+	<-g.iserveDone
 	g.cancelBase()
 	g.log.Info("gateway closed")
 	if waitErr != nil {
@@ -356,8 +406,9 @@ func (g *Gateway) shutdown(ctx context.Context) error {
 	return nil
 }
 
-// ServeHTTP routes the three APIs. Path segments are matched unescaped, because the
-// AWS SDKs percent-encode every byte of a connection id or function ARN that is not
+// ServeHTTP serves the client side: the sockets and the pages. The @connections and
+// Invoke APIs are not here (internalAPI). Path segments are matched unescaped, because
+// the AWS SDKs percent-encode every byte of a connection id or function ARN that is not
 // unreserved ('=', '+', '/', ':').
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	segs, ok := splitPath(r.URL.EscapedPath())
@@ -372,16 +423,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		g.serveWebSocket(w, r, segs[1])
-	case len(segs) == 3 && segs[0] == g.cfg.Stage && segs[1] == "@connections":
-		g.serveManagement(w, r, segs[2])
-	case len(segs) == 2 && segs[0] == "@connections":
-		g.serveManagement(w, r, segs[1])
-	case len(segs) == 4 && segs[0] == "2015-03-31" && segs[1] == "functions" && segs[3] == "invocations":
-		if r.Method != http.MethodPost {
-			writeJSONError(w, http.StatusMethodNotAllowed, "MethodNotAllowedException", "Invoke needs POST")
-			return
-		}
-		g.serveInvoke(w, r, segs[2])
 	case g.cfg.Pages != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		g.cfg.Pages.ServeHTTP(w, r)
 	default:

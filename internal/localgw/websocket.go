@@ -53,6 +53,7 @@ type connection struct {
 
 	activeMu     sync.Mutex
 	lastActiveAt time.Time
+	lastFrameAt  time.Time // the last client frame (idle.go)
 
 	// lastEpoch is the requestTimeEpoch of the newest frame read, frames the number of
 	// frames read (read loop only).
@@ -259,6 +260,7 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 		ready:        make(chan struct{}),
 		connectedAt:  now,
 		lastActiveAt: now,
+		lastFrameAt:  now,
 		sourceIP:     remoteIP(r),
 		userAgent:    r.UserAgent(),
 		host:         r.Host,
@@ -321,23 +323,26 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 		g.disconnect(c, websocket.StatusAbnormalClosure, "upgrade failed")
 		return
 	}
-	ws.SetReadLimit(ReadLimit)
-	if g.cfg.Limits {
-		ws.SetReadLimit(MaxMessageBytes) // over it, the library closes with 1009
-	}
+	ws.SetReadLimit(ReadLimit) // over it, the library closes with 1009
 	c.ws = ws
+	c.active(time.Now()) // the idle clock starts with the connection, not before $connect ran
 	close(c.ready)
 	log.Info("connected", "status", status, "source_ip", c.sourceIP)
 
 	pingDone := make(chan struct{})
-	pingStopped := make(chan struct{})
+	pingStopped := make(chan struct{}, 2)
 	go func() {
-		defer close(pingStopped)
+		defer func() { pingStopped <- struct{}{} }()
 		g.pingLoop(c, pingDone)
+	}()
+	go func() {
+		defer func() { pingStopped <- struct{}{} }()
+		g.limitLoop(c, pingDone)
 	}()
 
 	code, reason := g.readLoop(c)
 	close(pingDone)
+	<-pingStopped
 	<-pingStopped
 	g.disconnect(c, code, reason)
 }
@@ -364,8 +369,14 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 			}
 			return websocket.StatusAbnormalClosure, "connection lost"
 		}
+		now := time.Now()
 		c.touch()
-		received := c.stamp(time.Now())
+		c.active(now)
+		if g.mockRoute(typ, data) {
+			g.log.Debug("frame to a mock route", "connection_id", c.id)
+			continue
+		}
+		received := c.stamp(now)
 		c.frames++
 		g.log.Debug("frame received", "connection_id", c.id, "frame", c.frames, "request_time_epoch", received.UnixMilli())
 		if typ == websocket.MessageText && !utf8.Valid(data) {
@@ -405,7 +416,7 @@ func (g *Gateway) message(c *connection, body string, b64 bool, received time.Ti
 	now := received
 	ev := events.APIGatewayWebsocketProxyRequest{
 		RequestContext:  g.requestContext(c, RouteDefault, "MESSAGE", now),
-		Body:            body,
+		Body:            bodyMark,
 		IsBase64Encoded: b64,
 	}
 	ev.RequestContext.MessageID = newShortID()
@@ -414,7 +425,13 @@ func (g *Gateway) message(c *connection, body string, b64 bool, received time.Ti
 		g.routeError(c, "Forbidden", ev.RequestContext.RequestID)
 		return
 	}
-	_, reqID, err := g.invoke(g.base, routeFunction(RouteDefault), h, g.timeout(RouteDefault), ev, nil)
+	payload, err := messageEvent(ev, body)
+	if err != nil {
+		g.log.Error("message event", "connection_id", c.id, "error", err.Error())
+		g.routeError(c, "Internal server error", ev.RequestContext.RequestID)
+		return
+	}
+	_, reqID, err := g.invoke(g.base, routeFunction(RouteDefault), h, g.timeout(RouteDefault), payload, nil)
 	if err != nil {
 		g.log.Warn("message handler failed", "connection_id", c.id, "route", RouteDefault, "request_id", reqID, "error", err.Error())
 		g.routeError(c, "Internal server error", ev.RequestContext.RequestID)

@@ -1,0 +1,117 @@
+package dynamolocal
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// startOrSkip starts DynamoDB Local, or skips where it cannot run (fails under CI).
+func startOrSkip(t *testing.T, o Options) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("java"); err != nil {
+		skipOrFail(t, "no java")
+	}
+	s, err := Start(context.Background(), o)
+	if errors.Is(err, ErrNotInstalled) || errors.Is(err, ErrNoRepo) {
+		skipOrFail(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func skipOrFail(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+func tableNames(t *testing.T, endpoint string, creds Credentials) []string {
+	t.Helper()
+	out, err := ClientWith(endpoint, creds).ListTables(context.Background(), &dynamodb.ListTablesInput{})
+	if err != nil {
+		t.Fatalf("ListTables: %v", err)
+	}
+	return out.TableNames
+}
+
+func createTable(t *testing.T, endpoint string, creds Credentials, name string) {
+	t.Helper()
+	_, err := ClientWith(endpoint, creds).CreateTable(context.Background(), &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatalf("CreateTable: %v", err)
+	}
+}
+
+// TestPrivateServer: a private server's database opens only with its own credentials —
+// a client with the fixed local key, or with another key, sees no table — in memory
+// and on disk; on disk the key survives a restart, and a data directory of an older
+// shared server keeps its tables.
+func TestPrivateServer(t *testing.T) {
+	t.Run("in memory", func(t *testing.T) {
+		s := startOrSkip(t, Options{Private: true})
+		c := s.Credentials()
+		if c == LocalCredentials || len(c.AccessKey) < 32 {
+			t.Fatalf("private credentials %q are not random", c.AccessKey)
+		}
+		createTable(t, s.Endpoint(), c, "mine")
+		for _, other := range []Credentials{LocalCredentials, newCredentials()} {
+			if got := tableNames(t, s.Endpoint(), other); len(got) != 0 {
+				t.Fatalf("key %s sees tables %v of the private database", other.AccessKey, got)
+			}
+		}
+		if got := tableNames(t, s.Endpoint(), c); len(got) != 1 || got[0] != "mine" {
+			t.Fatalf("own key sees %v, want [mine]", got)
+		}
+	})
+	t.Run("on disk, restarted", func(t *testing.T) {
+		dir := t.TempDir()
+		s := startOrSkip(t, Options{Private: true, DBPath: dir})
+		c := s.Credentials()
+		createTable(t, s.Endpoint(), c, "kept")
+		if got := tableNames(t, s.Endpoint(), LocalCredentials); len(got) != 0 {
+			t.Fatalf("the local key sees %v of the private database", got)
+		}
+		_ = s.Close()
+		if fi, err := os.Stat(filepath.Join(dir, keyFile)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("key file: %v, mode %v, want 0600", err, fi.Mode())
+		}
+		s2 := startOrSkip(t, Options{Private: true, DBPath: dir})
+		if s2.Credentials() != c {
+			t.Fatal("a restart changed the credentials")
+		}
+		if got := tableNames(t, s2.Endpoint(), c); len(got) != 1 || got[0] != "kept" {
+			t.Fatalf("after a restart the own key sees %v, want [kept]", got)
+		}
+	})
+	t.Run("older shared data directory", func(t *testing.T) {
+		dir := t.TempDir()
+		old := startOrSkip(t, Options{DBPath: dir}) // -sharedDb, the fixed key
+		createTable(t, old.Endpoint(), LocalCredentials, "before")
+		_ = old.Close()
+		s := startOrSkip(t, Options{Private: true, DBPath: dir})
+		if got := tableNames(t, s.Endpoint(), s.Credentials()); len(got) != 1 || got[0] != "before" {
+			t.Fatalf("the private server sees %v, want the shared database's [before]", got)
+		}
+		if got := tableNames(t, s.Endpoint(), LocalCredentials); len(got) != 0 {
+			t.Fatalf("after the move the local key still sees %v", got)
+		}
+	})
+}
