@@ -221,6 +221,46 @@ func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
 	return seq, nil
 }
 
+// Epoch returns the log's epoch: the id of its session/created event (seq 0). It is
+// the same for the life of the log and new when the log is created again after a
+// reset or a delete, since every event id is random; hello carries it. It returns
+// ErrNotFound if the session has no events. Cost: one strongly consistent Query of one
+// item, 1 read unit (a Query rather than a GetItem, so that every function that reads
+// the log may read it with the permissions it has).
+func (l *Log) Epoch(ctx context.Context, sessionID string) (string, error) {
+	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
+		TableName:              aws.String(l.table),
+		KeyConditionExpression: aws.String("session_id = :s AND seq = :z"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":s": &types.AttributeValueMemberS{Value: sessionID},
+			":z": &types.AttributeValueMemberN{Value: "0"},
+		},
+		ProjectionExpression: aws.String("id"),
+		Limit:                aws.Int32(1),
+		ConsistentRead:       aws.Bool(true),
+	})
+	if err != nil {
+		return "", fmt.Errorf("sessionlog: epoch of %s: %w", sessionID, err)
+	}
+	if len(out.Items) == 0 {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, sessionID)
+	}
+	id, ok := out.Items[0]["id"].(*types.AttributeValueMemberS)
+	if !ok {
+		return "", fmt.Errorf("%w: %s seq 0 has no id", ErrInvalid, sessionID)
+	}
+	return id.Value, nil
+}
+
+// Forget drops what this Log remembers of the session (its cached tip): the next
+// append reads the tip again. A reset or delete of the session calls it in its own
+// process; other processes' caches are why a reset fences the runner first.
+func (l *Log) Forget(sessionID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.tips, sessionID)
+}
+
 // Read returns up to limit events with seq ≥ from, in seq order, read strongly
 // consistent so an event whose append returned is always visible. It pages through
 // DynamoDB's 1 MB query pages internally. An empty result means from is past the tip.
