@@ -33,6 +33,10 @@ commands:
   usage --agent ID             print the agent's metered usage
   chat --agent ID              talk with the agent in the terminal
   tail --agent ID [--from N]   print the agent's events as JSON lines, following live
+  session export --agent ID [--from SEQ] [--to SEQ]
+                               print the agent's log as JSON lines, as subscribers get it
+  session reset --agent ID     start the session over from seq 0 (tokens, profile kept)
+  session delete --agent ID    erase everything kept about the agent
 
 Run 'terret <command> -h' for a command's flags, 'terret --version' for the version.
 `
@@ -65,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runTail(ctx, args[1:], stdout, stderr)
 	case "agent":
 		err = runAgent(ctx, args[1:], stdout, stderr)
+	case "session":
+		err = runSession(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -35,8 +35,8 @@ func addStoreFlags(fs *flag.FlagSet, env config.CLIEnv) storeFlags {
 }
 
 type store struct {
-	db                  *dynamodb.Client
-	connections, agents string
+	db                       *dynamodb.Client
+	connections, agents, log string
 }
 
 var errNoDev = errors.New("no running terret dev found: start `terret dev`, or pass --dynamodb-endpoint, or --region with --connections-table for deployed tables")
@@ -44,7 +44,7 @@ var errNoDev = errors.New("no running terret dev found: start `terret dev`, or p
 func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) {
 	switch {
 	case *f.endpoint != "":
-		st := store{db: dynamolocal.Client(*f.endpoint), connections: orStr(*f.table, "terret-connections"), agents: orStr(*f.agentsTable, "terret-agents")}
+		st := store{db: dynamolocal.Client(*f.endpoint), connections: orStr(*f.table, "terret-connections"), agents: orStr(*f.agentsTable, "terret-agents"), log: "terret-log"}
 		return st, nil
 	case *f.table != "" || *f.region != "":
 		if *f.table == "" {
@@ -73,7 +73,7 @@ func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) 
 // devStore is the store of a running `terret dev`.
 func devStore(s devState) store {
 	db := dynamodb.NewFromConfig(dynamolocal.Config(), func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(s.DynamoDBEndpoint) })
-	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"]}
+	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"], log: s.Tables["LogTable"]}
 }
 
 const tokenUsage = `usage: terret token create|rotate|revoke --agent ID [flags]

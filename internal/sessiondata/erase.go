@@ -91,13 +91,13 @@ func (e *eraser) batch(ctx context.Context, table string, reqs []types.WriteRequ
 func (st *Store) eraseLog(ctx context.Context, e *eraser, agentID string) error {
 	for {
 		out, err := st.api.Query(ctx, &dynamodb.QueryInput{
-			TableName:                aws.String(st.t.Log),
-			KeyConditionExpression:   aws.String("session_id = :s"),
+			TableName:                 aws.String(st.t.Log),
+			KeyConditionExpression:    aws.String("session_id = :s"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: agentID}},
-			ProjectionExpression:     aws.String("session_id, seq"),
-			ScanIndexForward:         aws.Bool(false),
-			ConsistentRead:           aws.Bool(true),
-			Limit:                    aws.Int32(1000),
+			ProjectionExpression:      aws.String("session_id, seq"),
+			ScanIndexForward:          aws.Bool(false),
+			ConsistentRead:            aws.Bool(true),
+			Limit:                     aws.Int32(1000),
 		})
 		if err != nil {
 			return fmt.Errorf("sessiondata: list log of %s: %w", agentID, err)
