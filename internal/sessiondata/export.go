@@ -14,9 +14,6 @@ import (
 // page (at most 1,000 events of at most 128 KiB) whatever the log's length.
 const exportPage = 1000
 
-// progressEvery is how many events an export writes between two progress lines.
-const progressEvery = 10000
-
 // Export writes agentID's events with seq in [from, to] to w in seq order, one JSON
 // line each: the envelope exactly as a subscriber receives it (sessionlog.Event's
 // MarshalJSON, the encoder delivery posts with). to < 0 means the tip when the export
@@ -60,7 +57,7 @@ func (st *Store) Export(ctx context.Context, agentID string, from, to int64, w i
 				return n, fmt.Errorf("sessiondata: export %s: write: %w", agentID, err)
 			}
 			n++
-			if n%progressEvery == 0 {
+			if n%int64(st.o.ProgressEvery) == 0 {
 				st.progress("exported %d of %d events (through seq %d)", n, total, ev.Seq)
 			}
 			next = ev.Seq + 1

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -48,19 +49,34 @@ func (r rig) seed(t *testing.T, agent string, n int) {
 func seedItems(t *testing.T, db *dynamodb.Client, table string, n int, item func(i int) map[string]types.AttributeValue) {
 	t.Helper()
 	ctx := context.Background()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	errs := make(chan error, n/25+1)
 	for i := 0; i < n; i += 25 {
 		var reqs []types.WriteRequest
 		for j := i; j < min(i+25, n); j++ {
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item(j)}})
 		}
-		pending := map[string][]types.WriteRequest{table: reqs}
-		for len(pending) > 0 {
-			out, err := db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
-			if err != nil {
-				t.Fatalf("seed: %v", err)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			pending := map[string][]types.WriteRequest{table: reqs}
+			for len(pending) > 0 {
+				out, err := db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+				if err != nil {
+					errs <- err
+					return
+				}
+				pending = out.UnprocessedItems
 			}
-			pending = out.UnprocessedItems
-		}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatalf("seed: %v", err)
 	}
 }
 

@@ -65,6 +65,9 @@ type Options struct {
 	// Progress gets one line now and then during a long export, reset or delete
 	// (stderr in `terret session`); nil writes nothing.
 	Progress io.Writer
+	// ProgressEvery is how many events an export writes between two progress lines
+	// (default 10,000).
+	ProgressEvery int
 	// Logger logs the steps (default: discard).
 	Logger *slog.Logger
 	// AfterBatch, if set, is called after each batch of deletes with the number of
@@ -92,6 +95,9 @@ func New(api API, t Tables, o Options) *Store {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 10000
 	}
 	if o.OwnerWait <= 0 {
 		o.OwnerWait = 30 * time.Second

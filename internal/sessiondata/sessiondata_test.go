@@ -32,14 +32,14 @@ func lines(t *testing.T, b []byte) []string {
 
 // TestExport: the export is the envelopes in seq order, one line each, exactly as
 // encoded for the wire ("<" and "&" unescaped), over an inclusive range, with a
-// progress line every 10,000 events.
+// progress line every ProgressEvery events.
 func TestExport(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	const total = 10500
+	const total = 1050
 	r.seed(t, "a1", total)
 	var progress bytes.Buffer
-	ops := sessiondata.New(r.db, r.tables, sessiondata.Options{Progress: &progress})
+	ops := sessiondata.New(r.db, r.tables, sessiondata.Options{Progress: &progress, ProgressEvery: 1000})
 	ctx := context.Background()
 
 	cases := []struct {
@@ -49,9 +49,9 @@ func TestExport(t *testing.T) {
 		n        int
 	}{
 		{"whole log", 0, -1, 0, total},
-		{"range", 100, 1099, 100, 1000},
-		{"to past the tip", 10400, 99999, 10400, 100},
-		{"from past the tip", 20000, -1, 0, 0},
+		{"range", 10, 1009, 10, 1000},
+		{"to past the tip", 1000, 99999, 1000, 50},
+		{"from past the tip", 2000, -1, 0, 0},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
@@ -74,8 +74,8 @@ func TestExport(t *testing.T) {
 			}
 		}
 	}
-	if p := lines(t, progress.Bytes()); len(p) != 1 || p[0] != "exported 10000 of 10500 events (through seq 9999)" {
-		t.Fatalf("progress %q, want one line at 10,000", p)
+	if p := lines(t, progress.Bytes()); len(p) != 2 || p[0] != "exported 1000 of 1050 events (through seq 999)" || p[1] != "exported 1000 of 1000 events (through seq 1009)" {
+		t.Fatalf("progress %q, want one line per 1,000 events of the two long exports", p)
 	}
 	if _, err := ops.Export(ctx, "nobody", 0, -1, &bytes.Buffer{}); !errors.Is(err, sessionlog.ErrNotFound) {
 		t.Fatalf("export of a missing session: %v, want ErrNotFound", err)
@@ -92,7 +92,7 @@ func TestReset(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := context.Background()
-	r.seed(t, "a1", 1200)
+	r.seed(t, "a1", 600)
 	r.seed(t, "other", 30)
 	r.runtimeState(t, "a1")
 	tokens := auth.New(r.db, r.tables.Connections)
@@ -156,7 +156,7 @@ func TestDelete(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := context.Background()
-	r.seed(t, "a1", 3000)
+	r.seed(t, "a1", 1000)
 	r.seed(t, "other", 30)
 	r.runtimeState(t, "a1")
 	tokens := auth.New(r.db, r.tables.Connections)
@@ -175,8 +175,8 @@ func TestDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if erased != 3000+30 {
-		t.Fatalf("erased %d items in batches, want 3,030 (log and inbox items)", erased)
+	if erased != 1000+30 {
+		t.Fatalf("erased %d items in batches, want 1,030 (log and inbox items)", erased)
 	}
 	checkDeleted(t, r, "a1")
 	if n := count(t, r.db, r.tables.Log, "session_id", "other"); n != 30 {
@@ -219,7 +219,7 @@ func TestDeleteInterruptedResumes(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := context.Background()
-	r.seed(t, "a1", 2000)
+	r.seed(t, "a1", 1000)
 	r.runtimeState(t, "a1")
 	stop := sessiondata.New(r.db, r.tables, sessiondata.Options{OwnerWait: 1, AfterBatch: func(erased int) error {
 		if erased >= 500 {
@@ -230,8 +230,8 @@ func TestDeleteInterruptedResumes(t *testing.T) {
 	if _, err := stop.Delete(ctx, "a1"); !errors.Is(err, errInterrupted) {
 		t.Fatalf("interrupted delete: %v", err)
 	}
-	if n := count(t, r.db, r.tables.Log, "session_id", "a1"); n != 1500 {
-		t.Fatalf("%d events left after the interrupted delete, want 1,500", n)
+	if n := count(t, r.db, r.tables.Log, "session_id", "a1"); n != 500 {
+		t.Fatalf("%d events left after the interrupted delete, want 500", n)
 	}
 	if evs, err := r.log.Read(ctx, "a1", 0, 1); err != nil || len(evs) != 1 || evs[0].Seq != 0 {
 		t.Fatalf("interrupted delete: log head %v, %v; want seq 0 still there (newest go first)", evs, err)
@@ -278,7 +278,7 @@ func TestDeleteRetriesUnprocessed(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := context.Background()
-	r.seed(t, "a1", 300)
+	r.seed(t, "a1", 200)
 	api := &throttled{Client: r.db}
 	if _, err := sessiondata.New(api, r.tables, sessiondata.Options{OwnerWait: 1}).Delete(ctx, "a1"); err != nil {
 		t.Fatal(err)
