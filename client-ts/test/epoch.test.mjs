@@ -42,7 +42,8 @@ describe('epoch against terret dev', { ...e2e(), concurrency: true }, () => {
     const first = rec.hello.epoch;
     assert.ok(first, 'hello has an epoch');
     await rec.client.inject('hello', { wake: true });
-    await until('turn/end', () => rec.trail.some((t) => t.event?.type === 'turn/end'));
+    // session/titled follows the first turn: then the log is at rest.
+    await until('session/titled', () => rec.trail.some((t) => t.event?.type === 'session/titled'));
     const before = rec.trail.length;
     const second = reset(dev, agent);
     assert.notEqual(second, first);
@@ -67,7 +68,7 @@ describe('epoch against terret dev', { ...e2e(), concurrency: true }, () => {
     const storage = { getItem: (k) => store.get(k) ?? null, setItem: (k, v) => store.set(k, v) };
     const rec = await open(dev, agent, new StorageCursor('c', storage));
     await rec.client.inject('hello', { wake: true });
-    await until('turn/end', () => rec.trail.some((t) => t.event?.type === 'turn/end'));
+    await until('session/titled', () => rec.trail.some((t) => t.event?.type === 'session/titled'));
     rec.client.close();
     assert.equal(store.get('c:epoch'), rec.hello.epoch);
     assert.ok(Number(store.get('c')) > 0);
