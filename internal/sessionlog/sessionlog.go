@@ -4,8 +4,11 @@
 //
 // Gaplessness follows from one rule: a writer only ever puts seq n+1 after it has seen
 // seq n exist (read back from the table, or written by itself), and the put is
-// conditional on seq n+1 not existing yet. Events are never deleted, so a conflict only
-// means another writer got n+1 first; the loser re-reads the tip and tries again.
+// conditional on seq n+1 not existing yet. Events are never deleted (but all at once, by a
+// session reset or delete, package sessiondata, after which a new log starts at seq 0),
+// so a conflict only means another writer got n+1 first; the loser re-reads the tip and
+// tries again. A tip this Log remembers is lowered by every read that reaches the log's
+// end, so a log started over is appended to at its own tip.
 //
 // Cost: one append of an event under 1 KB is one PutItem, 1 write request unit, when the
 // writer's cached tip is current (a single active writer, as during a turn); a writer
@@ -105,7 +108,7 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 	case err != nil:
 		return false, err
 	}
-	l.observe(sessionID, 0)
+	l.observeTip(sessionID, 0) // a new log: whatever was cached is of a log since erased
 	appended()
 	return true, nil
 }
@@ -217,7 +220,7 @@ func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	l.observe(sessionID, seq)
+	l.observeTip(sessionID, seq)
 	return seq, nil
 }
 
@@ -270,6 +273,7 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 	}
 	var out []Event
 	var start map[string]types.AttributeValue
+	end := false // the read reached the log's end
 	for len(out) < limit {
 		page, err := l.api.Query(ctx, &dynamodb.QueryInput{
 			TableName:              aws.String(l.table),
@@ -293,11 +297,15 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 			out = append(out, ev)
 		}
 		if len(page.LastEvaluatedKey) == 0 {
+			end = true
 			break
 		}
 		start = page.LastEvaluatedKey
 	}
-	if n := len(out); n > 0 {
+	switch n := len(out); {
+	case n > 0 && end:
+		l.observeTip(sessionID, out[n-1].Seq) // the tip when read: exact
+	case n > 0:
 		l.observe(sessionID, out[n-1].Seq)
 	}
 	return out, nil
@@ -469,6 +477,19 @@ func (l *Log) observe(sessionID string, seq int64) {
 	if t, ok := l.tips[sessionID]; !ok || seq > t {
 		l.tips[sessionID] = seq
 	}
+}
+
+// observeTip records seq as the tip just read (strongly consistent) or created: the
+// cache takes it even when lower. A cached tip above the log's — left from a log since
+// reset or deleted (package sessiondata) — would make the next append skip seqs; one
+// below costs a conflict and a re-read at most.
+func (l *Log) observeTip(sessionID string, seq int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.tips) >= maxCachedTips {
+		clear(l.tips)
+	}
+	l.tips[sessionID] = seq
 }
 
 // backoff sleeps a random time up to 1 ms × 2^attempt, at most 25 ms.
