@@ -112,6 +112,11 @@ func TestEpochChangeStartsOver(t *testing.T) {
 		t.Fatalf("client hello epoch %q, want %q", c.Hello().Epoch, second)
 	}
 	waitFor(t, "cursor at the new seq 0", func() bool { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) == "0 "+second })
+	// This test's Log appended to the old log and still remembers its tip; a read of
+	// the new tip (strongly consistent) sets it, as a fresh appender's first read does.
+	if tip, err := s.log.Tip(ctxT(t), agent); err != nil || tip != 0 {
+		t.Fatalf("tip after the reset %d, %v", tip, err)
+	}
 	s.appendN(t, agent, "test/event", 2)
 	trail = rec.waitLen(t, 10)
 	for i, want := range []int64{1, 2} {
