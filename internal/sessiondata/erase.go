@@ -58,8 +58,14 @@ func (e *eraser) erase(ctx context.Context, table string, keys []map[string]type
 // pace holds the next n deletes back until they keep the erase at Options.Rate items
 // a second since it started.
 func (e *eraser) pace(ctx context.Context, n int) error {
+	return sleep(ctx, e.wait(n))
+}
+
+// wait is how long the next n deletes must wait: none while the erase is behind its
+// rate, else until (erased+n)/Rate seconds after it started.
+func (e *eraser) wait(n int) time.Duration {
 	due := e.start.Add(time.Duration(float64(e.erased+n) / float64(e.st.o.Rate) * float64(time.Second)))
-	return sleep(ctx, due.Sub(e.st.now()))
+	return max(0, due.Sub(e.st.now()))
 }
 
 func (e *eraser) batch(ctx context.Context, table string, reqs []types.WriteRequest) error {
