@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/dynamotest"
@@ -109,4 +114,69 @@ func TestSessionCommands(t *testing.T) {
 	if strings.Contains(out, tok) {
 		t.Fatal("a token in the output")
 	}
+}
+
+// helloEpoch opens a connection and returns its hello's epoch.
+func helloEpoch(t *testing.T, url, token string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	defer c.CloseNow()
+	_, b, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct{ Type, Epoch string }
+	if err := json.Unmarshal(b, &h); err != nil || h.Type != "hello" || h.Epoch == "" {
+		t.Fatalf("first frame %s, want hello with an epoch", b)
+	}
+	return h.Epoch
+}
+
+// TestSessionEpochAcrossDevRestart: the epoch a real `terret dev` sends is the same
+// across reconnects and across a restart on the same data directory, and new after
+// `terret session reset`, which finds the running instance as `terret token` does;
+// `terret session export` then prints the new log's session/created, whose id it is.
+func TestSessionEpochAcrossDevRestart(t *testing.T) {
+	t.Parallel()
+	dynamotest.Endpoint(t) // skip (or fail under CI) where DynamoDB Local cannot run
+	bin, state := terretBin(t), t.TempDir()
+	d := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0")
+	d.waitReady(t, 2*time.Minute)
+	out, errOut, code := runIn(t, bin, state, "token", "create", "--agent", "e1")
+	if code != 0 {
+		t.Fatalf("token create: exit %d, %s", code, errOut)
+	}
+	tok := strings.TrimSpace(out)
+	first := helloEpoch(t, d.url("e1"), tok)
+	if again := helloEpoch(t, d.url("e1"), tok); again != first {
+		t.Fatalf("epoch %s on reconnect, was %s", again, first)
+	}
+	d.stop(t)
+
+	d2 := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0")
+	d2.waitReady(t, 2*time.Minute)
+	if after := helloEpoch(t, d2.url("e1"), tok); after != first {
+		t.Fatalf("epoch %s after the restart on the same data, was %s", after, first)
+	}
+	out, errOut, code = runIn(t, bin, state, "session", "reset", "--agent", "e1")
+	if code != 0 || !strings.HasPrefix(out, "session of e1 reset") {
+		t.Fatalf("session reset: exit %d, %q, %s", code, out, errOut)
+	}
+	second := helloEpoch(t, d2.url("e1"), tok)
+	if second == first || !strings.HasSuffix(strings.TrimSpace(out), "epoch "+second) {
+		t.Fatalf("epoch after reset %s (was %s); reset printed %q", second, first, out)
+	}
+	out, errOut, code = runIn(t, bin, state, "session", "export", "--agent", "e1")
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(out, `"id":"`+second+`"`) || !strings.Contains(out, `"seq":0,`) {
+		t.Fatalf("session export after reset: exit %d, %q, %s", code, out, errOut)
+	}
+	if _, errOut, code = runIn(t, bin, state, "session", "export", "--agent", "e1", "--from", "x"); code != 2 || !strings.Contains(errOut, "--from") {
+		t.Fatalf("export --from x: exit %d, stderr %q; want 2 naming --from", code, errOut)
+	}
+	d2.stop(t)
 }
