@@ -108,7 +108,9 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 	case err != nil:
 		return false, err
 	}
-	l.observeTip(sessionID, 0) // a new log: whatever was cached is of a log since erased
+	l.mu.Lock() // a new log: whatever was cached is of a log since erased
+	l.tips[sessionID] = 0
+	l.mu.Unlock()
 	appended()
 	return true, nil
 }
@@ -199,6 +201,7 @@ func appended() { metrics.Add("EventsAppended", metrics.Count, 1) }
 // Tip returns the highest seq of the session, read strongly consistent. It returns
 // ErrNotFound if the session has no events.
 func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
+	before, had := l.cached(sessionID)
 	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
 		TableName:              aws.String(l.table),
 		KeyConditionExpression: aws.String("session_id = :s"),
@@ -220,7 +223,7 @@ func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	l.observeTip(sessionID, seq)
+	l.observeTip(sessionID, seq, before, had)
 	return seq, nil
 }
 
@@ -274,6 +277,7 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 	var out []Event
 	var start map[string]types.AttributeValue
 	end := false // the read reached the log's end
+	before, had := l.cached(sessionID)
 	for len(out) < limit {
 		page, err := l.api.Query(ctx, &dynamodb.QueryInput{
 			TableName:              aws.String(l.table),
@@ -304,7 +308,7 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 	}
 	switch n := len(out); {
 	case n > 0 && end:
-		l.observeTip(sessionID, out[n-1].Seq) // the tip when read: exact
+		l.observeTip(sessionID, out[n-1].Seq, before, had) // the tip when read
 	case n > 0:
 		l.observe(sessionID, out[n-1].Seq)
 	}
@@ -479,15 +483,20 @@ func (l *Log) observe(sessionID string, seq int64) {
 	}
 }
 
-// observeTip records seq as the tip just read (strongly consistent) or created: the
-// cache takes it even when lower. A cached tip above the log's — left from a log since
-// reset or deleted (package sessiondata) — would make the next append skip seqs; one
-// below costs a conflict and a re-read at most.
-func (l *Log) observeTip(sessionID string, seq int64) {
+// observeTip records seq, the tip a strongly consistent read just found, given what
+// the cache held when the read began (before, had): the cache takes it even when
+// lower, unless it moved meanwhile (an append of this process landed during the read,
+// which the read may have missed). A cached tip above the log's — left from a log
+// since reset or deleted (package sessiondata) — would make the next append skip seqs;
+// one below costs a conflict and a re-read at most.
+func (l *Log) observeTip(sessionID string, seq, before int64, had bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.tips) >= maxCachedTips {
 		clear(l.tips)
+	}
+	if cur, ok := l.tips[sessionID]; ok && (!had || cur != before) && cur > seq {
+		return // moved during the read: keep the newer
 	}
 	l.tips[sessionID] = seq
 }
