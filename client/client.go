@@ -194,9 +194,10 @@ type Client struct {
 	connected  chan struct{} // closed while conn != nil
 	hello      Hello
 	subscribed bool
-	next       int64 // the next seq the caller has not received
-	awaiting   int64 // ≥ 0: discard events until this seq (the newest subscription's first)
-	progress   bool  // the current connection delivered an event
+	next       int64  // the next seq the caller has not received
+	awaiting   int64  // ≥ 0: discard events until this seq (the newest subscription's first)
+	progress   bool   // the current connection delivered an event
+	epoch      string // the epoch of the log next belongs to ("" until a hello names one)
 }
 
 // Dial connects to an agent's socket URL — ws(s)://HOST/agents/{agent_id}/ws, or the
@@ -226,10 +227,61 @@ func Dial(ctx context.Context, socketURL, token string, opts Options) (*Client, 
 		c.status(Status{State: StateClosed, Err: err})
 		return nil, err
 	}
+	if _, err := c.checkEpoch(cn.hello); err != nil {
+		cn.close()
+		c.kill()
+		c.status(Status{State: StateClosed, Err: err})
+		return nil, err
+	}
 	c.attach(cn)
 	c.status(Status{State: StateConnected, Hello: cn.hello})
 	go c.run(cn)
 	return c, nil
+}
+
+// checkEpoch compares the epoch in hello with the one the client's position belongs
+// to — its own, or at first the EpochCursor's. A change means the session was reset,
+// or deleted and created again: the seqs recorded name events of a log that is gone,
+// so the client forgets them (EpochCursor.StoreEpoch with restart), continues from seq
+// 0, and tells the application with an *EpochChanged notice before any event of the
+// new log. It reports whether it started over.
+func (c *Client) checkEpoch(h Hello) (bool, error) {
+	if h.Epoch == "" {
+		return false, nil // a server without epochs
+	}
+	c.mu.Lock()
+	known := c.epoch
+	c.mu.Unlock()
+	ec, durable := c.opts.Cursor.(EpochCursor)
+	if known == "" && durable {
+		e, err := ec.LoadEpoch()
+		if err != nil {
+			return false, &fatal{err}
+		}
+		known = e
+	}
+	if known == h.Epoch {
+		c.mu.Lock()
+		c.epoch = known
+		c.mu.Unlock()
+		return false, nil
+	}
+	restart := known != ""
+	if durable {
+		if err := ec.StoreEpoch(h.Epoch, restart); err != nil {
+			return false, &fatal{err}
+		}
+	}
+	c.mu.Lock()
+	c.epoch = h.Epoch
+	if restart {
+		c.next = 0
+	}
+	c.mu.Unlock()
+	if restart {
+		c.notice(&EpochChanged{Old: known, New: h.Epoch})
+	}
+	return restart, nil
 }
 
 // Hello returns the hello of the newest connection.
@@ -500,6 +552,10 @@ func (c *Client) reconnect(cause error, attempt int) (*conn, int, error) {
 func (c *Client) resubscribe(cn *conn) error {
 	c.subMu.Lock()
 	defer c.subMu.Unlock()
+	if _, err := c.checkEpoch(cn.hello); err != nil {
+		cn.close()
+		return err
+	}
 	c.mu.Lock()
 	subscribed, next := c.subscribed, c.next
 	c.mu.Unlock()

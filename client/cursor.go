@@ -22,12 +22,31 @@ type Cursor interface {
 	Store(seq int64) error
 }
 
+// EpochCursor is a Cursor that also records the epoch of the log its seq belongs to
+// (hello's epoch), so that a seq recorded in a log since reset or deleted is never
+// resumed in the new one. MemoryCursor and FileCursor are EpochCursors. With a plain
+// Cursor the client compares epochs only within its own lifetime.
+type EpochCursor interface {
+	Cursor
+	// LoadEpoch returns the recorded epoch, "" when none is.
+	LoadEpoch() (string, error)
+	// StoreEpoch records epoch; with restart it also forgets the recorded seq, so
+	// that Load reports nothing recorded until the next Store.
+	StoreEpoch(epoch string, restart bool) error
+}
+
+var (
+	_ EpochCursor = (*MemoryCursor)(nil)
+	_ EpochCursor = (*FileCursor)(nil)
+)
+
 // MemoryCursor records in memory: it survives reconnects, not the process. The zero
 // value is ready to use and safe for concurrent use.
 type MemoryCursor struct {
-	mu  sync.Mutex
-	seq int64
-	ok  bool
+	mu    sync.Mutex
+	seq   int64
+	ok    bool
+	epoch string
 }
 
 // Load returns the stored seq.
@@ -45,13 +64,36 @@ func (m *MemoryCursor) Store(seq int64) error {
 	return nil
 }
 
-// FileCursor records the seq in a file, as decimal text. Each Store writes a
+// LoadEpoch returns the stored epoch.
+func (m *MemoryCursor) LoadEpoch() (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.epoch, nil
+}
+
+// StoreEpoch keeps epoch, forgetting the seq with restart.
+func (m *MemoryCursor) StoreEpoch(epoch string, restart bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.epoch = epoch
+	if restart {
+		m.seq, m.ok = 0, false
+	}
+	return nil
+}
+
+// FileCursor records the seq in a file, as decimal text, followed by the epoch on
+// the same line once one is known ("41 9f3c…"; "-" for the seq when only the epoch
+// is recorded); a file of the seq alone, as older clients wrote it, loads with no
+// epoch. Each Store writes a
 // temporary file in the same directory, syncs it and renames it over the cursor, so
 // the file always holds a whole seq, old or new, even across a crash. A sync per
 // event costs a disk flush; callers storing many events per second can wrap it.
 type FileCursor struct {
-	mu   sync.Mutex
-	path string
+	mu    sync.Mutex
+	path  string
+	epoch string // the file's epoch, once read or written
+	known bool
 }
 
 // NewFileCursor returns a cursor kept at path. The file need not exist yet; its
@@ -63,25 +105,87 @@ func NewFileCursor(path string) *FileCursor { return &FileCursor{path: path} }
 func (f *FileCursor) Load() (int64, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	seq, ok, _, err := f.read()
+	return seq, ok, err
+}
+
+// parseCursor reads a cursor file: "SEQ", "SEQ EPOCH" or "- EPOCH".
+func parseCursor(b []byte) (seq int64, ok bool, epoch string, err error) {
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 || len(fields) > 2 {
+		return 0, false, "", fmt.Errorf("not a seq: %q", b)
+	}
+	if len(fields) == 2 {
+		epoch = fields[1]
+	}
+	if fields[0] == "-" && epoch != "" {
+		return 0, false, epoch, nil
+	}
+	seq, err = strconv.ParseInt(fields[0], 10, 64)
+	if err != nil || seq < 0 {
+		return 0, false, "", fmt.Errorf("not a seq: %q", b)
+	}
+	return seq, true, epoch, nil
+}
+
+// LoadEpoch reads the file's epoch: "" when the file is missing or has none.
+func (f *FileCursor) LoadEpoch() (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, _, epoch, err := f.read()
+	return epoch, err
+}
+
+func (f *FileCursor) read() (int64, bool, string, error) {
 	b, err := os.ReadFile(f.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, false, nil
+		f.epoch, f.known = "", true
+		return 0, false, "", nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("client: load cursor %s: %w", f.path, err)
+		return 0, false, "", fmt.Errorf("client: load cursor %s: %w", f.path, err)
 	}
-	seq, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || seq < 0 {
-		return 0, false, fmt.Errorf("client: load cursor %s: not a seq: %q", f.path, b)
+	seq, ok, epoch, err := parseCursor(b)
+	if err != nil {
+		return 0, false, "", fmt.Errorf("client: load cursor %s: %w", f.path, err)
 	}
-	return seq, true, nil
+	f.epoch, f.known = epoch, true
+	return seq, ok, epoch, nil
+}
+
+// StoreEpoch replaces the file's epoch atomically, keeping its seq unless restart.
+func (f *FileCursor) StoreEpoch(epoch string, restart bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seq, ok, _, err := f.read()
+	if err != nil {
+		return err
+	}
+	line := "- " + epoch
+	if ok && !restart {
+		line = strconv.FormatInt(seq, 10) + " " + epoch
+	}
+	if err := writeFileAtomic(f.path, []byte(line+"\n")); err != nil {
+		return fmt.Errorf("client: store cursor %s: %w", f.path, err)
+	}
+	f.epoch, f.known = epoch, true
+	return nil
 }
 
 // Store replaces the file's seq atomically.
 func (f *FileCursor) Store(seq int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := writeFileAtomic(f.path, []byte(strconv.FormatInt(seq, 10)+"\n")); err != nil {
+	if !f.known { // read once: a Store per event costs no extra read
+		if _, _, _, err := f.read(); err != nil {
+			return err
+		}
+	}
+	line := strconv.FormatInt(seq, 10)
+	if f.epoch != "" {
+		line += " " + f.epoch
+	}
+	if err := writeFileAtomic(f.path, []byte(line+"\n")); err != nil {
 		return fmt.Errorf("client: store cursor %s: %w", f.path, err)
 	}
 	return nil

@@ -25,6 +25,9 @@ type Hello struct {
 	SessionID string
 	// LastSeq is the highest seq in the session log when the connection opened.
 	LastSeq int64
+	// Epoch names the log: the same for its whole life, new after the session was
+	// reset, or deleted and created again ("" from a server that does not send it).
+	Epoch string
 }
 
 // Code is the code of a server error frame.
@@ -129,8 +132,22 @@ type Notice interface {
 	isNotice()
 }
 
+// EpochChanged is the Notice that the session's log is not the one the cursor
+// recorded: it was reset, or deleted and created again (hello's epoch changed). The
+// client has forgotten the recorded seq and starts over from seq 0; the application
+// should drop what it built from the old log. It comes before the new log's first
+// event.
+type EpochChanged struct {
+	Old, New string // the recorded epoch and the log's
+}
+
+func (e *EpochChanged) Error() string {
+	return fmt.Sprintf("client: the session's log changed (epoch %s, was %s): starting over from seq 0", e.New, e.Old)
+}
+
 func (*ProtocolError) isNotice()   {}
 func (*ReplayTruncated) isNotice() {}
+func (*EpochChanged) isNotice()    {}
 
 // wireFrame decodes any server frame far enough to route it: events have seq,
 // protocol frames never do.
@@ -140,6 +157,7 @@ type wireFrame struct {
 	Proto            int    `json:"proto"`
 	SessionID        string `json:"session_id"`
 	LastSeq          int64  `json:"last_seq"`
+	Epoch            string `json:"epoch"`
 	Code             Code   `json:"code"`
 	Message          string `json:"message"`
 	RequestedFromSeq int64  `json:"requested_from_seq"`

@@ -25,11 +25,16 @@ export function isEvent<T extends EventType>(ev: SessionEvent, type: T): ev is E
  * - cursor_reset: the cursor (or fromSeq) was beyond the log's tip — it belongs to
  *   another log, e.g. of a restarted in-memory `terret dev` — so the first subscription
  *   starts from 0 instead.
+ * - epoch_changed: hello's epoch is not the one the position was recorded under: the
+ *   session was reset, or deleted and created again. The client forgot the recorded
+ *   seq and starts over from 0; drop what was built from the old log. It comes before
+ *   the new log's first event.
  */
 export type Notice =
   | { type: 'replay_truncated'; requested: number; from: number }
   | { type: 'error'; error: ProtocolError }
-  | { type: 'cursor_reset'; from: number; lastSeq: number };
+  | { type: 'cursor_reset'; from: number; lastSeq: number }
+  | { type: 'epoch_changed'; old: string; epoch: string };
 
 /** One item of the stream: an event (with its exact text) or a notice. */
 export type StreamItem = { kind: 'event'; event: SessionEvent; raw: string } | ({ kind: 'notice' } & Notice);
@@ -290,6 +295,7 @@ export class TerretClient implements AsyncIterable<StreamItem> {
 
   private subscribed = false;
   private next = 0; // the next seq the caller has not received
+  private epoch: string | null = null; // the epoch of the log next belongs to
   private awaiting: number | null = null; // discard events until this seq (the newest subscription's first)
   private progress = false; // the current connection delivered an event
 
@@ -353,9 +359,17 @@ export class TerretClient implements AsyncIterable<StreamItem> {
     }
     this.attach(conn);
     this.status({ state: 'connected', attempt: 0, hello: conn.hello! });
+    let restarted = false;
+    try {
+      restarted = await this.checkEpoch(conn.hello!);
+    } catch (err) {
+      this.finish(err as Error);
+      conn.close();
+      throw err;
+    }
     if (this.opts.subscribe !== false) {
       try {
-        let from = this.opts.fromSeq;
+        let from = restarted ? 0 : this.opts.fromSeq;
         if (from === undefined) {
           const seq = await this.cursor.load();
           from = seq === null ? 0 : seq + 1;
@@ -592,6 +606,12 @@ export class TerretClient implements AsyncIterable<StreamItem> {
 
   /** resubscribe re-sends the subscription on a new connection, from the cursor's seq + 1 but never past what the caller still lacks. */
   private async resubscribe(conn: Conn): Promise<void> {
+    try {
+      await this.checkEpoch(conn.hello!);
+    } catch (err) {
+      conn.close();
+      throw new Fatal(err as Error);
+    }
     if (this.subscribed) {
       let from = this.next;
       let seq: number | null;
@@ -606,6 +626,31 @@ export class TerretClient implements AsyncIterable<StreamItem> {
       this.awaiting = from;
     }
     this.attach(conn);
+  }
+
+  /**
+   * checkEpoch compares hello's epoch with the one the position belongs to — the
+   * client's own, or at first the cursor's. A change means the session was reset, or
+   * deleted and created again: the recorded seqs name events of a log that is gone, so
+   * the client forgets them (cursor.storeEpoch with restart), continues from seq 0 and
+   * tells the application (epoch_changed) before any event of the new log. It
+   * resolves to whether it started over.
+   */
+  private async checkEpoch(hello: HelloFrame): Promise<boolean> {
+    if (!hello.epoch) return false; // a server without epochs
+    let known = this.epoch;
+    if (known === null && this.cursor.loadEpoch) known = (await this.cursor.loadEpoch()) ?? null;
+    if (known === hello.epoch) {
+      this.epoch = known;
+      return false;
+    }
+    const restart = known !== null && known !== '';
+    if (this.cursor.storeEpoch) await this.cursor.storeEpoch(hello.epoch, restart);
+    this.epoch = hello.epoch;
+    if (!restart) return false;
+    this.next = 0;
+    this.noticeNow({ type: 'epoch_changed', old: known!, epoch: hello.epoch });
+    return true;
   }
 
   private backoff(attempt: number): number {

@@ -7,11 +7,21 @@
 export interface Cursor {
   load(): number | null | Promise<number | null>;
   store(seq: number): void | Promise<void>;
+  /**
+   * loadEpoch returns the epoch (hello's `epoch`) of the log the recorded seq belongs
+   * to, null when none is recorded. With loadEpoch and storeEpoch a cursor never
+   * resumes a log that was reset or deleted since; without them the client compares
+   * epochs only within its own lifetime.
+   */
+  loadEpoch?(): string | null | Promise<string | null>;
+  /** storeEpoch records epoch; with restart it also forgets the seq (load then returns null until the next store). */
+  storeEpoch?(epoch: string, restart: boolean): void | Promise<void>;
 }
 
-/** MemoryCursor keeps the seq in memory: it survives reconnects, not the process. */
+/** MemoryCursor keeps the seq and epoch in memory: they survive reconnects, not the process. */
 export class MemoryCursor implements Cursor {
   private seq: number | null;
+  private epoch: string | null = null;
   constructor(seq: number | null = null) {
     this.seq = seq;
   }
@@ -20,6 +30,13 @@ export class MemoryCursor implements Cursor {
   }
   store(seq: number): void {
     this.seq = seq;
+  }
+  loadEpoch(): string | null {
+    return this.epoch;
+  }
+  storeEpoch(epoch: string, restart: boolean): void {
+    this.epoch = epoch;
+    if (restart) this.seq = null;
   }
 }
 
@@ -31,8 +48,9 @@ export interface StorageLike {
 
 /**
  * StorageCursor keeps the seq as decimal text under key in a Web Storage (by default
- * globalThis.localStorage): what a browser page uses to resume after a reload. A value
- * that is not a seq reads as nothing recorded.
+ * globalThis.localStorage), and the log's epoch under key + ":epoch": what a browser
+ * page uses to resume after a reload. A value that is not a seq reads as nothing
+ * recorded.
  */
 export class StorageCursor implements Cursor {
   readonly key: string;
@@ -52,6 +70,13 @@ export class StorageCursor implements Cursor {
   store(seq: number): void {
     this.storage.setItem(this.key, String(seq));
   }
+  loadEpoch(): string | null {
+    return this.storage.getItem(this.key + ':epoch') || null;
+  }
+  storeEpoch(epoch: string, restart: boolean): void {
+    this.storage.setItem(this.key + ':epoch', epoch);
+    if (restart) this.storage.setItem(this.key, '');
+  }
 }
 
 /** localStorageCursor is a StorageCursor over the browser's localStorage. */
@@ -60,6 +85,6 @@ export function localStorageCursor(key: string): StorageCursor {
 }
 
 /** callbackCursor makes a Cursor of two functions, e.g. over a database row. */
-export function callbackCursor(load: Cursor['load'], store: Cursor['store']): Cursor {
-  return { load, store };
+export function callbackCursor(load: Cursor['load'], store: Cursor['store'], loadEpoch?: Cursor['loadEpoch'], storeEpoch?: Cursor['storeEpoch']): Cursor {
+  return loadEpoch && storeEpoch ? { load, store, loadEpoch, storeEpoch } : { load, store };
 }

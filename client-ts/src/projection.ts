@@ -137,6 +137,8 @@ export class SessionProjection {
         return [...this.endStream(), ...this.note(null, n.type, `Events ${n.requested}–${n.from - 1} are not available over the socket; showing from ${n.from}.`, 'warn')];
       case 'cursor_reset':
         return this.note(null, n.type, `Seq ${n.from - 1} is beyond this session's last seq ${n.lastSeq}: replaying from 0.`, 'warn');
+      case 'epoch_changed':
+        return [...this.endStream(), ...this.note(null, n.type, 'The session was reset: its log starts over from seq 0.', 'warn')];
       case 'error':
         return [];
     }

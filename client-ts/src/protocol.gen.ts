@@ -135,6 +135,8 @@ export interface HelloFrame {
   session_id: string;
   /** The highest seq in the log when the connection opened. */
   last_seq: number;
+  /** Names the log: the same for its whole life, new after a reset or a delete. A cursor stored under another epoch is void: start over from seq 0. */
+  epoch?: string;
 }
 
 /** The subscribe reached further back than the server's replay limit; the events [requested_from_seq, from_seq) will not come over this socket. */

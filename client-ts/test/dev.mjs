@@ -83,6 +83,8 @@ export async function startDev(flags = []) {
       return (await r.json()).token;
     },
     logs: () => stderr,
+    /** terret runs a terret command (e.g. session reset) against this terret dev and returns its stdout. */
+    terret: (args) => execFileSync(terretBin(), [...args, '--addr', host], { env: { ...process.env, TERRET_STATE_DIR: dir }, encoding: 'utf8' }),
     async stop() {
       if (exited === null) {
         const gone = new Promise((r) => proc.once('exit', r));

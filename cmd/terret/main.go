@@ -35,6 +35,10 @@ commands:
   tail --agent ID [--from N]   print the agent's events as JSON lines, following live
   smoke [--url URL --token T]  connect, subscribe, run a turn with a tool call,
                                reconnect and replay; each step with its latency
+  session export --agent ID [--from SEQ] [--to SEQ]
+                               print the agent's log as JSON lines, as subscribers get it
+  session reset --agent ID     start the session over from seq 0 (tokens, profile kept)
+  session delete --agent ID    erase everything kept about the agent
 
 Run 'terret <command> -h' for a command's flags, 'terret --version' for the version.
 `
@@ -69,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runAgent(ctx, args[1:], stdout, stderr)
 	case "smoke":
 		err = runSmoke(ctx, args[1:], stdout, stderr)
+	case "session":
+		err = runSession(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -37,8 +37,8 @@ func addStoreFlags(fs *flag.FlagSet, env config.CLIEnv) storeFlags {
 }
 
 type store struct {
-	db                  *dynamodb.Client
-	connections, agents string
+	db                       *dynamodb.Client
+	connections, agents, log string
 }
 
 var errNoDev = errors.New("no running terret dev found: start `terret dev`, or pass --dynamodb-endpoint, or --region with --connections-table for deployed tables")
@@ -46,7 +46,7 @@ var errNoDev = errors.New("no running terret dev found: start `terret dev`, or p
 func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) {
 	switch {
 	case *f.endpoint != "":
-		st := store{db: dynamolocal.ClientWith(*f.endpoint, endpointCredentials(env, *f.endpoint)), connections: orStr(*f.table, "terret-connections"), agents: orStr(*f.agentsTable, "terret-agents")}
+		st := store{db: dynamolocal.ClientWith(*f.endpoint, endpointCredentials(env, *f.endpoint)), connections: orStr(*f.table, "terret-connections"), agents: orStr(*f.agentsTable, "terret-agents"), log: "terret-log"}
 		return st, nil
 	case *f.table != "" || *f.region != "":
 		if *f.table == "" {
@@ -76,7 +76,7 @@ func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) 
 // DynamoDB Local takes.
 func devStore(s devState) store {
 	db := dynamolocal.ClientWith(s.DynamoDBEndpoint, devCredentials(s))
-	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"]}
+	return store{db: db, connections: s.Tables["ConnectionsTable"], agents: s.Tables["AgentsTable"], log: s.Tables["LogTable"]}
 }
 
 // devCredentials are the credentials of a dev instance's DynamoDB endpoint.

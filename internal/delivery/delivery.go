@@ -59,6 +59,7 @@ var _ InvokeAPI = (*lambda.Client)(nil)
 type LogReader interface {
 	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
 	Tip(ctx context.Context, sessionID string) (int64, error)
+	Epoch(ctx context.Context, sessionID string) (string, error)
 }
 
 var _ LogReader = (*sessionlog.Log)(nil)

@@ -58,6 +58,16 @@ func (l *memLog) Tip(context.Context, string) (int64, error) {
 	return int64(len(l.evs)) - 1, nil
 }
 
+// Epoch is the id of seq 0, as in the table.
+func (l *memLog) Epoch(context.Context, string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.evs) == 0 {
+		return "", sessionlog.ErrNotFound
+	}
+	return l.evs[0].ID, nil
+}
+
 // memRecords holds ownership records as connections.Store documents them.
 type memRecords struct {
 	mu     sync.Mutex

@@ -290,7 +290,7 @@ func (s *sender) pastStop() bool { return !s.stopAt.IsZero() && time.Now().After
 // the connection was superseded meanwhile: the claim then made this sender its closer
 // (unwelcomed).
 func (s *sender) hello() error {
-	tip, err := s.d.log.Tip(s.ctx, s.o.AgentID)
+	hello, err := s.d.helloFrame(s.ctx, s.o.AgentID)
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func (s *sender) hello() error {
 		return s.unwelcomed(err, false)
 	}
 	s.d.gate(GateHello, s.o.AgentID)
-	if err := s.d.postHello(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewHello(s.o.AgentID, tip)), true); err != nil {
+	if err := s.d.postHello(s.ctx, s.o.ConnID, hello, true); err != nil {
 		return err
 	}
 	s.p.HelloSent = true

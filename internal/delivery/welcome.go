@@ -183,12 +183,12 @@ func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, 
 	lg := d.logger.With("agent_id", c.AgentID, "connection_id", connID)
 	if !c.HelloPosted {
 		d.gate(GateCloseHello, c.AgentID)
-		tip, err := d.log.Tip(ctx, c.AgentID)
+		hello, err := d.helloFrame(ctx, c.AgentID)
 		if err != nil {
 			return time.Time{}, err
 		}
 		// The connection may still be finishing $connect: postHello allows for it.
-		err = d.postHello(ctx, connID, protocol.Marshal(protocol.NewHello(c.AgentID, tip)), true)
+		err = d.postHello(ctx, connID, hello, true)
 		if errors.Is(err, ErrGone) {
 			return time.Time{}, d.settle(ctx, connID, holder)
 		}

@@ -30,7 +30,7 @@ type ServerFrame interface {
 
 // Hello is sent once on connect, before anything else.
 //
-// Its JSON form is {"type":"hello","proto":1,"session_id":...,"last_seq":...}.
+// Its JSON form is {"type":"hello","proto":1,"session_id":...,"last_seq":...,"epoch":...}.
 // Encoding always writes "type":"hello" and "proto":1 regardless of the Type
 // and Proto fields, which exist so that clients decoding a hello can inspect
 // them; build server frames with [NewHello].
@@ -40,11 +40,16 @@ type Hello struct {
 	SessionID string `json:"session_id"`
 	// LastSeq is the highest seq in the session log at connect time (≥ 0).
 	LastSeq int64 `json:"last_seq"`
+	// Epoch names the log: the same for its whole life, new when the session is reset,
+	// or deleted and created again (additive; omitted when unknown). A client that
+	// stored a cursor under another epoch must start over from seq 0.
+	Epoch string `json:"epoch,omitempty"`
 }
 
-// NewHello returns the hello frame for session sessionID whose log tip is lastSeq.
-func NewHello(sessionID string, lastSeq int64) Hello {
-	return Hello{Type: TypeHello, Proto: ProtoVersion, SessionID: sessionID, LastSeq: lastSeq}
+// NewHello returns the hello frame for session sessionID whose log tip is lastSeq
+// and whose epoch is epoch.
+func NewHello(sessionID string, lastSeq int64, epoch string) Hello {
+	return Hello{Type: TypeHello, Proto: ProtoVersion, SessionID: sessionID, LastSeq: lastSeq, Epoch: epoch}
 }
 
 // FrameType returns "hello".

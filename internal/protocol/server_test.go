@@ -11,11 +11,12 @@ func TestServerFramesMarshal(t *testing.T) {
 		frame ServerFrame
 		want  string
 	}{
-		{"hello", NewHello("s1", 41), `{"type":"hello","proto":1,"session_id":"s1","last_seq":41}`},
-		{"hello fresh session", NewHello("agent-7", 0), `{"type":"hello","proto":1,"session_id":"agent-7","last_seq":0}`},
+		{"hello", NewHello("s1", 41, ""), `{"type":"hello","proto":1,"session_id":"s1","last_seq":41}`},
+		{"hello with epoch", NewHello("s1", 41, "e1"), `{"type":"hello","proto":1,"session_id":"s1","last_seq":41,"epoch":"e1"}`},
+		{"hello fresh session", NewHello("agent-7", 0, ""), `{"type":"hello","proto":1,"session_id":"agent-7","last_seq":0}`},
 		{"hello zero value still canonical", Hello{}, `{"type":"hello","proto":1,"session_id":"","last_seq":0}`},
 		{"hello wrong type and proto overridden", Hello{Type: "x", Proto: 2, SessionID: "s", LastSeq: 3}, `{"type":"hello","proto":1,"session_id":"s","last_seq":3}`},
-		{"hello escapes", NewHello("a\"b", 1), `{"type":"hello","proto":1,"session_id":"a\"b","last_seq":1}`},
+		{"hello escapes", NewHello("a\"b", 1, ""), `{"type":"hello","proto":1,"session_id":"a\"b","last_seq":1}`},
 		{"replay_truncated", NewReplayTruncated(0, 5001), `{"type":"replay_truncated","requested_from_seq":0,"from_seq":5001}`},
 		{"replay_truncated zero value", ReplayTruncated{}, `{"type":"replay_truncated","requested_from_seq":0,"from_seq":0}`},
 		{"error", NewError(CodeBadFrame, `unknown frame type "foo"`), `{"type":"error","code":"bad_frame","message":"unknown frame type \"foo\""}`},
@@ -49,7 +50,7 @@ func TestServerFramesMarshal(t *testing.T) {
 }
 
 func TestServerFrameConstructors(t *testing.T) {
-	if got, want := NewHello("s1", 41), (Hello{Type: "hello", Proto: 1, SessionID: "s1", LastSeq: 41}); got != want {
+	if got, want := NewHello("s1", 41, "e"), (Hello{Type: "hello", Proto: 1, SessionID: "s1", LastSeq: 41, Epoch: "e"}); got != want {
 		t.Errorf("NewHello = %#v, want %#v", got, want)
 	}
 	if got, want := NewReplayTruncated(3, 9), (ReplayTruncated{Type: "replay_truncated", RequestedFromSeq: 3, FromSeq: 9}); got != want {
@@ -69,7 +70,7 @@ func TestServerFramesDecode(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"type":"hello","proto":1,"session_id":"s1","last_seq":41}`), &h); err != nil {
 		t.Fatal(err)
 	}
-	if h != NewHello("s1", 41) {
+	if h != NewHello("s1", 41, "") {
 		t.Errorf("decoded hello %#v", h)
 	}
 	var e Error

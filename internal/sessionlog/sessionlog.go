@@ -4,8 +4,11 @@
 //
 // Gaplessness follows from one rule: a writer only ever puts seq n+1 after it has seen
 // seq n exist (read back from the table, or written by itself), and the put is
-// conditional on seq n+1 not existing yet. Events are never deleted, so a conflict only
-// means another writer got n+1 first; the loser re-reads the tip and tries again.
+// conditional on seq n+1 not existing yet. Events are never deleted (but all at once, by a
+// session reset or delete, package sessiondata, after which a new log starts at seq 0),
+// so a conflict only means another writer got n+1 first; the loser re-reads the tip and
+// tries again. A tip this Log remembers is lowered by every read that reaches the log's
+// end, so a log started over is appended to at its own tip.
 //
 // Cost: one append of an event under 1 KB is one PutItem, 1 write request unit, when the
 // writer's cached tip is current (a single active writer, as during a turn); a writer
@@ -105,7 +108,9 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 	case err != nil:
 		return false, err
 	}
-	l.observe(sessionID, 0)
+	l.mu.Lock() // a new log: whatever was cached is of a log since erased
+	l.tips[sessionID] = 0
+	l.mu.Unlock()
 	appended()
 	return true, nil
 }
@@ -196,6 +201,7 @@ func appended() { metrics.Add("EventsAppended", metrics.Count, 1) }
 // Tip returns the highest seq of the session, read strongly consistent. It returns
 // ErrNotFound if the session has no events.
 func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
+	before, had := l.cached(sessionID)
 	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
 		TableName:              aws.String(l.table),
 		KeyConditionExpression: aws.String("session_id = :s"),
@@ -217,8 +223,48 @@ func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	l.observe(sessionID, seq)
+	l.observeTip(sessionID, seq, before, had)
 	return seq, nil
+}
+
+// Epoch returns the log's epoch: the id of its session/created event (seq 0). It is
+// the same for the life of the log and new when the log is created again after a
+// reset or a delete, since every event id is random; hello carries it. It returns
+// ErrNotFound if the session has no events. Cost: one strongly consistent Query of one
+// item, 1 read unit (a Query rather than a GetItem, so that every function that reads
+// the log may read it with the permissions it has).
+func (l *Log) Epoch(ctx context.Context, sessionID string) (string, error) {
+	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
+		TableName:              aws.String(l.table),
+		KeyConditionExpression: aws.String("session_id = :s AND seq = :z"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":s": &types.AttributeValueMemberS{Value: sessionID},
+			":z": &types.AttributeValueMemberN{Value: "0"},
+		},
+		ProjectionExpression: aws.String("id"),
+		Limit:                aws.Int32(1),
+		ConsistentRead:       aws.Bool(true),
+	})
+	if err != nil {
+		return "", fmt.Errorf("sessionlog: epoch of %s: %w", sessionID, err)
+	}
+	if len(out.Items) == 0 {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, sessionID)
+	}
+	id, ok := out.Items[0]["id"].(*types.AttributeValueMemberS)
+	if !ok {
+		return "", fmt.Errorf("%w: %s seq 0 has no id", ErrInvalid, sessionID)
+	}
+	return id.Value, nil
+}
+
+// Forget drops what this Log remembers of the session (its cached tip): the next
+// append reads the tip again. A reset or delete of the session calls it in its own
+// process; other processes' caches are why a reset fences the runner first.
+func (l *Log) Forget(sessionID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.tips, sessionID)
 }
 
 // Read returns up to limit events with seq ≥ from, in seq order, read strongly
@@ -230,6 +276,8 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 	}
 	var out []Event
 	var start map[string]types.AttributeValue
+	end := false // the read reached the log's end
+	before, had := l.cached(sessionID)
 	for len(out) < limit {
 		page, err := l.api.Query(ctx, &dynamodb.QueryInput{
 			TableName:              aws.String(l.table),
@@ -253,11 +301,15 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 			out = append(out, ev)
 		}
 		if len(page.LastEvaluatedKey) == 0 {
+			end = true
 			break
 		}
 		start = page.LastEvaluatedKey
 	}
-	if n := len(out); n > 0 {
+	switch n := len(out); {
+	case n > 0 && end:
+		l.observeTip(sessionID, out[n-1].Seq, before, had) // the tip when read
+	case n > 0:
 		l.observe(sessionID, out[n-1].Seq)
 	}
 	return out, nil
@@ -429,6 +481,24 @@ func (l *Log) observe(sessionID string, seq int64) {
 	if t, ok := l.tips[sessionID]; !ok || seq > t {
 		l.tips[sessionID] = seq
 	}
+}
+
+// observeTip records seq, the tip a strongly consistent read just found, given what
+// the cache held when the read began (before, had): the cache takes it even when
+// lower, unless it moved meanwhile (an append of this process landed during the read,
+// which the read may have missed). A cached tip above the log's — left from a log
+// since reset or deleted (package sessiondata) — would make the next append skip seqs;
+// one below costs a conflict and a re-read at most.
+func (l *Log) observeTip(sessionID string, seq, before int64, had bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.tips) >= maxCachedTips {
+		clear(l.tips)
+	}
+	if cur, ok := l.tips[sessionID]; ok && (!had || cur != before) && cur > seq {
+		return // moved during the read: keep the newer
+	}
+	l.tips[sessionID] = seq
 }
 
 // backoff sleeps a random time up to 1 ms × 2^attempt, at most 25 ms.

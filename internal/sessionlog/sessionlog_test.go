@@ -329,3 +329,42 @@ func TestNotifyOnAppend(t *testing.T) {
 		t.Errorf("notified seqs %v, want %v", got, want)
 	}
 }
+
+// TestStartedOverLogAppendsAtItsTip: a Log that appended to a session remembers its
+// tip; once the log is erased and created again (a session reset, elsewhere), a read
+// that reaches the new log's end lowers it, so the next append is seq 1 — not a seq
+// past a gap.
+func TestStartedOverLogAppendsAtItsTip(t *testing.T) {
+	t.Parallel()
+	l, table := newLog(t)
+	ctx := context.Background()
+	session := dynamotest.UniqueName("s")
+	mustCreate(t, l, session)
+	for range 5 {
+		if _, err := l.Append(ctx, session, "note", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := dynamotest.Client(t)
+	for seq := range 6 {
+		if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: map[string]types.AttributeValue{
+			"session_id": &types.AttributeValueMemberS{Value: session}, "seq": &types.AttributeValueMemberN{Value: fmt.Sprint(seq)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if created, err := sessionlog.New(db, table).Create(ctx, session); err != nil || !created {
+		t.Fatalf("create again: %v, %v", created, err)
+	}
+	if evs, err := l.Read(ctx, session, 0, 100); err != nil || len(evs) != 1 {
+		t.Fatalf("read of the new log: %d events, %v", len(evs), err)
+	}
+	ev, err := l.Append(ctx, session, "note", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Seq != 1 {
+		t.Fatalf("append after the log started over went to seq %d, want 1", ev.Seq)
+	}
+	readAll(t, l, session)
+}
