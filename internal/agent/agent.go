@@ -113,15 +113,17 @@ type Config struct {
 
 // Crash points of the runner.
 const (
-	CrashUserMessage  = "user_message"  // the waking user/message is logged, turn/start not yet
-	CrashInboxRead    = "inbox_read"    // inbox items read for a drain, nothing logged yet
-	CrashInboxLogged  = "inbox_logged"  // context/injected logged, inbox items not yet deleted
-	CrashToolCalls    = "tool_calls"    // the model output and its tool/call events are logged, no tool ran
-	CrashToolRun      = "tool_run"      // a run of tools executed, its tool/result events not logged
-	CrashParked       = "parked"        // approval/requested logged, lease not yet released
-	CrashTurnEnded    = "turn_ended"    // turn/end logged, the state item not yet updated
-	CrashAfterAcquire = "after_acquire" // the lease is taken, with the claim of the turn to start when there is one; nothing logged
-	CrashQuotaStarted = "quota_started" // a quota-refused turn's turn/start is logged, its turn/end not yet
+	CrashUserMessage   = "user_message"   // the waking user/message is logged, turn/start not yet
+	CrashBeforeRelease = "before_release" // the invocation's work is logged; its release (and checkpoint) not written
+	CrashCompacted     = "compacted"      // a context/compacted is logged, the step's model call not made
+	CrashInboxRead     = "inbox_read"     // inbox items read for a drain, nothing logged yet
+	CrashInboxLogged   = "inbox_logged"   // context/injected logged, inbox items not yet deleted
+	CrashToolCalls     = "tool_calls"     // the model output and its tool/call events are logged, no tool ran
+	CrashToolRun       = "tool_run"       // a run of tools executed, its tool/result events not logged
+	CrashParked        = "parked"         // approval/requested logged, lease not yet released
+	CrashTurnEnded     = "turn_ended"     // turn/end logged, the state item not yet updated
+	CrashAfterAcquire  = "after_acquire"  // the lease is taken, with the claim of the turn to start when there is one; nothing logged
+	CrashQuotaStarted  = "quota_started"  // a quota-refused turn's turn/start is logged, its turn/end not yet
 )
 
 // Crash points of the message function (SetPolicy returns ErrCrashed there).

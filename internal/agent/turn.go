@@ -84,7 +84,11 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 		if te.Usage != nil {
 			u = *te.Usage
 		}
-		if _, titled := inv.firstMessage(); titled && inv.oldestWake() == nil {
+		_, titled, err := inv.log.firstMessage(ctx)
+		if err != nil {
+			return err
+		}
+		if titled && inv.oldestWake() == nil {
 			inv.ended = &endedTurn{id: id, usage: u}
 			return nil
 		}
@@ -223,7 +227,7 @@ func (inv *invocation) drain(ctx context.Context) error {
 		return err
 	}
 	for _, it := range inv.inbox {
-		if !inv.log.logged[it.ID] {
+		if !inv.log.isLogged(it.ID) {
 			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, Truncated: it.Truncated}); err != nil {
 				return err
 			}
@@ -611,33 +615,20 @@ func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsag
 	return nil
 }
 
-// firstMessage returns the session's first user message, and reports whether the
-// session needs no title: it has one, or nothing to name it after.
-func (inv *invocation) firstMessage() (string, bool) {
-	first := ""
-	for _, ev := range inv.log.evs {
-		switch ev.Type {
-		case TypeSessionTitled:
-			return "", true
-		case TypeUserMessage:
-			if first == "" {
-				first = decode[userMessage](ev).Text
-			}
-		}
-	}
-	return first, strings.TrimSpace(first) == ""
-}
-
 const titlerSystem = "Reply with a short title, at most eight words, for a conversation that begins with the user's message. Reply with the title only."
 
 // title asks the titler model to name the session after its first turn and appends
 // session/titled. Naming is best effort: on failure it is tried after the next turn.
 func (inv *invocation) title(ctx context.Context) {
-	first, titled := inv.firstMessage()
+	log := inv.c.logger.With("agent_id", inv.agent)
+	first, titled, err := inv.log.firstMessage(ctx)
+	if err != nil {
+		log.Warn("titler input", "error", err.Error())
+		return
+	}
 	if titled {
 		return
 	}
-	log := inv.c.logger.With("agent_id", inv.agent)
 	prof, err := inv.c.agentProfile(inv.profileJSON)
 	if err != nil {
 		log.Warn("titler profile", "error", err.Error())

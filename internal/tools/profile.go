@@ -42,7 +42,19 @@ type Profile struct {
 	Providers map[string]json.RawMessage `json:"providers,omitempty"`
 	Tools     []ToolConfig               `json:"tools"` // nil in an override: keep the default's
 	Quotas    Quotas                     `json:"quotas,omitzero"`
+	Context   Context                    `json:"context,omitzero"`
 }
+
+// Context bounds the history sent to the main model (docs/agents.md, "Long-lived
+// agents"): BudgetTokens is the most history tokens one model call sends; over it the
+// runtime compacts the history into a summary first. 0: the model family's default.
+type Context struct {
+	BudgetTokens int64 `json:"budget_tokens,omitempty"`
+}
+
+// MinBudgetTokens is the smallest context budget a profile may set: below it a
+// summary and one step could not fit.
+const MinBudgetTokens = 256
 
 // Quotas cap what one agent may use; 0 is no cap. A turn that would start over a cap
 // ends rejected (see docs/agents.md, "Quotas"). Days and months are UTC.
@@ -57,6 +69,8 @@ type Quotas struct {
 type Models struct {
 	Main   string `json:"main,omitempty"`
 	Titler string `json:"titler,omitempty"`
+	// Compactor writes the summaries of compacted history; empty: the main model.
+	Compactor string `json:"compactor,omitempty"`
 }
 
 // ToolConfig is one tool of a profile. Kind selects the Builder (default builtin);
@@ -179,8 +193,10 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					decodeInto(pe, "models.main", m[role], &p.Models.Main)
 				case "titler":
 					decodeInto(pe, "models.titler", m[role], &p.Models.Titler)
+				case "compactor":
+					decodeInto(pe, "models.compactor", m[role], &p.Models.Compactor)
 				default:
-					pe.Add("models."+role, "unknown model role (main, titler)")
+					pe.Add("models."+role, "unknown model role (main, titler, compactor)")
 				}
 			}
 		case "providers":
@@ -211,6 +227,21 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					p.Tools = append(p.Tools, t)
 				}
 			}
+		case "context":
+			var m map[string]json.RawMessage
+			if !decodeInto(pe, k, v, &m) {
+				continue
+			}
+			for _, name := range sortedKeys(m) {
+				switch name {
+				case "budget_tokens":
+					if decodeInto(pe, "context.budget_tokens", m[name], &p.Context.BudgetTokens) && p.Context.BudgetTokens < MinBudgetTokens {
+						pe.Add("context.budget_tokens", "must be at least %d", MinBudgetTokens)
+					}
+				default:
+					pe.Add("context."+name, "unknown key (budget_tokens)")
+				}
+			}
 		case "quotas":
 			var m map[string]json.RawMessage
 			if !decodeInto(pe, k, v, &m) {
@@ -232,7 +263,7 @@ func DecodeProfile(raw []byte) (Profile, error) {
 				}
 			}
 		default:
-			pe.Add(k, "unknown key (system, models, providers, tools, quotas)")
+			pe.Add(k, "unknown key (system, models, providers, tools, quotas, context)")
 		}
 	}
 	if err := pe.Err(); err != nil {
@@ -353,6 +384,12 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.Tools != nil {
 		out.Tools = over.Tools
+	}
+	if over.Models.Compactor != "" {
+		out.Models.Compactor = over.Models.Compactor
+	}
+	if over.Context.BudgetTokens != 0 {
+		out.Context.BudgetTokens = over.Context.BudgetTokens
 	}
 	if over.Quotas.TurnsPerDay != 0 {
 		out.Quotas.TurnsPerDay = over.Quotas.TurnsPerDay
