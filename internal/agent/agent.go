@@ -63,6 +63,9 @@ type RunnerEvent struct {
 const (
 	RoleMain   = "main"
 	RoleTitler = "titler"
+	// RoleCompactor writes the summaries of compacted history (compact.go); by
+	// default the main model.
+	RoleCompactor = "compactor"
 )
 
 // Defaults of Config.
@@ -229,6 +232,8 @@ func (c *core) modelSpec(st state, prof tools.Profile, role string) string {
 	switch role {
 	case RoleTitler:
 		return firstOf(st.ModelTitler, prof.Models.Titler, c.cfg.TitlerModel)
+	case RoleCompactor:
+		return firstOf(st.ModelCompactor, prof.Models.Compactor, c.modelSpec(st, prof, RoleMain))
 	default:
 		return firstOf(st.ModelMain, prof.Models.Main, c.cfg.MainModel)
 	}

@@ -105,6 +105,8 @@ func (p *progress) add(ev sessionlog.Event) {
 	case TypeToolResult:
 		p.results[decode[toolResult](ev).CallID] = true
 		p.last = lastInput
+	case TypeContextCompacted:
+		p.addUsage(decode[contextCompacted](ev).Usage) // the compactor's call, one of the turn's
 	case TypeApprovalRequested:
 		p.requested[decode[approvalRequested](ev).CallID] = true
 	case TypeApprovalResolved:

@@ -292,23 +292,57 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 	if err != nil {
 		return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": "+err.Error(), nil)
 	}
-	req := model.Request{System: prof.System, Messages: history(inv.log.evs)}
+	var toolSpecs []model.ToolSpec
 	for _, d := range set.Definitions() {
-		req.Tools = append(req.Tools, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
+		toolSpecs = append(toolSpecs, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
 	}
-	ch := &chunker{
-		write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
-		now:        inv.c.now,
-		flushBytes: inv.c.cfg.ChunkBytes,
-		flushAge:   inv.c.cfg.ChunkInterval,
-	}
-	began := inv.c.now()
-	resp, err := m.Stream(ctx, req, ch.delta)
-	if ctx.Err() == nil {
-		meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
-	}
-	if ch.err != nil {
-		return 0, ch.err
+	limit := budget(prof, spec)
+	fixed := fixedTokens(model.Request{System: prof.System, Tools: toolSpecs})
+	var ch *chunker
+	var resp model.Response
+	refusal := "" // the provider's first context-length refusal of this step
+	for attempt := 0; ; attempt++ {
+		// Over the budget — or, on the retry, refused as too long — the history is
+		// compacted first.
+		if err := inv.fitContext(ctx, prof, limit, fixed, attempt > 0); err != nil {
+			switch {
+			case errors.Is(err, errNothingToCompact) && attempt == 0:
+				// All of it is the current step: send it, the provider decides.
+			case errors.Is(err, errNothingToCompact):
+				return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": the current step alone is longer than the model's context window: "+refusal, nil)
+			case errors.Is(err, errCompaction):
+				return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
+			default:
+				return 0, err
+			}
+		}
+		if t = inv.log.turn; t == nil {
+			return outEnded, nil
+		}
+		v := inv.log.view()
+		req := model.Request{System: withSummary(prof.System, v.summary), Messages: history(v.evs), Tools: toolSpecs}
+		ch = &chunker{
+			write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
+			now:        inv.c.now,
+			flushBytes: inv.c.cfg.ChunkBytes,
+			flushAge:   inv.c.cfg.ChunkInterval,
+		}
+		began := inv.c.now()
+		resp, err = m.Stream(ctx, req, ch.delta)
+		if ctx.Err() == nil {
+			meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+		}
+		if ch.err != nil {
+			return 0, ch.err
+		}
+		if err != nil && ctx.Err() == nil && model.IsContextLength(err) && !ch.wrote() {
+			if attempt == 0 {
+				refusal = err.Error()
+				continue // compact and retry the step, once
+			}
+			return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": refused as too long again after compaction: "+err.Error(), nil)
+		}
+		break
 	}
 	if err != nil {
 		if ctx.Err() != nil {
