@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -220,25 +221,56 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 	}
 	summary := v.summary
 	from := v.through + 1
-	idx := 0
+	var usage *modelUsage
+	var spec string
+	idx, calls := 0, int64(0)
+	logFrom := from
 	for from <= target {
 		part, end := slice(v.evs, &idx, isCut, target, limit-model.EstimateTokens(len(summary))-256)
 		if end < 0 {
 			break // cannot happen: target is a cut
 		}
-		text, u, spec, err := inv.summarise(ctx, prof, summary, part, limit)
+		text, u, sp, err := inv.summarise(ctx, prof, summary, part, limit)
 		if err != nil {
 			return err
 		}
-		if _, err := inv.append(ctx, TypeContextCompacted, contextCompacted{ThroughSeq: end, Summary: text, FromSeq: from, Model: spec, Usage: u}); err != nil {
-			return err
+		summary, spec = text, sp
+		usage = addModelUsage(usage, u)
+		if u != nil {
+			calls++
 		}
-		if err := inv.crash(CrashCompacted); err != nil {
-			return err
+		// Logged once, at the end — every context/compacted stays in the runner's window
+		// until the next compaction — or early when the invocation's deadline nears, so
+		// that a history too long for one invocation (an agent from before compaction)
+		// still gets through, an invocation at a time.
+		if end == target || inv.closeToDeadline(ctx) {
+			if _, err := inv.append(ctx, TypeContextCompacted, contextCompacted{ThroughSeq: end, Summary: summary, FromSeq: logFrom, Model: spec, Usage: usage, Calls: calls}); err != nil {
+				return err
+			}
+			if err := inv.crash(CrashCompacted); err != nil {
+				return err
+			}
+			usage, calls, logFrom = nil, 0, end+1
 		}
-		summary, from = text, end+1
+		from = end + 1
 	}
 	return nil
+}
+
+// closeToDeadline reports whether less than the handover margin is left.
+func (inv *invocation) closeToDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < min(inv.c.cfg.DeadlineMargin, inv.budget/2)
+}
+
+func addModelUsage(a, b *modelUsage) *modelUsage {
+	if b == nil {
+		return a
+	}
+	if a == nil {
+		return &modelUsage{InputTokens: b.InputTokens, OutputTokens: b.OutputTokens}
+	}
+	return &modelUsage{InputTokens: a.InputTokens + b.InputTokens, OutputTokens: a.OutputTokens + b.OutputTokens}
 }
 
 // slice takes the next events of evs from *idx up to a cut — as many as fit room

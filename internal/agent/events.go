@@ -129,11 +129,12 @@ type sessionTitled struct {
 // contextCompacted is a compaction: Summary covers every event up to ThroughSeq, so
 // model calls after it send the summary and the events after ThroughSeq. FromSeq is
 // the first event this compaction summarised (the previous summary covers the rest);
-// Usage is the compactor's call, counted in the open turn's usage.
+// Usage is the compactor's calls (Calls of them), counted in the open turn's usage.
 type contextCompacted struct {
 	ThroughSeq int64       `json:"through_seq"`
 	Summary    string      `json:"summary"`
 	FromSeq    int64       `json:"from_seq"`
 	Model      string      `json:"model,omitempty"`
 	Usage      *modelUsage `json:"usage,omitempty"`
+	Calls      int64       `json:"calls,omitempty"` // compactor model calls Usage sums
 }

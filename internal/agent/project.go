@@ -106,7 +106,11 @@ func (p *progress) add(ev sessionlog.Event) {
 		p.results[decode[toolResult](ev).CallID] = true
 		p.last = lastInput
 	case TypeContextCompacted:
-		p.addUsage(decode[contextCompacted](ev).Usage) // the compactor's call, one of the turn's
+		if c := decode[contextCompacted](ev); c.Usage != nil { // the compactor's calls, the turn's too
+			p.usage.InputTokens += c.Usage.InputTokens
+			p.usage.OutputTokens += c.Usage.OutputTokens
+			p.usage.ModelCalls += max(c.Calls, 1)
+		}
 	case TypeApprovalRequested:
 		p.requested[decode[approvalRequested](ev).CallID] = true
 	case TypeApprovalResolved:
