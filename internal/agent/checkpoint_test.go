@@ -81,7 +81,9 @@ func newAged(t *testing.T, names tables.Names, n int, prof tools.Profile, change
 	if _, err := a.plain.Create(a.ctx, a.id); err != nil {
 		t.Fatal(err)
 	}
-	seedLog(t, db, names["LogTable"], a.id, n)
+	if n > 0 {
+		seedLog(t, db, names["LogTable"], a.id, n)
+	}
 	mdb := a.reads.Client(t)
 	a.logged = &readsLog{Log: sessionlog.New(mdb, names["LogTable"])}
 	a.logged.reset()

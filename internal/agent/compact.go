@@ -193,10 +193,12 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 	if !force && size <= limit {
 		return nil
 	}
-	tail := limit / 2
 	if force {
-		tail = min(tail, size/2)
+		// The provider's window is below size: half of it makes the summaries'
+		// requests and the rest fit.
+		limit = min(limit, max(size/2, 256))
 	}
+	tail := limit / 2
 	cs := cuts(v.evs, stepStart(v.evs))
 	if len(cs) == 0 {
 		return errNothingToCompact
