@@ -144,7 +144,7 @@ func (a *aged) since(from int64) []sessionlog.Event {
 func (a *aged) checkpointSeq() int64 {
 	a.t.Helper()
 	out, err := dynamotest.Client(a.t).GetItem(a.ctx, &dynamodb.GetItemInput{TableName: aws.String(a.names["AgentsTable"]),
-		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "agent#" + a.id}, "sk": &types.AttributeValueMemberS{Value: "state"}},
+		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "agent#" + a.id}, "sk": &types.AttributeValueMemberS{Value: "state"}},
 		ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		a.t.Fatal(err)
