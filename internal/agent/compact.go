@@ -129,6 +129,31 @@ func stepStart(evs []sessionlog.Event) int64 {
 	return start
 }
 
+// protect is the first seq compaction keeps: the open turn's first event while the
+// turn takes at most half the budget (so the turn's own messages, its waking text
+// above all, stay whole), else the start of its current step (stepStart).
+func (inv *invocation) protect(evs []sessionlog.Event, limit int64) int64 {
+	step := stepStart(evs)
+	t := inv.log.turn
+	if t == nil {
+		return step
+	}
+	start := t.seq
+	if inv.st.TurnID == t.turnID && inv.st.TurnSeq < start {
+		start = inv.st.TurnSeq
+	}
+	var turn int64
+	for _, ev := range evs {
+		if ev.Seq >= start {
+			turn += eventTokens(ev)
+		}
+	}
+	if turn <= limit/2 {
+		return min(step, start)
+	}
+	return step
+}
+
 // cuts are the seqs below protect after which the history may be cut: every tool/call
 // at or before it has its tool/result at or before it, and it is not inside a model
 // output (a chunk not final, or a final chunk whose tool calls follow).
@@ -199,7 +224,7 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 		limit = min(limit, max(size/2, 256))
 	}
 	tail := limit / 2
-	cs := cuts(v.evs, stepStart(v.evs))
+	cs := cuts(v.evs, inv.protect(v.evs, limit))
 	if len(cs) == 0 {
 		return errNothingToCompact
 	}
