@@ -377,7 +377,7 @@ func TestOwnAgent(t *testing.T) {
 	// 3. set_model says whether the role or the spec was wrong, and why.
 	for _, c := range []struct{ role, spec, want string }{
 		{"main", "openai/gpt-4o-mini", `set_model: spec \"openai/gpt-4o-mini\": no provider \"openai\" is configured (configured: acme, bedrock, local, scripted)`},
-		{"boss", "scripted", `set_model: role \"boss\": unknown role (main, titler)`},
+		{"boss", "scripted", `set_model: role \"boss\": unknown role (main, titler, compactor)`},
 		{"main", "acme", `set_model: field \"spec\" must be \"provider/model\" or \"scripted\"`},
 	} {
 		f := a.setModel(c.role, c.spec)
