@@ -106,4 +106,15 @@ func TestApprovalAcrossCheckpointAndCompaction(t *testing.T) {
 	if len(res) != 2 || !strings.Contains(string(res[1].Payload), "approved text") || lastTurnEndOf(t, evs)["status"] != agent.StatusCompleted || chunkText(evs) != "done" {
 		t.Fatalf("after the approval:\n%s", dump(evs))
 	}
+	// From the checkpoint alone (the seeded policy/updated is far below it), clock is
+	// still refused.
+	a.restart()
+	a.logged.reset()
+	evs = a.turn(script(`{"call":[{"tool":"clock","args":{}}]}`, `{"say":"done"}`))
+	if low := a.logged.lowest(); low <= 1 {
+		t.Fatalf("the turn read the log from seq %d", low)
+	}
+	if res := ofType(evs, agent.TypeToolResult); len(res) != 1 || !strings.Contains(string(res[0].Payload), agent.ErrTextPolicy) {
+		t.Fatalf("clock under the policy from the checkpoint:\n%s", dump(evs))
+	}
 }
