@@ -27,6 +27,7 @@ func (a *aged) run() error {
 // turn/start, one context/compacted, one answer, one turn/end — and the turn is metered
 // once.
 func TestCheckpointCrashPoints(t *testing.T) {
+	t.Parallel()
 	names := testTables(t)
 	for _, point := range []string{agent.CrashCompacted, agent.CrashBeforeRelease, agent.CrashUserMessage, agent.CrashTurnEnded} {
 		t.Run(point, func(t *testing.T) {
@@ -80,6 +81,7 @@ func TestCheckpointCrashPoints(t *testing.T) {
 // turn, the tool running once; the policy seeded at seq 1 — far below the compaction
 // point — still refuses clock.
 func TestApprovalAcrossCheckpointAndCompaction(t *testing.T) {
+	t.Parallel()
 	a := newAged(t, testTables(t), 800, agedProfile(1000), nil)
 	from := a.tip() + 1
 	evs := a.turn(script(`{"call":[{"tool":"clock","args":{}}]}`, `{"call":[{"tool":"guarded_echo","args":{"text":"approved text"}}]}`, `{"say":"done"}`))

@@ -247,6 +247,7 @@ func agedProfile(budget int64) tools.Profile {
 // into the budget); from then on a plain turn reads no event below the checkpoint and
 // as many read units as on a 100-event log, and the policy set at seq 1 is in force.
 func TestCheckpointReadsDoNotGrowWithAge(t *testing.T) {
+	t.Parallel() // the 100,000-event seeding overlaps the rest of the package
 	names := testTables(t)
 	const budget = 4000
 	rru := map[int]float64{}

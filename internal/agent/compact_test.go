@@ -149,6 +149,7 @@ func compactions(evs []sessionlog.Event) []map[string]any {
 // request carries the system prompt, that summary and only the events after its
 // through_seq. The log keeps every event.
 func TestCompactionBoundsTheModelRequest(t *testing.T) {
+	t.Parallel()
 	srv := newChatServer(t, 0, strings.Repeat("x", 2000))
 	a := newAged(t, testTables(t), 0, agedProfile(2000), withModel(srv.models(t)))
 	var maxMain int
@@ -233,6 +234,7 @@ const tools0System = "You are a helpful agent."
 // history many budgets long is compacted a slice at a time, each compactor request
 // carrying the previous summary and fitting the budget, and its turn completes.
 func TestCompactionIncrementalOverALongLog(t *testing.T) {
+	t.Parallel()
 	srv := newChatServer(t, 0, "fine")
 	a := newAged(t, testTables(t), 3000, agedProfile(1000), withModel(srv.models(t)))
 	evs := a.turn("and now?")
@@ -270,6 +272,7 @@ func TestCompactionIncrementalOverALongLog(t *testing.T) {
 // retry the step once, and the turn completes; refused again after the compaction,
 // the turn fails with a reason naming it.
 func TestContextLengthRefusalRecoveredOnce(t *testing.T) {
+	t.Parallel()
 	srv := newChatServer(t, 0, strings.Repeat("y", 2000))
 	a := newAged(t, testTables(t), 0, agedProfile(0), withModel(srv.models(t)))
 	for i := range 4 {
