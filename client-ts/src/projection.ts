@@ -230,6 +230,12 @@ export class SessionProjection {
         this.policy = Array.isArray(q.patterns) ? q.patterns.map(String) : [];
         return this.note(seq, ev.type, `Tool policy: ${this.policy.length ? this.policy.join(' ') : '(no tool allowed)'}`);
       }
+      case 'context/compacted': {
+        // A marker: the model's context was summarised up to through_seq; the log (and
+        // this projection) still holds every event.
+        const q = p as EventPayloads['context/compacted'];
+        return this.note(seq, ev.type, `Context compacted: the model now sees a summary of events up to seq ${Number(q.through_seq ?? 0)}`);
+      }
       case 'session/titled':
         this.title = String((p as EventPayloads['session/titled']).title ?? '');
         return this.note(seq, ev.type, `Titled: ${this.title}`);

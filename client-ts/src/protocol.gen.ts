@@ -256,6 +256,16 @@ export interface SessionTitledPayload {
   title: string;
 }
 
+/** Payload of context/compacted: The model's history was summarised up to through_seq; model calls after it send the summary and the events after through_seq. The log keeps every event. */
+export interface ContextCompactedPayload {
+  through_seq: number;
+  summary: string;
+  from_seq: number;
+  model?: string;
+  usage?: ModelUsage;
+  calls?: number;
+}
+
 /** Each durable event type's payload. */
 export interface EventPayloads {
   "session/created": SessionCreatedPayload;
@@ -270,11 +280,12 @@ export interface EventPayloads {
   "approval/resolved": ApprovalResolvedPayload;
   "policy/updated": PolicyUpdatedPayload;
   "session/titled": SessionTitledPayload;
+  "context/compacted": ContextCompactedPayload;
 }
 
 /** A durable event type this version knows; newer ones may arrive too. */
 export type EventType = keyof EventPayloads;
 /** The durable event types this version knows. */
-export const EVENT_TYPES: readonly EventType[] = ["session/created", "user/message", "context/injected", "turn/start", "turn/end", "assistant/chunk", "tool/call", "tool/result", "approval/requested", "approval/resolved", "policy/updated", "session/titled"];
+export const EVENT_TYPES: readonly EventType[] = ["session/created", "user/message", "context/injected", "turn/start", "turn/end", "assistant/chunk", "tool/call", "tool/result", "approval/requested", "approval/resolved", "policy/updated", "session/titled", "context/compacted"];
 /** A session event of a known type, narrowed by its type. */
 export type KnownEvent = { [K in EventType]: Envelope<K, EventPayloads[K]> }[EventType];

@@ -298,4 +298,13 @@ describe('SessionProjection', () => {
     v.apply({ type: 'replay_truncated', requested: 12, from: 20 });
     assert.match(v.items.at(-1).text, /^Events 12–19 are not available/);
   });
+
+  test('shows context/compacted as a marker and keeps the items before it', () => {
+    const v = new SessionProjection();
+    [ev(0, 'session/created'), ev(1, 'user/message', { text: 'hi' }), ev(2, 'context/compacted', { through_seq: 1, summary: 'the user said hi' })].forEach((e) => v.apply(e));
+    const marker = v.items.at(-1);
+    assert.deepEqual([marker.kind, marker.source, marker.seq], ['note', 'context/compacted', 2]);
+    assert.match(marker.text, /up to seq 1$/);
+    assert.equal(v.items.filter((i) => i.kind === 'user').length, 1);
+  });
 });

@@ -94,6 +94,7 @@ type results struct {
 	coldFloor            coldResult
 	refused              refusedResult
 	agents               []fleetResult
+	age                  []ageResult
 	frames               []frameResult
 	ranPhases            map[string]bool
 }
@@ -104,7 +105,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold", "phases to run, comma-separated (also: refused, agents)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold", "phases to run, comma-separated (also: refused, agents, age)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -248,6 +249,7 @@ func (b *bench) run() error {
 		{"cold", b.runColdStart},
 		{"refused", b.runRefused},
 		{"agents", b.runAgents},
+		{"age", b.runAge},
 	}
 	for _, s := range steps {
 		if !phases[s.name] {

@@ -378,7 +378,7 @@ func TestOwnAgent(t *testing.T) {
 	// 3. set_model says whether the role or the spec was wrong, and why.
 	for _, c := range []struct{ role, spec, want string }{
 		{"main", "openai/gpt-4o-mini", `set_model: spec \"openai/gpt-4o-mini\": no provider \"openai\" is configured (configured: acme, bedrock, local, scripted)`},
-		{"boss", "scripted", `set_model: role \"boss\": unknown role (main, titler)`},
+		{"boss", "scripted", `set_model: role \"boss\": unknown role (main, titler, compactor)`},
 		{"main", "acme", `set_model: field \"spec\" must be \"provider/model\" or \"scripted\"`},
 		{"main", "acme/o1", `set_model: spec \"acme/o1\": not among the models this agent's profile allows (allowed_models)`},
 	} {

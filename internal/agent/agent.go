@@ -64,6 +64,9 @@ type RunnerEvent struct {
 const (
 	RoleMain   = "main"
 	RoleTitler = "titler"
+	// RoleCompactor writes the summaries of compacted history (compact.go); by
+	// default the main model.
+	RoleCompactor = "compactor"
 )
 
 // Defaults of Config.
@@ -114,15 +117,17 @@ type Config struct {
 
 // Crash points of the runner.
 const (
-	CrashUserMessage  = "user_message"  // the waking user/message is logged, turn/start not yet
-	CrashInboxRead    = "inbox_read"    // inbox items read for a drain, nothing logged yet
-	CrashInboxLogged  = "inbox_logged"  // context/injected logged, inbox items not yet deleted
-	CrashToolCalls    = "tool_calls"    // the model output and its tool/call events are logged, no tool ran
-	CrashToolRun      = "tool_run"      // a run of tools executed, its tool/result events not logged
-	CrashParked       = "parked"        // approval/requested logged, lease not yet released
-	CrashTurnEnded    = "turn_ended"    // turn/end logged, the state item not yet updated
-	CrashAfterAcquire = "after_acquire" // the lease is taken, with the claim of the turn to start when there is one; nothing logged
-	CrashQuotaStarted = "quota_started" // a quota-refused turn's turn/start is logged, its turn/end not yet
+	CrashUserMessage   = "user_message"   // the waking user/message is logged, turn/start not yet
+	CrashBeforeRelease = "before_release" // the invocation's work is logged; its release (and checkpoint) not written
+	CrashCompacted     = "compacted"      // a context/compacted is logged, the step's model call not made
+	CrashInboxRead     = "inbox_read"     // inbox items read for a drain, nothing logged yet
+	CrashInboxLogged   = "inbox_logged"   // context/injected logged, inbox items not yet deleted
+	CrashToolCalls     = "tool_calls"     // the model output and its tool/call events are logged, no tool ran
+	CrashToolRun       = "tool_run"       // a run of tools executed, its tool/result events not logged
+	CrashParked        = "parked"         // approval/requested logged, lease not yet released
+	CrashTurnEnded     = "turn_ended"     // turn/end logged, the state item not yet updated
+	CrashAfterAcquire  = "after_acquire"  // the lease is taken, with the claim of the turn to start when there is one; nothing logged
+	CrashQuotaStarted  = "quota_started"  // a quota-refused turn's turn/start is logged, its turn/end not yet
 )
 
 // Crash points of the message function (SetPolicy returns ErrCrashed there).
@@ -228,8 +233,11 @@ func (c *core) invoke(ctx context.Context, agentID string) error {
 // passed over, so an operator's bound holds for choices made before it.
 func (c *core) modelSpec(st state, prof tools.Profile, role string) string {
 	set := st.ModelMain
-	if role == RoleTitler {
+	switch role {
+	case RoleTitler:
 		set = st.ModelTitler
+	case RoleCompactor:
+		set = st.ModelCompactor
 	}
 	if set != "" && !c.allowsModel(prof, set) {
 		set = ""
@@ -237,6 +245,8 @@ func (c *core) modelSpec(st state, prof tools.Profile, role string) string {
 	switch role {
 	case RoleTitler:
 		return firstOf(set, prof.Models.Titler, c.cfg.TitlerModel)
+	case RoleCompactor:
+		return firstOf(set, prof.Models.Compactor, c.modelSpec(st, prof, RoleMain))
 	default:
 		return firstOf(set, prof.Models.Main, c.cfg.MainModel)
 	}

@@ -15,6 +15,7 @@ const (
 	TypeApprovalResolved  = "approval/resolved"
 	TypePolicyUpdated     = "policy/updated"
 	TypeSessionTitled     = "session/titled"
+	TypeContextCompacted  = "context/compacted"
 )
 
 // Turn statuses (docs/lifecycle.md, "The status machine").
@@ -123,4 +124,17 @@ type policyUpdated struct {
 
 type sessionTitled struct {
 	Title string `json:"title"`
+}
+
+// contextCompacted is a compaction: Summary covers every event up to ThroughSeq, so
+// model calls after it send the summary and the events after ThroughSeq. FromSeq is
+// the first event this compaction summarised (the previous summary covers the rest);
+// Usage is the compactor's calls (Calls of them), counted in the open turn's usage.
+type contextCompacted struct {
+	ThroughSeq int64       `json:"through_seq"`
+	Summary    string      `json:"summary"`
+	FromSeq    int64       `json:"from_seq"`
+	Model      string      `json:"model,omitempty"`
+	Usage      *modelUsage `json:"usage,omitempty"`
+	Calls      int64       `json:"calls,omitempty"` // compactor model calls Usage sums
 }

@@ -34,7 +34,7 @@ func (c *core) modelDims(prof tools.Profile, spec string) []metrics.Dim {
 		name = spec // "scripted"
 	}
 	switch spec {
-	case prof.Models.Main, prof.Models.Titler, c.cfg.MainModel, c.cfg.TitlerModel:
+	case prof.Models.Main, prof.Models.Titler, prof.Models.Compactor, c.cfg.MainModel, c.cfg.TitlerModel:
 	default:
 		name = "other"
 	}

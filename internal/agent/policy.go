@@ -138,17 +138,20 @@ func policyOf(events []sessionlog.Event) tools.Policy {
 	return tools.Policy{Patterns: decode[policyUpdated](*ev).Patterns, Set: true}
 }
 
-// policy is the policy in force for the next run of tools. A stale tail — left by a
-// set_policy killed between its append and its claim — is repeated over first, so the
-// last policy/updated before a tool call is always the one it ran under.
+// policy is the policy in force for the next run of tools: the window's fold, which
+// starts from the checkpoint's. A stale tail — left by a set_policy killed between its
+// append and its claim — is repeated over first, so the last policy/updated before a
+// tool call is always the one it ran under.
 func (inv *invocation) policy(ctx context.Context) (tools.Policy, error) {
 	for range maxPolicyRepeats {
-		ev, stale := policyIn(inv.log.evs)
-		if !stale {
-			return policyOf(inv.log.evs), nil
+		f := inv.log.fold
+		if f.policy == nil {
+			return tools.Policy{}, nil
 		}
-		payload, stamp := ev.Payload, ev.Stamp // ev points into the window, which the append grows
-		if _, err := inv.log.appendStamped(ctx, TypePolicyUpdated, json.RawMessage(payload), stamp); err != nil {
+		if !f.stale() {
+			return tools.Policy{Patterns: f.policy.patterns, Set: true}, nil
+		}
+		if _, err := inv.log.appendStamped(ctx, TypePolicyUpdated, policyUpdated{Patterns: f.policy.patterns}, f.policy.stamp); err != nil {
 			return tools.Policy{}, err
 		}
 	}

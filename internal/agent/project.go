@@ -105,6 +105,12 @@ func (p *progress) add(ev sessionlog.Event) {
 	case TypeToolResult:
 		p.results[decode[toolResult](ev).CallID] = true
 		p.last = lastInput
+	case TypeContextCompacted:
+		if c := decode[contextCompacted](ev); c.Usage != nil { // the compactor's calls, the turn's too
+			p.usage.InputTokens += c.Usage.InputTokens
+			p.usage.OutputTokens += c.Usage.OutputTokens
+			p.usage.ModelCalls += max(c.Calls, 1)
+		}
 	case TypeApprovalRequested:
 		p.requested[decode[approvalRequested](ev).CallID] = true
 	case TypeApprovalResolved:

@@ -62,7 +62,7 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 func (r *Runner) Run(ctx context.Context, agentID string) error {
 	defer r.c.pause(PauseReturned, agentID)
 	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8),
-		log: newWindow(r.c.log, agentID, 0), seenPending: -1, quotaRefused: -2}
+		log: &logWindow{log: r.c.log, agentID: agentID, last: -1, logged: map[string]int64{}}, seenPending: -1, quotaRefused: -2}
 	return inv.run(ctx)
 }
 
@@ -96,7 +96,7 @@ const (
 )
 
 // invocation is one Run. It holds the agent as it last read it: the state item, the
-// whole log and the inbox. The state is read at the start of each pass (the lease
+// log from its checkpoint on and the inbox. The state is read at the start of each pass (the lease
 // write returns it) and at each step boundary; the log and the inbox are read again
 // only when the state's stimulus count moved since they were last read.
 type invocation struct {
@@ -108,7 +108,7 @@ type invocation struct {
 
 	st          state      // the state item as last read, with this invocation's own writes applied
 	profileJSON string     // the agent's profile override, read with the lease
-	log         *logWindow // the whole log, kept current
+	log         *logWindow // the log from the checkpoint on, kept current
 	inbox       []inboxItem
 	seenPending int64 // the stimulus count the log and inbox were last read at (-1: never)
 
@@ -152,21 +152,24 @@ func (inv *invocation) run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			stopHeartbeat()
-			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil, nil); rerr != nil {
+			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil, nil, nil); rerr != nil {
 				log.Error("release lease after failure", "error", rerr.Error())
 			}
 			return err
 		}
 		if out == outHandover {
 			stopHeartbeat()
-			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil, inv.ended); err != nil {
+			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil, inv.ended, inv.checkpoint(inv.ended)); err != nil {
 				return err
 			}
 			log.Info("handing over before the deadline")
 			metrics.Add("RunnerHandovers", metrics.Count, 1)
 			return inv.c.invoke(ctx, inv.agent)
 		}
-		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending, inv.ended)
+		if err := inv.crash(CrashBeforeRelease); err != nil {
+			return err
+		}
+		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending, inv.ended, inv.checkpoint(inv.ended))
 		if err != nil {
 			return err
 		}
@@ -244,6 +247,7 @@ func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
 	if err != nil || !quotaAllows(prof, pre.Counters, now) {
 		return nil, nil // the runner refuses the turn, or fails it on its profile
 	}
+	inv.log.begin(pre)
 	if err := inv.log.refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -251,7 +255,7 @@ func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
 		return nil, nil
 	}
 	for _, it := range items {
-		if it.Wake && !inv.log.logged[it.ID] {
+		if it.Wake && !inv.log.isLogged(it.ID) {
 			return &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}, nil
 		}
 	}
@@ -322,6 +326,7 @@ func (inv *invocation) apply(ctx context.Context, st state) error {
 	if st.Stimuli == inv.seenPending {
 		return nil
 	}
+	inv.log.begin(st)
 	if err := inv.log.refresh(ctx); err != nil {
 		return err
 	}
@@ -352,7 +357,7 @@ func (inv *invocation) append(ctx context.Context, typ string, payload any) (ses
 // setInbox keeps items as the inbox, but for the recorded turn's inline wake once it
 // is logged: that one leaves the state item with the turn, and is not drained.
 func (inv *invocation) setInbox(items []inboxItem) {
-	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == turnWakeAttr && inv.log.logged[it.ID] })
+	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == turnWakeAttr && inv.log.isLogged(it.ID) })
 }
 
 // nextWake is the waking inject the next turn starts with: the one a recorded claim
@@ -360,7 +365,7 @@ func (inv *invocation) setInbox(items []inboxItem) {
 func (inv *invocation) nextWake() *inboxItem {
 	if inv.st.TurnID != "" && inv.st.TurnKey != "" {
 		for i := range inv.inbox {
-			if it := &inv.inbox[i]; it.Wake && !inv.log.logged[it.ID] && it.key() == inv.st.TurnKey {
+			if it := &inv.inbox[i]; it.Wake && !inv.log.isLogged(it.ID) && it.key() == inv.st.TurnKey {
 				return it
 			}
 		}
@@ -371,7 +376,7 @@ func (inv *invocation) nextWake() *inboxItem {
 // oldestWake is the first queued inject that asks for a turn and is not logged yet.
 func (inv *invocation) oldestWake() *inboxItem {
 	for i := range inv.inbox {
-		if it := &inv.inbox[i]; it.Wake && !inv.log.logged[it.ID] {
+		if it := &inv.inbox[i]; it.Wake && !inv.log.isLogged(it.ID) {
 			return it
 		}
 	}

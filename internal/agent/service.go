@@ -185,7 +185,7 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 	return s.c.invoke(ctx, agentID)
 }
 
-// SetModel points role (RoleMain or RoleTitler) at spec, stored on the agent's state
+// SetModel points role (RoleMain, RoleTitler or RoleCompactor) at spec, stored on the agent's state
 // item; the runner reads it at every step boundary. It returns ErrBadSpec for an
 // unknown role or a spec the agent's profile cannot run, wrapping a
 // *protocol.BadFrameError whose message says which was wrong and why (for example
@@ -200,8 +200,10 @@ func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) erro
 		attr = "model_main"
 	case RoleTitler:
 		attr = "model_titler"
+	case RoleCompactor:
+		attr = "model_compactor"
 	default:
-		return badSpec("set_model: role %q: unknown role (main, titler)", role)
+		return badSpec("set_model: role %q: unknown role (main, titler, compactor)", role)
 	}
 	st, err := s.c.store.getState(ctx, agentID, "profile")
 	if err != nil {

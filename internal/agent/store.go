@@ -46,15 +46,16 @@ var errLeaseLost = errors.New("agent: runner lease lost")
 // runner holding the lease, the count of stimuli); the stored attribute names stay
 // "owner" and "pending", as in tables already deployed.
 type state struct {
-	Runner       string `dynamodbav:"owner"`       // runner invocation holding the lease
-	LeaseUntil   int64  `dynamodbav:"lease_until"` // unix ms
-	Stimuli      int64  `dynamodbav:"pending"`     // stimulus counter, bumped by every stimulus
-	TurnID       string `dynamodbav:"turn_id"`     // turn being started, open, or ending
-	TurnSeq      int64  `dynamodbav:"turn_seq"`    // lower bound of that turn's first seq
-	CancelTurn   string `dynamodbav:"cancel_turn"` // turn a cancel was asked for
-	CancelReason string `dynamodbav:"cancel_reason"`
-	ModelMain    string `dynamodbav:"model_main"`
-	ModelTitler  string `dynamodbav:"model_titler"`
+	Runner         string `dynamodbav:"owner"`       // runner invocation holding the lease
+	LeaseUntil     int64  `dynamodbav:"lease_until"` // unix ms
+	Stimuli        int64  `dynamodbav:"pending"`     // stimulus counter, bumped by every stimulus
+	TurnID         string `dynamodbav:"turn_id"`     // turn being started, open, or ending
+	TurnSeq        int64  `dynamodbav:"turn_seq"`    // lower bound of that turn's first seq
+	CancelTurn     string `dynamodbav:"cancel_turn"` // turn a cancel was asked for
+	CancelReason   string `dynamodbav:"cancel_reason"`
+	ModelMain      string `dynamodbav:"model_main"`
+	ModelTitler    string `dynamodbav:"model_titler"`
+	ModelCompactor string `dynamodbav:"model_compactor"`
 	// TurnKey is the stamp key (protocol.Stamp.Key) of the waking inject that started
 	// the recorded turn; a cancel only stops a turn whose wake it was sent after.
 	TurnKey string `dynamodbav:"turn_key"`
@@ -74,6 +75,8 @@ type state struct {
 	TurnWake *inboxItem `dynamodbav:"turn_wake,omitempty"`
 	// Inbox holds the injects queued on the state item, by inbox id.
 	Inbox map[string]inboxItem `dynamodbav:"inbox,omitempty"`
+	// Ck is the runner's checkpoint (checkpoint.go); nil on an agent from before it.
+	Ck *checkpoint `dynamodbav:"ck,omitempty"`
 	Counters
 }
 
@@ -188,7 +191,7 @@ func names(attrs ...string) map[string]string {
 // boundaryAttrs are what a runner reads at a step boundary (not the profile or the
 // counters, which only grow the read).
 var boundaryAttrs = []string{"owner", "lease_until", "pending", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
-	"cancel_at", "cancel_at_reason", "model_main", "model_titler",
+	"cancel_at", "cancel_at_reason", "model_main", "model_titler", "model_compactor",
 	"quota_day", "quota_turns", "quota_month", "quota_tokens"}
 
 // getState reads the state item strongly consistent; attrs limits the attributes
@@ -327,8 +330,10 @@ type endedTurn struct {
 // state and false, and the runner goes round again. With ended set, the same write
 // finishes that turn as finishTurn does, conditional on it still being recorded: a
 // release that does not happen finishes nothing. A lease that is not mine any more
-// counts as released. Cost: 1 write unit.
-func (st *store) release(ctx context.Context, agentID, me string, pending *int64, ended *endedTurn) (state, bool, error) {
+// counts as released. With ck set, the same write stores the runner's checkpoint
+// (checkpoint.go): a release that does not happen stores none. Cost: 1 write unit per
+// KB of the state item (the checkpoint adds its own size).
+func (st *store) release(ctx context.Context, agentID, me string, pending *int64, ended *endedTurn, ck *checkpoint) (state, bool, error) {
 	cond := "#owner = :me"
 	vals := map[string]types.AttributeValue{":me": s(me)}
 	attrs := names("owner", "lease_until")
@@ -348,6 +353,15 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 		for k, v := range fin.ExpressionAttributeValues {
 			vals[k] = v
 		}
+	}
+	if ck != nil {
+		v, err := attributevalue.Marshal(ck)
+		if err != nil {
+			return state{}, false, fmt.Errorf("agent: encode checkpoint of %s: %w", agentID, err)
+		}
+		expr += " SET #ck = :ck"
+		attrs["#ck"] = ckAttr
+		vals[":ck"] = v
 	}
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String(expr),

@@ -84,7 +84,11 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 		if te.Usage != nil {
 			u = *te.Usage
 		}
-		if _, titled := inv.firstMessage(); titled && inv.oldestWake() == nil {
+		_, titled, err := inv.log.firstMessage(ctx)
+		if err != nil {
+			return err
+		}
+		if titled && inv.oldestWake() == nil {
 			inv.ended = &endedTurn{id: id, usage: u}
 			return nil
 		}
@@ -223,7 +227,7 @@ func (inv *invocation) drain(ctx context.Context) error {
 		return err
 	}
 	for _, it := range inv.inbox {
-		if !inv.log.logged[it.ID] {
+		if !inv.log.isLogged(it.ID) {
 			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, Truncated: it.Truncated}); err != nil {
 				return err
 			}
@@ -288,23 +292,57 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 	if err != nil {
 		return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": "+err.Error(), nil)
 	}
-	req := model.Request{System: prof.System, Messages: history(inv.log.evs)}
+	var toolSpecs []model.ToolSpec
 	for _, d := range set.Definitions() {
-		req.Tools = append(req.Tools, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
+		toolSpecs = append(toolSpecs, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
 	}
-	ch := &chunker{
-		write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
-		now:        inv.c.now,
-		flushBytes: inv.c.cfg.ChunkBytes,
-		flushAge:   inv.c.cfg.ChunkInterval,
-	}
-	began := inv.c.now()
-	resp, err := m.Stream(ctx, req, ch.delta)
-	if ctx.Err() == nil {
-		meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
-	}
-	if ch.err != nil {
-		return 0, ch.err
+	limit := budget(prof, spec)
+	fixed := fixedTokens(model.Request{System: prof.System, Tools: toolSpecs})
+	var ch *chunker
+	var resp model.Response
+	refusal := "" // the provider's first context-length refusal of this step
+	for attempt := 0; ; attempt++ {
+		// Over the budget — or, on the retry, refused as too long — the history is
+		// compacted first.
+		if err := inv.fitContext(ctx, prof, limit, fixed, attempt > 0); err != nil {
+			switch {
+			case errors.Is(err, errNothingToCompact) && attempt == 0:
+				// All of it is the current step: send it, the provider decides.
+			case errors.Is(err, errNothingToCompact):
+				return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": the current step alone is longer than the model's context window: "+refusal, nil)
+			case errors.Is(err, errCompaction):
+				return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
+			default:
+				return 0, err
+			}
+		}
+		if t = inv.log.turn; t == nil {
+			return outEnded, nil
+		}
+		v := inv.log.view()
+		req := model.Request{System: withSummary(prof.System, v.summary), Messages: history(v.evs), Tools: toolSpecs}
+		ch = &chunker{
+			write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
+			now:        inv.c.now,
+			flushBytes: inv.c.cfg.ChunkBytes,
+			flushAge:   inv.c.cfg.ChunkInterval,
+		}
+		began := inv.c.now()
+		resp, err = m.Stream(ctx, req, ch.delta)
+		if ctx.Err() == nil {
+			meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+		}
+		if ch.err != nil {
+			return 0, ch.err
+		}
+		if err != nil && ctx.Err() == nil && model.IsContextLength(err) && !ch.wrote() {
+			if attempt == 0 {
+				refusal = err.Error()
+				continue // compact and retry the step, once
+			}
+			return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": refused as too long again after compaction: "+err.Error(), nil)
+		}
+		break
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -611,33 +649,20 @@ func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsag
 	return nil
 }
 
-// firstMessage returns the session's first user message, and reports whether the
-// session needs no title: it has one, or nothing to name it after.
-func (inv *invocation) firstMessage() (string, bool) {
-	first := ""
-	for _, ev := range inv.log.evs {
-		switch ev.Type {
-		case TypeSessionTitled:
-			return "", true
-		case TypeUserMessage:
-			if first == "" {
-				first = decode[userMessage](ev).Text
-			}
-		}
-	}
-	return first, strings.TrimSpace(first) == ""
-}
-
 const titlerSystem = "Reply with a short title, at most eight words, for a conversation that begins with the user's message. Reply with the title only."
 
 // title asks the titler model to name the session after its first turn and appends
 // session/titled. Naming is best effort: on failure it is tried after the next turn.
 func (inv *invocation) title(ctx context.Context) {
-	first, titled := inv.firstMessage()
+	log := inv.c.logger.With("agent_id", inv.agent)
+	first, titled, err := inv.log.firstMessage(ctx)
+	if err != nil {
+		log.Warn("titler input", "error", err.Error())
+		return
+	}
 	if titled {
 		return
 	}
-	log := inv.c.logger.With("agent_id", inv.agent)
 	prof, err := inv.c.agentProfile(inv.profileJSON)
 	if err != nil {
 		log.Warn("titler profile", "error", err.Error())

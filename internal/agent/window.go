@@ -9,15 +9,49 @@ import (
 
 // logWindow is an agent's log from some seq on, as one caller holds it, kept current as
 // events are read and appended. The open turn's progress is folded in event by event,
-// so a step reads the turn here instead of scanning the log again. The runner holds the
-// whole log; a verdict holds it from the recorded turn's first seq.
+// so a step reads the turn here instead of scanning the log again. The runner holds it
+// from its checkpoint (begin, checkpoint.go) — never from seq 0 once a checkpoint is
+// written; a verdict holds it from the recorded turn's first seq.
 type logWindow struct {
 	log     Log
 	agentID string
 	evs     []sessionlog.Event
-	last    int64           // seq of the newest event held, or the seq before the window
-	logged  map[string]bool // inbox ids the window holds as user/message or context/injected
-	turn    *turnView       // the open turn; nil when there is none
+	start   int64            // seq of the first event the window reads
+	last    int64            // seq of the newest event held, or the seq before the window
+	begun   bool             // start is fixed (newWindow, or begin)
+	logged  map[string]int64 // inbox ids the window holds as user/message or context/injected, with their seq
+	turn    *turnView        // the open turn; nil when there is none
+
+	base fold // the fold of the events below start (the checkpoint's)
+	fold fold // the fold of every event up to last
+	// first is the session's first user/message text once the window holds or read it
+	// (firstSeen; see firstMessage).
+	first     string
+	firstSeen bool
+	compacted *compaction // the newest context/compacted; nil: none in the window
+}
+
+// fold is what the runner keeps of the past beyond the open turn: the policy in
+// force, the newest policy/updated, and whether the session is titled. It is the
+// checkpoint's content (checkpoint.go).
+type fold struct {
+	policy     *policyMark // the policy/updated in force; nil: none
+	policyLast int64       // seq of the newest policy/updated; 0: none
+	titled     bool
+	firstSeq   int64 // seq of the first user/message; 0: none
+}
+
+// policyMark is one policy/updated: enough to apply it and to repeat it.
+type policyMark struct {
+	seq      int64
+	stamp    string
+	patterns []string
+}
+
+// compaction is a logged context/compacted.
+type compaction struct {
+	seq int64
+	contextCompacted
 }
 
 // turnView is the open turn: the seq of its turn/start and its progress so far.
@@ -27,7 +61,7 @@ type turnView struct {
 }
 
 func newWindow(log Log, agentID string, from int64) *logWindow {
-	return &logWindow{log: log, agentID: agentID, last: from - 1, logged: map[string]bool{}}
+	return &logWindow{log: log, agentID: agentID, start: from, last: from - 1, begun: true, logged: map[string]int64{}}
 }
 
 // add takes in the event after the newest one held (older ones are skipped).
@@ -37,15 +71,22 @@ func (w *logWindow) add(ev sessionlog.Event) {
 	}
 	w.evs = append(w.evs, ev)
 	w.last = ev.Seq
+	w.fold.add(ev)
 	switch ev.Type {
 	case TypeUserMessage:
-		if id := decode[userMessage](ev).InboxID; id != "" {
-			w.logged[id] = true
+		m := decode[userMessage](ev)
+		if m.InboxID != "" {
+			w.logged[m.InboxID] = ev.Seq
+		}
+		if w.fold.firstSeq == ev.Seq {
+			w.first, w.firstSeen = m.Text, true
 		}
 	case TypeContextInjected:
 		if id := decode[contextInjected](ev).InboxID; id != "" {
-			w.logged[id] = true
+			w.logged[id] = ev.Seq
 		}
+	case TypeContextCompacted:
+		w.compacted = &compaction{seq: ev.Seq, contextCompacted: decode[contextCompacted](ev)}
 	case TypeTurnStart:
 		w.turn = &turnView{seq: ev.Seq, progress: newProgress(ev)}
 		return
@@ -56,6 +97,39 @@ func (w *logWindow) add(ev sessionlog.Event) {
 	if w.turn != nil {
 		w.turn.add(ev)
 	}
+}
+
+// add folds one event in: a policy/updated takes over unless it is stamped below the
+// one in force (policy.go, "The policy in force").
+func (f *fold) add(ev sessionlog.Event) {
+	switch ev.Type {
+	case TypePolicyUpdated:
+		f.policyLast = ev.Seq
+		if f.policy == nil || ev.Stamp == "" || ev.Stamp >= f.policy.stamp {
+			p := decode[policyUpdated](ev).Patterns
+			if p == nil {
+				p = []string{}
+			}
+			f.policy = &policyMark{seq: ev.Seq, stamp: ev.Stamp, patterns: p}
+		}
+	case TypeSessionTitled:
+		f.titled = true
+	case TypeUserMessage:
+		if f.firstSeq == 0 {
+			f.firstSeq = ev.Seq
+		}
+	}
+}
+
+// isLogged reports whether the window holds inbox id id as logged.
+func (w *logWindow) isLogged(id string) bool {
+	_, ok := w.logged[id]
+	return ok
+}
+
+// stale reports that the newest policy/updated is not the one in force.
+func (f fold) stale() bool {
+	return f.policy != nil && f.policyLast != f.policy.seq
 }
 
 // refresh reads the events appended since the newest one held.

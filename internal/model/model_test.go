@@ -183,3 +183,21 @@ func TestRegistryResolve(t *testing.T) {
 		}
 	}
 }
+
+func TestBudgetFor(t *testing.T) {
+	for _, tt := range []struct {
+		spec string
+		want int64
+	}{
+		{"scripted", model.DefaultBudgetTokens},
+		{"openai/gpt-4o-mini", 96_000},
+		{"bedrock/us.anthropic.claude-3-5-sonnet-20240620-v1:0", 150_000},
+		{"acme/mistral-small", 24_000},
+		{"acme/gpt-4", 6_000},
+		{"local/some-new-model", model.DefaultBudgetTokens},
+	} {
+		if got := model.BudgetFor(tt.spec); got != tt.want {
+			t.Errorf("BudgetFor(%q) = %d, want %d", tt.spec, got, tt.want)
+		}
+	}
+}

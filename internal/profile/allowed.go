@@ -31,7 +31,7 @@ func AllowsModel(p tools.Profile, spec string, fallback ...string) bool {
 		}
 		return false
 	}
-	named := []string{p.Models.Main, p.Models.Titler}
+	named := []string{p.Models.Main, p.Models.Titler, p.Models.Compactor}
 	if len(p.Providers) == 0 {
 		named = append(named, fallback...)
 	}
@@ -63,7 +63,7 @@ func checkAllowed(pe *tools.ProfileError, p tools.Profile) {
 			pe.Add(path, "not valid UTF-8")
 		}
 	}
-	for _, r := range []struct{ role, spec string }{{"main", p.Models.Main}, {"titler", p.Models.Titler}} {
+	for _, r := range []struct{ role, spec string }{{"main", p.Models.Main}, {"titler", p.Models.Titler}, {"compactor", p.Models.Compactor}} {
 		if r.spec != "" && !AllowsModel(p, r.spec) {
 			pe.Add("models."+r.role, "%q is not in allowed_models", r.spec)
 		}

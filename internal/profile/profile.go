@@ -189,7 +189,7 @@ func CheckSpec(p tools.Profile, spec string) error {
 }
 
 func checkModels(pe *tools.ProfileError, p tools.Profile, provs map[string]provider) {
-	for _, r := range []struct{ role, spec string }{{"main", p.Models.Main}, {"titler", p.Models.Titler}} {
+	for _, r := range []struct{ role, spec string }{{"main", p.Models.Main}, {"titler", p.Models.Titler}, {"compactor", p.Models.Compactor}} {
 		if r.spec == "" {
 			continue
 		}

@@ -46,7 +46,19 @@ type Profile struct {
 	// AllowedModels bounds set_model: globs over "provider/model" specs and
 	// "scripted" (nil: package profile's default, see profile.AllowsModel).
 	AllowedModels []string `json:"allowed_models,omitempty"`
+	Context       Context  `json:"context,omitzero"`
 }
+
+// Context bounds the history sent to the main model (docs/agents.md, "Long-lived
+// agents"): BudgetTokens is the most history tokens one model call sends; over it the
+// runtime compacts the history into a summary first. 0: the model family's default.
+type Context struct {
+	BudgetTokens int64 `json:"budget_tokens,omitempty"`
+}
+
+// MinBudgetTokens is the smallest context budget a profile may set: below it a
+// summary and one step could not fit.
+const MinBudgetTokens = 256
 
 // Quotas cap what one agent may use; 0 is no cap. A turn that would start over a cap
 // ends rejected (see docs/agents.md, "Quotas"). Days and months are UTC.
@@ -61,6 +73,8 @@ type Quotas struct {
 type Models struct {
 	Main   string `json:"main,omitempty"`
 	Titler string `json:"titler,omitempty"`
+	// Compactor writes the summaries of compacted history; empty: the main model.
+	Compactor string `json:"compactor,omitempty"`
 }
 
 // ToolConfig is one tool of a profile. Kind selects the Builder (default builtin);
@@ -183,8 +197,10 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					decodeInto(pe, "models.main", m[role], &p.Models.Main)
 				case "titler":
 					decodeInto(pe, "models.titler", m[role], &p.Models.Titler)
+				case "compactor":
+					decodeInto(pe, "models.compactor", m[role], &p.Models.Compactor)
 				default:
-					pe.Add("models."+role, "unknown model role (main, titler)")
+					pe.Add("models."+role, "unknown model role (main, titler, compactor)")
 				}
 			}
 		case "allowed_models":
@@ -224,6 +240,21 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					p.Tools = append(p.Tools, t)
 				}
 			}
+		case "context":
+			var m map[string]json.RawMessage
+			if !decodeInto(pe, k, v, &m) {
+				continue
+			}
+			for _, name := range sortedKeys(m) {
+				switch name {
+				case "budget_tokens":
+					if decodeInto(pe, "context.budget_tokens", m[name], &p.Context.BudgetTokens) && p.Context.BudgetTokens < MinBudgetTokens {
+						pe.Add("context.budget_tokens", "must be at least %d", MinBudgetTokens)
+					}
+				default:
+					pe.Add("context."+name, "unknown key (budget_tokens)")
+				}
+			}
 		case "quotas":
 			var m map[string]json.RawMessage
 			if !decodeInto(pe, k, v, &m) {
@@ -245,7 +276,7 @@ func DecodeProfile(raw []byte) (Profile, error) {
 				}
 			}
 		default:
-			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, quotas)")
+			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, quotas, context)")
 		}
 	}
 	if err := pe.Err(); err != nil {
@@ -369,6 +400,12 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.AllowedModels != nil {
 		out.AllowedModels = over.AllowedModels
+	}
+	if over.Models.Compactor != "" {
+		out.Models.Compactor = over.Models.Compactor
+	}
+	if over.Context.BudgetTokens != 0 {
+		out.Context.BudgetTokens = over.Context.BudgetTokens
 	}
 	if over.Quotas.TurnsPerDay != 0 {
 		out.Quotas.TurnsPerDay = over.Quotas.TurnsPerDay

@@ -240,3 +240,38 @@ func TestProfileQuotas(t *testing.T) {
 		t.Errorf("merged quotas %+v; want the override's turns_per_day and the default's tokens_per_month", got)
 	}
 }
+
+func TestProfileContext(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, json string
+		want       tools.Context
+		compactor  string
+		problem    string // "" when valid
+	}{
+		{"budget", `{"context":{"budget_tokens":4000}}`, tools.Context{BudgetTokens: 4000}, "", ""},
+		{"compactor", `{"models":{"compactor":"scripted"}}`, tools.Context{}, "scripted", ""},
+		{"none", `{}`, tools.Context{}, "", ""},
+		{"too small", `{"context":{"budget_tokens":100}}`, tools.Context{}, "", "context.budget_tokens: must be at least 256"},
+		{"unknown key", `{"context":{"window":5}}`, tools.Context{}, "", "context.window: unknown key"},
+		{"not a number", `{"context":{"budget_tokens":"big"}}`, tools.Context{}, "", "context.budget_tokens: want int64"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tools.DecodeProfile([]byte(tc.json))
+			if tc.problem == "" {
+				if err != nil || p.Context != tc.want || p.Models.Compactor != tc.compactor {
+					t.Fatalf("DecodeProfile(%s) = %+v %q, %v; want %+v %q", tc.json, p.Context, p.Models.Compactor, err, tc.want, tc.compactor)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.problem) {
+				t.Fatalf("DecodeProfile(%s) error %v; want one containing %q", tc.json, err, tc.problem)
+			}
+		})
+	}
+	def := tools.Profile{Context: tools.Context{BudgetTokens: 9000}, Models: tools.Models{Compactor: "a/b"}}
+	if got := def.Merge(tools.Profile{Context: tools.Context{BudgetTokens: 3000}}); got.Context.BudgetTokens != 3000 || got.Models.Compactor != "a/b" {
+		t.Errorf("merged %+v; want the override's budget and the default's compactor", got)
+	}
+}

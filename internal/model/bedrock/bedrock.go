@@ -295,10 +295,22 @@ func (m *Model) fail(ctx context.Context, err error) error {
 		if msg == "" {
 			return fmt.Errorf("%w: model %s: %s", classify(code), m.id, code)
 		}
+		if code == "ValidationException" && tooLong(msg) {
+			// Also a context-length refusal: the runtime compacts and retries once.
+			return fmt.Errorf("%w: %w: model %s: %s: %s", classify(code), model.ErrContextLength, m.id, code, msg)
+		}
 		return fmt.Errorf("%w: model %s: %s: %s", classify(code), m.id, code, msg)
 	}
 	return fmt.Errorf("%w: model %s: %s", ErrUnavailable, m.id, scrub(err.Error()))
 }
+
+// tooLongPattern matches the messages of a ValidationException refusing an input longer
+// than the model's window, as Bedrock's models word them ("Input is too long for
+// requested model", "prompt is too long", "too many input tokens", "exceeds the
+// context window", "maximum context length").
+var tooLongPattern = regexp.MustCompile(`(?i)(input is too long|prompt is too long|too many (input )?tokens|context (window|length)|exceeds? .{0,40}(maximum|max) .{0,20}tokens)`)
+
+func tooLong(msg string) bool { return tooLongPattern.MatchString(msg) }
 
 // classify maps a Bedrock error code to a sentinel.
 func classify(code string) error {

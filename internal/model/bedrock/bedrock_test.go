@@ -163,7 +163,20 @@ func TestStreamErrors(t *testing.T) {
 		respond  func(http.ResponseWriter, *http.Request)
 		want     error
 		contains []string
+		tooLong  bool // a context-length refusal (model.ErrContextLength)
 	}{
+		{
+			name: "HTTP 400 validation exception: input too long",
+			respond: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("X-Amzn-Errortype", "ValidationException:http://internal.amazon.com/coral/com.amazon.bedrock/")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, `{"message":"Input is too long for requested model."}`)
+			},
+			want:     bedrock.ErrInvalidRequest,
+			contains: []string{"ValidationException", "too long"},
+			tooLong:  true,
+		},
 		{
 			name:     "throttling exception event",
 			respond:  streamBody(recorded(t, "throttling")),
@@ -235,6 +248,9 @@ func TestStreamErrors(t *testing.T) {
 			_, _, err := stream(t, newModel(t, srv.URL, bedrock.Config{}), userRequest("hi"))
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if got := model.IsContextLength(err); got != tt.tooLong {
+				t.Errorf("IsContextLength(%v) = %v, want %v", err, got, tt.tooLong)
 			}
 			msg := err.Error()
 			if !strings.HasPrefix(msg, "bedrock: ") {

@@ -172,7 +172,7 @@ const maxErrorBody = 16 << 10
 // runtime's terms ("stop" → model.StopEndTurn, "tool_calls" → model.StopToolUse,
 // "content_filter" → model.StopRefusal, "length" → "max_tokens", others as sent). It returns an error wrapping ErrThrottled (HTTP 429),
 // ErrAuth (401, 403), ErrInvalidRequest (other 4xx, or a request that cannot be
-// encoded), ErrUnavailable (5xx, transport failure, an error event in the stream) or
+// encoded; a context-length refusal also wraps model.ErrContextLength), ErrUnavailable (5xx, transport failure, an error event in the stream) or
 // ErrBadResponse (a chunk that is not JSON, a stream cut before its finish_reason, tool
 // arguments that are not a JSON object); an error from onDelta ends the call with that
 // error.
@@ -263,10 +263,35 @@ func (m *Model) statusError(resp *http.Response) error {
 	default:
 		sentinel = ErrUnavailable
 	}
+	if sentinel == ErrInvalidRequest && isContextLength(b, msg) {
+		// Also a context-length refusal: the runtime compacts and retries once.
+		return fmt.Errorf("%w: %w: model %s: HTTP %d: %s", sentinel, model.ErrContextLength, m.name, resp.StatusCode, m.scrub(msg))
+	}
 	if msg == "" {
 		return fmt.Errorf("%w: model %s: HTTP %d", sentinel, m.name, resp.StatusCode)
 	}
 	return fmt.Errorf("%w: model %s: HTTP %d: %s", sentinel, m.name, resp.StatusCode, m.scrub(msg))
+}
+
+// isContextLength recognises a 4xx body refusing the request as too long for the
+// model's window: OpenAI's error code "context_length_exceeded", or the message
+// servers send with it or instead ("maximum context length", as OpenAI and vLLM word
+// it).
+func isContextLength(body []byte, msg string) bool {
+	var env struct {
+		Error struct {
+			Code any `json:"code"`
+		} `json:"error"`
+		Code any `json:"code"`
+	}
+	if json.Unmarshal(body, &env) == nil {
+		for _, c := range []any{env.Error.Code, env.Code} {
+			if c == "context_length_exceeded" {
+				return true
+			}
+		}
+	}
+	return strings.Contains(strings.ToLower(msg), "maximum context length")
 }
 
 // errorText extracts the message of an error body in the shapes servers use:

@@ -193,6 +193,12 @@ func TestStreamErrors(t *testing.T) {
 			[]string{"HTTP 502"}},
 		{"HTTP 400 vLLM error shape", status(http.StatusBadRequest, "application/json", recorded(t, "error_400_vllm.json")), openai.ErrInvalidRequest,
 			[]string{"HTTP 400", "maximum context length is 8192 tokens"}},
+		{"HTTP 400 context_length_exceeded", status(http.StatusBadRequest, "application/json",
+			[]byte(`{"error":{"message":"Your input exceeds the context window of this model.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)),
+			openai.ErrInvalidRequest, []string{"HTTP 400", "context window"}},
+		{"HTTP 400 other", status(http.StatusBadRequest, "application/json",
+			[]byte(`{"error":{"message":"Invalid value for temperature.","type":"invalid_request_error","code":"invalid_value"}}`)),
+			openai.ErrInvalidRequest, []string{"HTTP 400", "temperature"}},
 		{"HTTP 401 echoing the key", echoKey, openai.ErrAuth, []string{"HTTP 401", "Incorrect API key provided"}},
 		{"malformed chunk", sse(recorded(t, "malformed.sse")), openai.ErrBadResponse, []string{"not JSON"}},
 		{"stream cut before finish_reason", sse(recorded(t, "truncated.sse")), openai.ErrBadResponse, []string{"finish_reason"}},
@@ -201,6 +207,8 @@ func TestStreamErrors(t *testing.T) {
 		{"JSON error with status 200", status(http.StatusOK, "application/json", recorded(t, "error_500.json")), openai.ErrUnavailable,
 			[]string{"The server had an error"}},
 	}
+	// The context-length refusals (model.ErrContextLength) among them.
+	tooLong := map[string]bool{"HTTP 400 vLLM error shape": true, "HTTP 400 context_length_exceeded": true}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -208,6 +216,9 @@ func TestStreamErrors(t *testing.T) {
 			_, _, err := stream(t, newModel(t, srv.URL+"/v1", testKey), userRequest("hi"))
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			if got := model.IsContextLength(err); got != tooLong[tt.name] {
+				t.Errorf("IsContextLength(%v) = %v, want %v", err, got, tooLong[tt.name])
 			}
 			msg := err.Error()
 			if !strings.HasPrefix(msg, "openai: ") || !strings.Contains(msg, modelName) {

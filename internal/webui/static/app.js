@@ -860,6 +860,10 @@
           this.policy = Array.isArray(q.patterns) ? q.patterns.map(String) : [];
           return this.note(seq, ev.type, `Tool policy: ${this.policy.length ? this.policy.join(" ") : "(no tool allowed)"}`);
         }
+        case "context/compacted": {
+          const q = p;
+          return this.note(seq, ev.type, `Context compacted: the model now sees a summary of events up to seq ${Number(q.through_seq ?? 0)}`);
+        }
         case "session/titled":
           this.title = String(p.title ?? "");
           return this.note(seq, ev.type, `Titled: ${this.title}`);

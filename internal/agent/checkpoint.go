@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// checkpoint is the runner's checkpoint, the state item's map attribute "ck"
+// (docs/architecture.md, "The runner's checkpoint"): the fold of every event below Seq,
+// so a runner reads the log from Seq on, never from seq 0. It is written only by the
+// lease holder's release, from events it read: it may lag the log, never lead it.
+// Invariants: Seq ≤ turn_seq while a turn is recorded; Seq ≤ S+1 for the newest
+// context/compacted's through_seq S (0 while there is none); no inject logged below
+// Seq is still queued. Its cost is its size on the state item (about 60 bytes plus the
+// policy's patterns), billed with every write of the item: no write of its own.
+type checkpoint struct {
+	Seq        int64     `dynamodbav:"seq"`
+	Policy     *ckPolicy `dynamodbav:"policy,omitempty"`
+	PolicyLast int64     `dynamodbav:"policy_last,omitempty"`
+	Titled     bool      `dynamodbav:"titled,omitempty"`
+	First      int64     `dynamodbav:"first,omitempty"` // seq of the first user/message; 0: none yet
+}
+
+// ckPolicy is the policy/updated in force below the checkpoint.
+type ckPolicy struct {
+	Seq      int64    `dynamodbav:"seq"`
+	Stamp    string   `dynamodbav:"stamp,omitempty"`
+	Patterns []string `dynamodbav:"patterns"`
+}
+
+// ckAttr is the state item's attribute holding the checkpoint.
+const ckAttr = "ck"
+
+func (f fold) checkpoint(seq int64) *checkpoint {
+	ck := &checkpoint{Seq: seq, PolicyLast: f.policyLast, Titled: f.titled, First: f.firstSeq}
+	if f.policy != nil {
+		ck.Policy = &ckPolicy{Seq: f.policy.seq, Stamp: f.policy.stamp, Patterns: f.policy.patterns}
+	}
+	return ck
+}
+
+func (ck *checkpoint) fold() fold {
+	if ck == nil {
+		return fold{}
+	}
+	f := fold{policyLast: ck.PolicyLast, titled: ck.Titled, firstSeq: ck.First}
+	if p := ck.Policy; p != nil {
+		pats := p.Patterns
+		if pats == nil {
+			pats = []string{}
+		}
+		f.policy = &policyMark{seq: p.Seq, stamp: p.Stamp, patterns: pats}
+	}
+	return f
+}
+
+// begin fixes where a runner's window starts, from the state item st: its checkpoint,
+// or seq 0 when it has none (an agent from before checkpoints: this invocation's
+// release writes the first). A recorded turn below the checkpoint — which no release
+// writes — makes it read from seq 0, to be safe. It is a no-op once begun.
+func (w *logWindow) begin(st state) {
+	if w.begun {
+		return
+	}
+	w.begun = true
+	ck := st.Ck
+	if ck == nil || ck.Seq <= 0 || (st.TurnID != "" && st.TurnSeq < ck.Seq) {
+		return // from seq 0
+	}
+	w.start, w.last = ck.Seq, ck.Seq-1
+	w.base = ck.fold()
+	w.fold = w.base
+}
+
+// foldAt is the fold of every event below seq, which must lie in [start, last+1].
+func (w *logWindow) foldAt(seq int64) fold {
+	f := w.base
+	for _, ev := range w.evs {
+		if ev.Seq >= seq {
+			break
+		}
+		f.add(ev)
+	}
+	return f
+}
+
+// checkpoint is the checkpoint this invocation may write with its release, which
+// finishes ended (nil: none) in the same write: the fold below the lowest of the next
+// seq, the recorded or open turn's first seq, the seq after the newest compaction
+// (0 while there is none) and the seq of any logged inject still queued. nil when the
+// window never began.
+func (inv *invocation) checkpoint(ended *endedTurn) *checkpoint {
+	w := inv.log
+	if !w.begun {
+		return nil
+	}
+	seq := w.last + 1
+	if id := inv.st.TurnID; id != "" && (ended == nil || ended.id != id) {
+		seq = min(seq, inv.st.TurnSeq)
+	}
+	if w.turn != nil {
+		seq = min(seq, w.turn.seq)
+	}
+	hist := int64(0)
+	if w.compacted != nil {
+		hist = w.compacted.ThroughSeq + 1
+	}
+	seq = min(seq, hist)
+	for _, it := range inv.inbox {
+		if at, ok := w.logged[it.ID]; ok {
+			seq = min(seq, at)
+		}
+	}
+	if seq < w.start {
+		seq = w.start // the window's own start is a valid checkpoint: the one it began from
+	}
+	return w.foldAt(seq).checkpoint(seq)
+}
+
+// firstMessage returns the session's first user message, and reports whether the
+// session needs no title: it has one, or nothing to name it after. Below the window
+// it is read by its seq, which the fold keeps: one read of one event, only while the
+// session is untitled (its titler failed).
+func (w *logWindow) firstMessage(ctx context.Context) (string, bool, error) {
+	f := w.fold
+	if f.titled || f.firstSeq == 0 {
+		return "", true, nil
+	}
+	if !w.firstSeen {
+		if f.firstSeq >= w.start {
+			for _, ev := range w.evs {
+				if ev.Seq == f.firstSeq {
+					w.first, w.firstSeen = decode[userMessage](ev).Text, true
+				}
+			}
+		} else {
+			evs, err := w.log.Read(ctx, w.agentID, f.firstSeq, 1)
+			if err != nil {
+				return "", false, fmt.Errorf("agent: read first message of %s: %w", w.agentID, err)
+			}
+			if len(evs) == 1 && evs[0].Type == TypeUserMessage {
+				w.first = decode[userMessage](evs[0]).Text
+			}
+			w.firstSeen = true
+		}
+	}
+	return w.first, strings.TrimSpace(w.first) == "", nil
+}

@@ -1,0 +1,319 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/model"
+	"github.com/terret/terret-ws/internal/model/openai"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// chatServer is an OpenAI-compatible chat-completions server: it streams every reply
+// as server-sent events with a usage chunk (prompt tokens: the request body's bytes
+// over four), answers the compactor's requests with a summary naming their number, and
+// refuses a request whose body is longer than window bytes (0: none) with HTTP 400
+// context_length_exceeded, as OpenAI does. refuseNext refuses the next main requests
+// whatever their size.
+type chatServer struct {
+	srv    *httptest.Server
+	window int
+	reply  string
+
+	mu         sync.Mutex
+	reqs       []chatRequest
+	refuseNext int
+	summaries  int
+}
+
+type chatRequest struct {
+	bytes     int
+	compactor bool
+	refused   bool
+	system    string
+	messages  []struct {
+		Role    string `json:"role"`
+		Content any    `json:"content"`
+	}
+}
+
+const compactorMarker = "You maintain the running summary"
+
+func newChatServer(t *testing.T, window int, reply string) *chatServer {
+	t.Helper()
+	s := &chatServer{window: window, reply: reply}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var in struct {
+		Messages []struct {
+			Role    string `json:"role"`
+			Content any    `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		http.Error(w, `{"error":{"message":"bad json"}}`, http.StatusBadRequest)
+		return
+	}
+	req := chatRequest{bytes: len(body), messages: in.Messages}
+	if len(in.Messages) > 0 && in.Messages[0].Role == "system" {
+		req.system, _ = in.Messages[0].Content.(string)
+	}
+	req.compactor = strings.HasPrefix(req.system, compactorMarker)
+	s.mu.Lock()
+	refuse := s.window > 0 && len(body) > s.window
+	if !req.compactor && s.refuseNext > 0 {
+		s.refuseNext--
+		refuse = true
+	}
+	req.refused = refuse
+	text := s.reply
+	if req.compactor && !refuse {
+		s.summaries++
+		text = fmt.Sprintf("summary %d of the conversation", s.summaries)
+	}
+	s.reqs = append(s.reqs, req)
+	s.mu.Unlock()
+	if refuse {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, s.window/4, len(body)/4)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	content, _ := json.Marshal(text)
+	for _, c := range []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":` + string(content) + `},"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+		fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, len(body)/4, len(text)/4),
+		`[DONE]`,
+	} {
+		fmt.Fprintf(w, "data: %s\n\n", c)
+		w.(http.Flusher).Flush()
+	}
+}
+
+func (s *chatServer) requests() []chatRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]chatRequest(nil), s.reqs...)
+}
+
+func (s *chatServer) refuse(n int) {
+	s.mu.Lock()
+	s.refuseNext = n
+	s.mu.Unlock()
+}
+
+// models is a registry serving the server as provider "acme".
+func (s *chatServer) models(t *testing.T) *model.Registry {
+	t.Helper()
+	p, err := openai.NewProvider(http.DefaultClient, openai.Config{BaseURL: s.srv.URL + "/v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := model.NewRegistry()
+	if err := reg.Register("acme", p); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+func withModel(reg *model.Registry) func(*agent.Config) {
+	return func(c *agent.Config) { c.Models, c.MainModel = reg, "acme/chat-test" }
+}
+
+func compactions(evs []sessionlog.Event) []map[string]any {
+	var out []map[string]any
+	for _, ev := range ofType(evs, agent.TypeContextCompacted) {
+		out = append(out, payload(ev))
+	}
+	return out
+}
+
+// TestCompactionBoundsTheModelRequest: with a model answering 2,000 characters a turn
+// and a budget of 2,000 tokens, the request to the model stops growing: before it
+// would pass the budget a context/compacted is logged (its summary from the compactor's
+// request, which carries the previous summary and the next slice), and the next model
+// request carries the system prompt, that summary and only the events after its
+// through_seq. The log keeps every event.
+func TestCompactionBoundsTheModelRequest(t *testing.T) {
+	t.Parallel()
+	srv := newChatServer(t, 0, strings.Repeat("x", 2000))
+	a := newAged(t, testTables(t), 0, agedProfile(2000), withModel(srv.models(t)))
+	var maxMain int
+	var all []sessionlog.Event
+	for i := range 12 {
+		evs := a.turn(fmt.Sprintf("question %d", i))
+		all = append(all, evs...)
+		if te := lastTurnEndOf(t, evs); te["status"] != agent.StatusCompleted {
+			t.Fatalf("turn %d: %v\n%s", i, te, dump(evs))
+		}
+	}
+	cs := compactions(all)
+	if len(cs) < 2 {
+		t.Fatalf("%d compactions in 12 turns of 2,000 characters on a 2,000-token budget, want at least 2", len(cs))
+	}
+	var mains, compactors int
+	var prevSummary string
+	for _, r := range srv.requests() {
+		if r.compactor {
+			compactors++
+			user, _ := r.messages[1].Content.(string)
+			if prevSummary != "" && !strings.Contains(user, prevSummary) {
+				t.Fatalf("compactor request %d lacks the previous summary %q:\n%.300s", compactors, prevSummary, user)
+			}
+			prevSummary = fmt.Sprintf("summary %d of the conversation", compactors)
+			if r.bytes > 4*2000+4096 {
+				t.Fatalf("compactor request of %d bytes on a 2,000-token budget", r.bytes)
+			}
+			continue
+		}
+		mains++
+		maxMain = max(maxMain, r.bytes)
+	}
+	if compactors != len(cs) {
+		t.Fatalf("%d compactor requests, %d context/compacted", compactors, len(cs))
+	}
+	// 2,000 tokens of history, plus the system prompt, the tools and the summary (at
+	// most 2,000 bytes), in JSON.
+	if maxMain > 2000*4+6000 {
+		t.Fatalf("largest model request %d bytes, over the budget", maxMain)
+	}
+	// The last request: system prompt with the newest summary, then only the events
+	// after its through_seq — the oldest question it carries is after it.
+	last := srv.requests()[len(srv.requests())-1]
+	newest := cs[len(cs)-1]
+	if !strings.Contains(last.system, newest["summary"].(string)) || !strings.Contains(last.system, tools0System) {
+		t.Fatalf("last request's system prompt %q lacks the system prompt or summary %q", last.system, newest["summary"])
+	}
+	through := int64(newest["through_seq"].(float64))
+	full := a.since(0)
+	for _, ev := range full {
+		if ev.Type != agent.TypeUserMessage {
+			continue
+		}
+		text := str(ev, "text")
+		sent := false
+		for _, m := range last.messages {
+			if c, _ := m.Content.(string); c == text {
+				sent = true
+			}
+		}
+		if sent != (ev.Seq > through) {
+			t.Fatalf("user message at seq %d (through_seq %d) sent: %v", ev.Seq, through, sent)
+		}
+	}
+	if got := count(full, agent.TypeUserMessage); got != 12 {
+		t.Fatalf("log holds %d user messages, want all 12", got)
+	}
+	// The compactor's calls are metered in the turns' usage.
+	u, err := a.svc.Usage(a.ctx, a.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.ModelCalls != int64(mains+compactors) {
+		t.Fatalf("usage counts %d model calls, the server got %d main and %d compactor requests", u.ModelCalls, mains, compactors)
+	}
+}
+
+const tools0System = "You are a helpful agent."
+
+// TestCompactionIncrementalOverALongLog: an agent from before compaction with a
+// history many budgets long is compacted a slice at a time, each compactor request
+// carrying the previous summary and fitting the budget, and its turn completes.
+func TestCompactionIncrementalOverALongLog(t *testing.T) {
+	t.Parallel()
+	srv := newChatServer(t, 0, "fine")
+	a := newAged(t, testTables(t), 3000, agedProfile(1000), withModel(srv.models(t)))
+	evs := a.turn("and now?")
+	if te := lastTurnEndOf(t, evs); te["status"] != agent.StatusCompleted {
+		t.Fatalf("turn: %v\n%s", te, dump(evs))
+	}
+	var compactors int
+	for _, r := range srv.requests() {
+		if !r.compactor {
+			if r.bytes > 1000*4+6000 {
+				t.Fatalf("model request of %d bytes on a 1,000-token budget", r.bytes)
+			}
+			continue
+		}
+		compactors++
+		user, _ := r.messages[1].Content.(string)
+		if compactors > 1 && !strings.Contains(user, fmt.Sprintf("summary %d of the conversation", compactors-1)) {
+			t.Fatalf("compactor request %d does not carry summary %d", compactors, compactors-1)
+		}
+		if r.bytes > 1000*4+4096 {
+			t.Fatalf("compactor request %d of %d bytes on a 1,000-token budget", compactors, r.bytes)
+		}
+	}
+	if compactors < 10 {
+		t.Fatalf("%d compactor requests for a history of ~30 budgets", compactors)
+	}
+	cs := compactions(evs)
+	if len(cs) != 1 || !strings.Contains(cs[0]["summary"].(string), fmt.Sprintf("summary %d", compactors)) || cs[0]["from_seq"].(float64) != 0 {
+		t.Fatalf("compactions %v after %d compactor requests", cs, compactors)
+	}
+}
+
+// TestContextLengthRefusalRecoveredOnce: with no budget set, a provider refusing the
+// step as too long (HTTP 400 context_length_exceeded) makes the runner compact and
+// retry the step once, and the turn completes; refused again after the compaction,
+// the turn fails with a reason naming it.
+func TestContextLengthRefusalRecoveredOnce(t *testing.T) {
+	t.Parallel()
+	srv := newChatServer(t, 0, strings.Repeat("y", 2000))
+	a := newAged(t, testTables(t), 0, agedProfile(0), withModel(srv.models(t)))
+	for i := range 4 {
+		a.turn(fmt.Sprintf("warm %d", i))
+	}
+	srv.refuse(1)
+	evs := a.turn("refused once")
+	if te := lastTurnEndOf(t, evs); te["status"] != agent.StatusCompleted || chunkText(evs) != strings.Repeat("y", 2000) {
+		t.Fatalf("turn after one refusal: %v\n%s", te, dump(evs))
+	}
+	if cs := compactions(evs); len(cs) != 1 {
+		t.Fatalf("%d compactions after a refusal, want 1:\n%s", len(cs), dump(evs))
+	}
+	reqs := srv.requests()
+	refused := -1
+	for i, r := range reqs {
+		if r.refused {
+			refused = i
+		}
+	}
+	if refused < 0 || refused+2 >= len(reqs)+1 || !reqs[refused+1].compactor || reqs[len(reqs)-1].compactor || reqs[len(reqs)-1].refused ||
+		reqs[len(reqs)-1].bytes*2 > reqs[refused].bytes+4096 {
+		for i, r := range reqs {
+			t.Logf("request %d: %d bytes, compactor %v, refused %v", i, r.bytes, r.compactor, r.refused)
+		}
+		t.Fatalf("requests after the refusal: refused, compactor, a retry of about half the size expected")
+	}
+	srv.refuse(2)
+	evs = a.turn("refused twice")
+	te := lastTurnEndOf(t, evs)
+	if te["status"] != agent.StatusFailed || !strings.Contains(te["reason"].(string), "refused as too long again after compaction") ||
+		!strings.Contains(te["reason"].(string), "maximum context length") {
+		t.Fatalf("turn after two refusals: %v\n%s", te, dump(evs))
+	}
+	// A window of ~30 KB: every turn fits after compaction, none fails.
+	srv2 := newChatServer(t, 30_000, strings.Repeat("z", 2000))
+	b := newAged(t, testTables(t), 0, agedProfile(0), withModel(srv2.models(t)))
+	for i := range 24 {
+		evs := b.turn(fmt.Sprintf("long-lived %d", i))
+		if te := lastTurnEndOf(t, evs); te["status"] != agent.StatusCompleted {
+			t.Fatalf("turn %d with a 30 KB window: %v", i, te)
+		}
+	}
+}
