@@ -67,6 +67,7 @@
   var MemoryCursor = class {
     constructor(seq = null) {
       __publicField(this, "seq");
+      __publicField(this, "epoch", null);
       this.seq = seq;
     }
     load() {
@@ -74,6 +75,13 @@
     }
     store(seq) {
       this.seq = seq;
+    }
+    loadEpoch() {
+      return this.epoch;
+    }
+    storeEpoch(epoch, restart) {
+      this.epoch = epoch;
+      if (restart) this.seq = null;
     }
   };
   var StorageCursor = class {
@@ -93,6 +101,13 @@
     }
     store(seq) {
       this.storage.setItem(this.key, String(seq));
+    }
+    loadEpoch() {
+      return this.storage.getItem(this.key + ":epoch") || null;
+    }
+    storeEpoch(epoch, restart) {
+      this.storage.setItem(this.key + ":epoch", epoch);
+      if (restart) this.storage.setItem(this.key, "");
     }
   };
 
@@ -179,16 +194,24 @@
 
   // src/client.ts
   var STOPPED = new TerretError("client: closed");
+  var KEEPALIVE_FRAME = '{"type":"keepalive"}';
+  var DEFAULT_KEEPALIVE_MS = 9 * 60 * 1e3;
   var Conn = class {
-    constructor(ws, tap) {
+    constructor(ws, tap, keepaliveMs = 0) {
       __publicField(this, "ws", ws);
       __publicField(this, "tap", tap);
+      __publicField(this, "keepaliveMs", keepaliveMs);
       __publicField(this, "hello", null);
       __publicField(this, "order", 0);
       __publicField(this, "items", []);
       __publicField(this, "waiter", null);
       __publicField(this, "ended", false);
+      /** When a frame last went either way (ms): the keepalive's idle clock. */
+      __publicField(this, "traffic", Date.now());
+      __publicField(this, "keepaliveTimer");
+      if (keepaliveMs > 0) this.armKeepalive(keepaliveMs);
       ws.onmessage = (m) => {
+        this.traffic = Date.now();
         if (typeof m.data === "string") {
           this.tap?.("in", m.data);
           this.push({ data: m.data });
@@ -198,9 +221,26 @@
       ws.onerror = () => {
       };
     }
+    /** armKeepalive looks again in ms: traffic meanwhile only moves the next look later. */
+    armKeepalive(ms) {
+      this.keepaliveTimer = setTimeout(() => {
+        if (this.ended) return;
+        const idle = Date.now() - this.traffic;
+        if (idle < this.keepaliveMs) return this.armKeepalive(this.keepaliveMs - idle);
+        if (this.ws.readyState === 1) {
+          this.ws.send(KEEPALIVE_FRAME);
+          this.tap?.("out", KEEPALIVE_FRAME);
+          this.traffic = Date.now();
+        }
+        this.armKeepalive(this.keepaliveMs);
+      }, ms);
+    }
     push(item) {
       if (this.ended) return;
-      if ("end" in item) this.ended = true;
+      if ("end" in item) {
+        this.ended = true;
+        clearTimeout(this.keepaliveTimer);
+      }
       this.items.push(item);
       const w = this.waiter;
       this.waiter = null;
@@ -228,6 +268,7 @@
       this.order++;
       const text = JSON.stringify({ ...frame, order: this.order });
       this.ws.send(text);
+      this.traffic = Date.now();
       this.tap?.("out", text);
     }
     close(code = 1e3, reason = "") {
@@ -301,6 +342,8 @@
       __publicField(this, "subscribed", false);
       __publicField(this, "next", 0);
       // the next seq the caller has not received
+      __publicField(this, "epoch", null);
+      // the epoch of the log next belongs to
       __publicField(this, "awaiting", null);
       // discard events until this seq (the newest subscription's first)
       __publicField(this, "progress", false);
@@ -356,9 +399,17 @@
       }
       this.attach(conn);
       this.status({ state: "connected", attempt: 0, hello: conn.hello });
+      let restarted = false;
+      try {
+        restarted = await this.checkEpoch(conn.hello);
+      } catch (err) {
+        this.finish(err);
+        conn.close();
+        throw err;
+      }
       if (this.opts.subscribe !== false) {
         try {
-          let from = this.opts.fromSeq;
+          let from = restarted ? 0 : this.opts.fromSeq;
           if (from === void 0) {
             const seq = await this.cursor.load();
             from = seq === null ? 0 : seq + 1;
@@ -493,7 +544,7 @@
         if (this.opts.token) protocols.push(SUBPROTOCOL_BEARER + this.opts.token);
         ws = new WS(this.opts.url, protocols);
       }
-      const conn = new Conn(ws, this.opts.onFrame);
+      const conn = new Conn(ws, this.opts.onFrame, this.opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS);
       this.dialing = conn;
       let item;
       try {
@@ -579,6 +630,12 @@
     }
     /** resubscribe re-sends the subscription on a new connection, from the cursor's seq + 1 but never past what the caller still lacks. */
     async resubscribe(conn) {
+      try {
+        await this.checkEpoch(conn.hello);
+      } catch (err) {
+        conn.close();
+        throw new Fatal(err);
+      }
       if (this.subscribed) {
         let from = this.next;
         let seq;
@@ -593,6 +650,30 @@
         this.awaiting = from;
       }
       this.attach(conn);
+    }
+    /**
+     * checkEpoch compares hello's epoch with the one the position belongs to — the
+     * client's own, or at first the cursor's. A change means the session was reset, or
+     * deleted and created again: the recorded seqs name events of a log that is gone, so
+     * the client forgets them (cursor.storeEpoch with restart), continues from seq 0 and
+     * tells the application (epoch_changed) before any event of the new log. It
+     * resolves to whether it started over.
+     */
+    async checkEpoch(hello) {
+      if (!hello.epoch) return false;
+      let known = this.epoch;
+      if (known === null && this.cursor.loadEpoch) known = await this.cursor.loadEpoch() ?? null;
+      if (known === hello.epoch) {
+        this.epoch = known;
+        return false;
+      }
+      const restart = known !== null && known !== "";
+      if (this.cursor.storeEpoch) await this.cursor.storeEpoch(hello.epoch, restart);
+      this.epoch = hello.epoch;
+      if (!restart) return false;
+      this.next = 0;
+      this.noticeNow({ type: "epoch_changed", old: known, epoch: hello.epoch });
+      return true;
     }
     backoff(attempt) {
       const d = Math.min(this.opts.minBackoffMs * 2 ** Math.min(attempt - 1, 30), this.opts.maxBackoffMs);
@@ -771,6 +852,8 @@
           return [...this.endStream(), ...this.note(null, n.type, `Events ${n.requested}–${n.from - 1} are not available over the socket; showing from ${n.from}.`, "warn")];
         case "cursor_reset":
           return this.note(null, n.type, `Seq ${n.from - 1} is beyond this session's last seq ${n.lastSeq}: replaying from 0.`, "warn");
+        case "epoch_changed":
+          return [...this.endStream(), ...this.note(null, n.type, "The session was reset: its log starts over from seq 0.", "warn")];
         case "error":
           return [];
       }
@@ -905,7 +988,7 @@
   };
   var LOG_ROWS = 1e3;
   var RECENT_AGENTS = 8;
-  var KEEPALIVE_FRAME = '{"type":"keepalive"}';
+  var KEEPALIVE_FRAME2 = '{"type":"keepalive"}';
   var KEEPALIVE_MS = (() => {
     const n = Number.parseInt(new URLSearchParams(location.search).get("keepalive_ms") ?? "", 10);
     return Number.isSafeInteger(n) && n > 0 ? n : 9 * 60 * 1e3;
@@ -1314,7 +1397,7 @@
     idle() {
       clearTimeout(this.timer);
       this.timer = setTimeout(() => {
-        if (this.ws.readyState === WebSocket.OPEN) this.send(KEEPALIVE_FRAME);
+        if (this.ws.readyState === WebSocket.OPEN) this.send(KEEPALIVE_FRAME2);
       }, KEEPALIVE_MS);
     }
   };
