@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,9 +52,9 @@ import (
 // stacks of their own, and the quick ones share one.
 const orderStacks = 3
 
-// orderRounds is the rounds of each burst per way; ORDER_ROUNDS overrides it (a quick
-// local run).
-var orderRounds = 50
+// orderRounds is the rounds of each burst per way (soakRounds: 50 under make soak;
+// ORDER_ROUNDS overrides it).
+var orderRounds int
 
 type sendWay struct {
 	name    string
@@ -266,9 +265,7 @@ func TestFrameOrder(t *testing.T) {
 	// Not parallel: its sockets are load enough, and the waits the stack bounds (the
 	// steer settle, the turnstile's wait, a cancel's wait for an in-flight wake) are
 	// about handler latency, which other tests would inflate.
-	if n, err := strconv.Atoi(os.Getenv("ORDER_ROUNDS")); err == nil {
-		orderRounds = n
-	}
+	orderRounds = soakRounds(t, "ORDER_ROUNDS", 8, 50)
 
 	track := newFrameTrack()
 	reqs := &requestMeter{}
@@ -353,7 +350,7 @@ func TestFrameOrder(t *testing.T) {
 	// DynamoDB Local.
 	conns := make([]*orderConn, len(lanes))
 	for i, ln := range lanes {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := hangContext(t)
 		c := &orderConn{e: ln.e, track: track, way: ln.way, agent: ln.agent, token: ln.token}
 		err := c.dial(ctx)
 		cancel()
@@ -366,7 +363,9 @@ func TestFrameOrder(t *testing.T) {
 	for i, ln := range lanes {
 		c := conns[i]
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			// Only a hang ends a lane early: a round waits for what it checks, however
+			// long a loaded machine takes to get there.
+			ctx, cancel := hangContext(t)
 			defer cancel()
 			if ln.burst.open != nil {
 				if err := ln.burst.open(ctx, c); err != nil {
