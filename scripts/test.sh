@@ -28,9 +28,13 @@ log=$(mktemp)
 (cd "$jar" && exec java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$log" 2>&1 &
 ddb=$!
 trap 'kill $ddb 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 1 150); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+# Until it answers: a loaded machine can take minutes to start the JVM. Only its exit, or
+# ten minutes of silence (a hang), fails the run.
+until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
   kill -0 $ddb 2>/dev/null || { cat "$log" >&2; echo "test: DynamoDB Local exited" >&2; exit 1; }
+  if [ $((SECONDS - last)) -gt 600 ]; then
+    cat "$log" >&2; echo "test: DynamoDB Local not answering after 10 minutes" >&2; exit 1
+  fi
   sleep 0.2
 done
 export TERRET_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
