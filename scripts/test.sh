@@ -49,13 +49,15 @@ go build -o "$bin/terret" ./cmd/terret
 (cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs)
 took client-ts
 
-go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
+# -timeout catches a hang, nothing else: every wait in the tests is for a condition, bounded
+# only by it (internal/devstack's hang), so it is well above the run's usual length.
+go test -race -count=1 -parallel 4 -timeout 20m "$@" ./...
 took "go test ./..."
 
 # The protocol and runtime tests once more with every function as its built bootstrap
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
 # both stream consumers into deliver, the runner, and a runner killed mid-invocation.
-TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 6m \
+TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 10m \
   -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestEmulator.*)$' \
   ./internal/devstack
 took "emulator pass"
