@@ -10,8 +10,12 @@ took() {
   echo "test: $1 took $((SECONDS - last)) s (total $SECONDS s)"
   last=$SECONDS
 }
-./scripts/deps.sh
+# The two installers touch different directories; on a fresh clone each is mostly npm
+# waiting on the registry, so they run side by side.
+./scripts/deps.sh &
+deps=$!
 ./scripts/browser.sh # Chromium + playwright-core for internal/webui's browser test
+wait $deps
 took deps
 
 unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
