@@ -770,6 +770,11 @@ func steerBurst() orderBurst {
 					break
 				}
 				if c.way != wayBurst {
+					if c.way == waySpaced { // numbered steers have the turnstile: no settle
+						if err := c.steersMissed(ctx, first, want, got); err != nil {
+							return err
+						}
+					}
 					return fmt.Errorf("turn ended with steers %v logged, want %v", got, want)
 				}
 				// Same millisecond: a steer served after the turn ended rides the next.
@@ -829,6 +834,34 @@ func steerBurst() orderBurst {
 			return nil
 		},
 	}
+}
+
+// steersMissed returns errBeyondSettle when a steer the turn did not log (of want, sent
+// from the connection's frame first on) was queued outside tier 1's bound: its handler
+// returned more than agent.DrainSettle after its receipt, so the turn's drain may have
+// come first. Nil when every missing steer was handled within the bound (a failure).
+func (c *orderConn) steersMissed(ctx context.Context, first int64, want, got []string) error {
+	id, err := c.connID(ctx)
+	if err != nil {
+		return err
+	}
+	for k, w := range want {
+		if slices.Contains(got, w) {
+			continue
+		}
+		at, err := c.track.epoch(ctx, id, first+int64(k))
+		if err != nil {
+			return err
+		}
+		ret, err := c.track.returnedAt(ctx, id, w)
+		if err != nil {
+			return err
+		}
+		if late := ret - at; late > agent.DrainSettle.Milliseconds() {
+			return fmt.Errorf("%w: %s received at %d ms, its handler returned %d ms later; the turn ended with %v logged", errBeyondSettle, w, at, late, got)
+		}
+	}
+	return nil
 }
 
 // cancelBurst: a waking inject that starts a turn, then cancel. The turn is cancelled,
