@@ -46,17 +46,30 @@ echo "test: DynamoDB Local at $TERRET_TEST_DYNAMODB_ENDPOINT"
 took "DynamoDB Local start"
 
 # client-ts/ (installed by scripts/browser.sh): type check, build, then its tests — the
-# generated files current, npm pack, and end to end against one terret built here.
+# generated files current, npm pack, and end to end against one terret built here. They
+# run beside go test ./... (both mostly wait: on sockets, DynamoDB Local, child
+# processes), their output kept until go test is done.
 bin=$(mktemp -d)
 trap 'kill $ddb 2>/dev/null || true; rm -rf "$log" "$bin"' EXIT
 go build -o "$bin/terret" ./cmd/terret
-(cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs)
-took client-ts
+(cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
+ts=$!
+ts_start=$SECONDS
 
 # -timeout catches a hang, nothing else: every wait in the tests is for a condition, bounded
 # only by it (internal/devstack's hang), so it is well above the run's usual length.
-go test -race -count=1 -parallel 4 -timeout 20m "$@" ./...
+go_rc=0
+go test -race -count=1 -parallel 4 -timeout 20m "$@" ./... || go_rc=$?
 took "go test ./..."
+ts_rc=0
+wait $ts || ts_rc=$?
+cat "$bin/client-ts.log"
+echo "test: client-ts took $((SECONDS - ts_start)) s, beside go test (total $SECONDS s)"
+last=$SECONDS
+if [ $go_rc -ne 0 ] || [ $ts_rc -ne 0 ]; then
+  echo "test: go test exited $go_rc, client-ts $ts_rc" >&2
+  exit 1
+fi
 
 # The protocol and runtime tests once more with every function as its built bootstrap
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
