@@ -748,18 +748,28 @@ func steerBurst() orderBurst {
 				return err
 			}
 			var got []string
+			// The round's turns: those a wake of this round started. A connection opened
+			// after a round outside the bounds replays the log from 0, older turns too.
+			mine := map[string]bool{}
 			for turns := 1; ; turns++ {
 				err := c.untilEvent(ctx, func(f frame) bool {
+					var p struct {
+						Text   string
+						TurnID string `json:"turn_id"`
+					}
+					_ = json.Unmarshal(f.Pay, &p)
 					switch f.Type {
+					case "user/message":
+						if strings.HasPrefix(p.Text, prefix) {
+							mine[p.TurnID] = true
+						}
 					case "context/injected":
-						var p struct{ Text string }
-						_ = json.Unmarshal(f.Pay, &p)
 						if !strings.HasPrefix(p.Text, prefix) {
 							return false
 						}
 						got = append(got, p.Text)
 					case "turn/end":
-						return true
+						return mine[p.TurnID]
 					}
 					return false
 				})
