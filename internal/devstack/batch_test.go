@@ -81,16 +81,13 @@ func (st *batchStats) saw(m message, batch bool) {
 // or without batching, resubscribes mid-stream (switching batching), and then hands
 // over to a second connection of the opposite kind that supersedes the first — with
 // the stream poller redelivering, splitting and reordering batches. Every subscription
-// receives exactly from..tip (history checker), 20 rounds; batches reach only the
-// connections that asked, and never exceed BatchBytes.
+// receives exactly from..tip (history checker), 4 rounds (20 under make soak); batches
+// reach only the connections that asked, and never exceed BatchBytes.
 func TestBatchedDeliveryExact(t *testing.T) {
 	t.Parallel()
 	e := startFaultStack(t, devstack.Options{PollInterval: 40 * time.Millisecond,
 		Faults: eventsource.Faults{Seed: 17, Redeliver: 0.3, Split: 0.3, Reorder: 0.5}})
-	rounds := 20
-	if testing.Short() {
-		rounds = 3
-	}
+	rounds := soakRounds(t, "BATCH_ROUNDS", 4, 20)
 	const agents, writers, perWriter = 2, 2, 8
 	const final = writers * perWriter
 	db := dynamolocal.Client(e.stack.DynamoDBEndpoint)
@@ -169,7 +166,7 @@ func batchedClient(e env, agent, tok string, first *client, h *history.History, 
 	resubbed := false
 	var c *client
 	for c = first; ; {
-		m, err := c.nextMessage(patience)
+		m, err := c.nextMessage(hang())
 		if err != nil {
 			return fmt.Errorf("expecting seq %d: %w", sub.Next(), err)
 		}
@@ -203,7 +200,7 @@ func batchedClient(e env, agent, tok string, first *client, h *history.History, 
 				return err
 			}
 			defer c.c.CloseNow()
-			if hello, err := c.next(patience); err != nil || hello.Type != "hello" {
+			if hello, err := c.next(hang()); err != nil || hello.Type != "hello" {
 				return fmt.Errorf("second connection: first frame %s (%v), want hello", hello, err)
 			}
 			if sub, err = subscribe(c, "second", 0, batch); err != nil {
@@ -227,7 +224,7 @@ func TestFaultSenderKilledBatched(t *testing.T) {
 	if _, err := e.log.Append(context.Background(), agent, "test/event", map[string]string{"after": "kill"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ks.awaitTip(n+1, patience); err != nil {
+	if err := ks.awaitTip(n+1, hang()); err != nil {
 		t.Fatalf("%v\n%s", err, ks.h.Summary())
 	}
 	if err := resumedAt(ks.sub.Received(), ks.cursor, n+1); err != nil {

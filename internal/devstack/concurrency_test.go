@@ -58,13 +58,10 @@ func (ck *checker) see(t *testing.T, who string, seq int64) {
 // TestConcurrentDeliveryExact: writers append while clients subscribe and resubscribe
 // from random seqs, with the stream poller redelivering, splitting and reordering
 // batches, and with extra sender processes pumping the same agents at once (as other
-// Lambda instances would) — every client receives exactly from..tip, 20 rounds.
+// Lambda instances would) — every client receives exactly from..tip, 5 rounds (20 under make soak).
 func TestConcurrentDeliveryExact(t *testing.T) {
 	e := startStack(t, devstack.Options{Faults: eventsource.Faults{Seed: 7, Redeliver: 0.3, Split: 0.3, Reorder: 0.5}})
-	rounds := 20
-	if testing.Short() {
-		rounds = 3
-	}
+	rounds := soakRounds(t, "DELIVERY_ROUNDS", 5, 20)
 	const agents, writers, perWriter = 2, 2, 6
 	roundFile := t.TempDir() + "/round"
 	stop := startPumpProcesses(t, e, 2, roundFile, agents)

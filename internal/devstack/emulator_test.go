@@ -85,7 +85,7 @@ func TestDisconnectForgetsConnection(t *testing.T) {
 		t.Fatalf("connection %s after hello: %v", owner.ConnID, err)
 	}
 	c.c.CloseNow()
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(hang())
 	for {
 		_, err := store.Owner(ctx, "a1")
 		if errors.Is(err, connections.ErrNotFound) {
@@ -95,7 +95,7 @@ func TestDisconnectForgetsConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a1 still owned by %s %v after its socket closed", owner.ConnID, patience)
+			t.Fatalf("a1 still owned by %s long after its socket closed", owner.ConnID)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -158,7 +158,7 @@ func TestEmulatorRunnerKilledMidInvocation(t *testing.T) {
 // which is not what a runner crash test is about.
 func (a *agentConn) delivered() {
 	store := connStore(a.e)
-	deadline := time.Now().Add(frameTimeout)
+	deadline := time.Now().Add(hang())
 	for {
 		o, err := store.Owner(context.Background(), a.agent)
 		if err != nil {
@@ -168,7 +168,7 @@ func (a *agentConn) delivered() {
 			return
 		}
 		if time.Now().After(deadline) {
-			a.failf("delivery of %s not settled after %v: cursor %d, lease %q", a.agent, frameTimeout, o.Next, o.Lease)
+			a.failf("delivery of %s never settled: cursor %d, lease %q", a.agent, o.Next, o.Lease)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -239,7 +239,7 @@ func TestEmulatorColdAndWarmTimes(t *testing.T) {
 				a := &agentConn{t: t, e: e, agent: fmt.Sprintf("m%d", i)}
 				a.open()
 				a.send(`not json`)
-				if f := a.frame(frameTimeout); f.Type != "error" || f.Code != "bad_frame" {
+				if f := a.frame(hang()); f.Type != "error" || f.Code != "bad_frame" {
 					a.fatalf("answer to a bad frame: %s", f)
 				}
 				a.inject("measure me", true)

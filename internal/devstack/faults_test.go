@@ -35,11 +35,6 @@ import (
 	"github.com/terret/terret-ws/internal/tables"
 )
 
-// patience bounds each wait for a frame or an outcome: generous, as DynamoDB Local
-// on a loaded 2-core machine can stall delivery for seconds; only a failing run waits
-// it out.
-const patience = 45 * time.Second
-
 // eventID is the id of an event frame.
 func eventID(f frame) string {
 	var v struct {
@@ -119,7 +114,7 @@ func TestFaultStreamBatches(t *testing.T) {
 			resubAt := int64(4 + 3*a)
 			resubbed := false
 			for !sub.Reached(final) {
-				f, err := c.next(patience)
+				f, err := c.next(hang())
 				if err != nil {
 					t.Errorf("%s: %v (expecting seq %d)\n%s", agent, err, sub.Next(), h.Summary())
 					return
@@ -306,7 +301,7 @@ func killSender(t *testing.T, e env, agent string, n int, batch bool) *killedSen
 	conns := connStore(e)
 	// The stack's sender of hello lets the lease go before the child starts.
 	var o connections.Owner
-	for deadline := time.Now().Add(patience); ; {
+	for deadline := time.Now().Add(hang()); ; {
 		if o, err = conns.Owner(ctx, agent); err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +364,7 @@ func killSender(t *testing.T, e env, agent string, n int, batch bool) *killedSen
 	// client has had 20 more frames since: the successor must then continue from the
 	// stored cursor, not from the subscription's start, and the dead sender was posting
 	// right up to its death.
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(hang())
 	var held connections.Owner
 	moved := int64(-1) // what the client had when the cursor was first seen moved
 	for {
@@ -527,7 +522,7 @@ func TestFaultSenderKilled(t *testing.T) {
 	if _, err := e.log.Append(context.Background(), agent, "test/event", map[string]string{"after": "kill"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := ks.awaitTip(n+1, patience); err != nil {
+	if err := ks.awaitTip(n+1, hang()); err != nil {
 		t.Fatalf("%v\n%s", err, ks.h.Summary())
 	}
 	if err := resumedAt(ks.sub.Received(), ks.cursor, n+1); err != nil {
@@ -590,7 +585,7 @@ func TestFaultClientNeverReads(t *testing.T) {
 	// events than the outbound queue holds, so only the stuck one can be dropped.
 	e := startFaultStack(t, devstack.Options{PingInterval: 2 * time.Second, OutboundQueue: 16})
 	stuckTok, okTok := e.token(t, "stuck"), e.token(t, "ok")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*patience)
+	ctx, cancel := context.WithTimeout(context.Background(), hang())
 	defer cancel()
 	ws, _, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/stuck/ws", &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + stuckTok}},
@@ -631,7 +626,7 @@ func TestFaultClientNeverReads(t *testing.T) {
 	h := history.New()
 	sub := h.Subscribe("ok", 0)
 	okc.send(`{"type":"subscribe","from_seq":0}`)
-	f := okc.must(patience)
+	f := okc.must(hang())
 	if f.Seq == nil || *f.Seq != 0 {
 		t.Fatalf("ok client: first frame %s, want seq 0", f)
 	}
@@ -644,7 +639,7 @@ func TestFaultClientNeverReads(t *testing.T) {
 	appended := make(chan time.Time, okEvents)
 	go func() {
 		for !sub.Reached(okEvents) {
-			f, err := okc.next(patience)
+			f, err := okc.next(hang())
 			if err != nil || f.Seq == nil {
 				okDone <- fmt.Errorf("ok client: frame %s, %v (expecting seq %d)", f, err, sub.Next())
 				return
@@ -683,7 +678,7 @@ func TestFaultClientNeverReads(t *testing.T) {
 	t.Logf("the other client's events arrived %v after their appends (worst %v)", latency[1:], slices.Max(latency[1:]))
 
 	// The stuck client is gone: its records are deleted.
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(hang())
 	for {
 		_, cerr := conns.Conn(ctx, stuckConn)
 		cur, oerr := conns.Owner(ctx, "stuck")

@@ -52,7 +52,7 @@ func startStack(t *testing.T, o devstack.Options) env {
 		}
 		o.LambdaEmulator = emulatorOptions(t)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hang())
 	defer cancel()
 	st, err := devstack.Start(ctx, o)
 	if err != nil {
@@ -121,8 +121,8 @@ func (e env) dial(t *testing.T, agent, token string) *client {
 
 func (e env) tryDial(agent, token string) (*client, error) {
 	// The handshake waits for the $connect handler: bounded like any wait for the
-	// server (frameTimeout), which on a loaded machine can take more than 10 s.
-	ctx, cancel := context.WithTimeout(context.Background(), frameTimeout)
+	// server (hang), which on a loaded machine can take more than 10 s.
+	ctx, cancel := context.WithTimeout(context.Background(), hang())
 	defer cancel()
 	ws, _, err := gatewaytest.Open(ctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", token, nil, 100000)
 	if err != nil {
@@ -142,7 +142,7 @@ func (c *client) send(v any) {
 	default:
 		b, _ = json.Marshal(v)
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, hang())
 	defer cancel()
 	if err := c.c.Write(ctx, websocket.MessageText, b); err != nil {
 		c.t.Fatalf("send: %v", err)
@@ -187,7 +187,7 @@ func (c *client) must(d time.Duration) frame {
 func (c *client) expectError(code string) frame {
 	c.t.Helper()
 	for {
-		f := c.must(10 * time.Second)
+		f := c.must(hang())
 		if f.Type == "error" {
 			if f.Code != code {
 				c.t.Fatalf("error frame %s, want code %s", f, code)
@@ -201,7 +201,7 @@ func (c *client) expectError(code string) frame {
 func (c *client) expectClosed() {
 	c.t.Helper()
 	for {
-		f, err := c.next(10 * time.Second)
+		f, err := c.next(hang())
 		if errors.Is(err, errClosed) {
 			return
 		}
@@ -215,7 +215,7 @@ func (c *client) expectClosed() {
 // hello reads the first frame and checks it is hello.
 func (c *client) hello(agent string) frame {
 	c.t.Helper()
-	f := c.must(10 * time.Second)
+	f := c.must(hang())
 	if f.Type != "hello" || f.Seq != nil || f.Sess != agent || !strings.Contains(string(f.raw), `"proto":1`) {
 		c.t.Fatalf("first frame %s, want hello for %s", f, agent)
 	}
@@ -229,7 +229,7 @@ func (c *client) events(from, to int64) []frame {
 	var out []frame
 	want := from
 	for want <= to {
-		f := c.must(30 * time.Second)
+		f := c.must(hang())
 		if f.Seq == nil {
 			c.t.Fatalf("protocol frame %s while expecting seq %d", f, want)
 		}

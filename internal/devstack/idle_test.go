@@ -30,7 +30,7 @@ func TestKeepaliveAndIdleClose(t *testing.T) {
 		t.Fatalf("reply %s", f.raw)
 	}
 	// Nothing but the bad_frame answer came back: keepalives reach no handler.
-	_, err := c.ws.Next(frameTimeout)
+	_, err := c.ws.Next(hang())
 	if websocket.CloseStatus(err) != websocket.StatusGoingAway {
 		t.Fatalf("after the keepalives stopped: %v, want close 1001", err)
 	}

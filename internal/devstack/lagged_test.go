@@ -37,7 +37,7 @@ func TestLaggedLiveTail(t *testing.T) {
 	t.Parallel()
 	e := startStack(t, devstack.Options{OutboundQueue: 40})
 	slowTok, fastTok := e.token(t, "slow"), e.token(t, "fast")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := hangContext(t)
 	defer cancel()
 	ws, _, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/slow/ws", &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + slowTok}},

@@ -31,11 +31,21 @@ type frameTrack struct {
 	// returned is when the $default invocation of an inject frame returned (unix ms), by
 	// connection id and the frame's text.
 	returned map[[2]string]int64
+	// overran counts, by connection id, the $default invocations that returned at or
+	// past their deadline (the 29 s Lambda would kill them at, answered internal), and
+	// the numbered frames the turnstile served without their predecessor once its wait
+	// (socket.OrderWait) had passed: either is a machine too slow for a bound the
+	// protocol documents, not a frame handled out of order within it.
+	overran map[string]int
+	// connectsLate counts the $connect invocations that returned at or past their
+	// deadline (the gateway answers the handshake 500).
+	connectsLate int
 }
 
 func newFrameTrack() *frameTrack {
 	return &frameTrack{changed: make(chan struct{}), conns: map[string][]string{},
-		epochs: map[string][]int64{}, handled: map[string]int{}, returned: map[[2]string]int64{}}
+		epochs: map[string][]int64{}, handled: map[string]int{}, returned: map[[2]string]int64{},
+		overran: map[string]int{}}
 }
 
 // update changes the track under its lock and wakes every waiter.
@@ -97,6 +107,30 @@ func (l *frameTrack) settled(ctx context.Context, id string, n int64) error {
 	})
 }
 
+// outran waits until the handlers of the n frames sent on connection id have returned,
+// then returns how many frames of the connection ran past their deadline or the
+// turnstile's wait so far.
+func (l *frameTrack) outran(ctx context.Context, id string, n int64) (int, error) {
+	if err := l.settled(ctx, id, n); err != nil {
+		return 0, err
+	}
+	return l.overruns(id), nil
+}
+
+// lateConnects returns how many $connect invocations outlasted their deadline so far.
+func (l *frameTrack) lateConnects() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.connectsLate
+}
+
+// overruns is outran without the wait.
+func (l *frameTrack) overruns(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.overran[id]
+}
+
 // returnedAt waits for the time the $default invocation of connection id's inject of
 // text returned.
 func (l *frameTrack) returnedAt(ctx context.Context, id, text string) (int64, error) {
@@ -111,12 +145,37 @@ func (l *frameTrack) returnedAt(ctx context.Context, id, text string) (int64, er
 
 // wrap is the stack's Measure.Wrap: it counts the returns of $default per connection.
 func (l *frameTrack) wrap(name string, h lambda.Handler) lambda.Handler {
+	if name == "connect" {
+		return invokeFunc(func(ctx context.Context, payload []byte) ([]byte, error) {
+			out, err := h.Invoke(ctx, payload)
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+				var ev struct {
+					RequestContext struct {
+						ConnectionID string `json:"connectionId"`
+					} `json:"requestContext"`
+				}
+				_ = json.Unmarshal(payload, &ev)
+				l.update(func() {
+					l.connectsLate++
+					// It may have logged "connected", but the client's handshake failed:
+					// not one of the agent's connections.
+					for agent, ids := range l.conns {
+						l.conns[agent] = slices.DeleteFunc(ids, func(id string) bool { return id == ev.RequestContext.ConnectionID })
+					}
+				})
+			}
+			return out, err
+		})
+	}
 	if name != "message" {
 		return h
 	}
 	return invokeFunc(func(ctx context.Context, payload []byte) ([]byte, error) {
 		out, err := h.Invoke(ctx, payload)
-		at := time.Now().UnixMilli()
+		now := time.Now()
+		at := now.UnixMilli()
+		dl, ok := ctx.Deadline()
+		late := ok && !now.Before(dl)
 		var ev struct {
 			RequestContext struct {
 				ConnectionID string `json:"connectionId"`
@@ -128,6 +187,9 @@ func (l *frameTrack) wrap(name string, h lambda.Handler) lambda.Handler {
 		_ = json.Unmarshal([]byte(ev.Body), &f)
 		l.update(func() {
 			l.handled[ev.RequestContext.ConnectionID]++
+			if late {
+				l.overran[ev.RequestContext.ConnectionID]++
+			}
 			if f.Type == "inject" {
 				l.returned[[2]string{ev.RequestContext.ConnectionID, f.Text}] = at
 			}
@@ -155,6 +217,8 @@ func (l *frameTrack) observe(msg string, vals map[string]slog.Value) {
 	case msg == "frame received":
 		at := vals["request_time_epoch"].Int64()
 		l.update(func() { l.epochs[conn] = append(l.epochs[conn], at) })
+	case strings.HasPrefix(msg, "frame order gap"):
+		l.update(func() { l.overran[conn]++ })
 	}
 }
 

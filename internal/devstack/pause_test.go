@@ -68,12 +68,12 @@ func (p *pauser) close() {
 	}
 }
 
-// wait returns once the runtime is held at h; a flow fails after frameTimeout.
+// wait returns once the runtime is held at h; a flow fails only on a hang (hang).
 func (h *hold) wait(a *agentConn) {
 	select {
 	case <-h.reached:
-	case <-time.After(frameTimeout):
-		a.failf("the runtime never reached %s within %v", h.what, frameTimeout)
+	case <-time.After(hang()):
+		a.failf("the runtime never reached %s", h.what)
 	}
 }
 

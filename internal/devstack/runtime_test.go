@@ -67,10 +67,6 @@ func startRuntimeStack(t *testing.T, o devstack.Options) env {
 // length does not matter and it is short.
 const windowMS = 20
 
-// frameTimeout bounds the wait for one frame: generous, because a shared DynamoDB
-// Local can be slow; it only matters when a test fails.
-const frameTimeout = 45 * time.Second
-
 var (
 	windowArgs   = fmt.Sprintf(`{"ms":%d}`, windowMS)
 	windowResult = fmt.Sprintf(`{"slept_ms":%d}`, windowMS)
@@ -204,7 +200,7 @@ func (a *agentConn) connect(from int64) {
 	}
 	a.t.Cleanup(func() { c.c.CloseNow() })
 	a.c = c
-	h := a.frame(frameTimeout)
+	h := a.frame(hang())
 	if h.Type != "hello" || h.Seq != nil || h.Sess != a.agent || !strings.Contains(string(h.raw), `"proto":1`) {
 		a.failf("first frame %s, want hello", h)
 	}
@@ -251,7 +247,7 @@ func (a *agentConn) frame(d time.Duration) frame {
 
 // read reads the next event and checks its envelope.
 func (a *agentConn) read() event {
-	return a.event(a.frame(frameTimeout))
+	return a.event(a.frame(hang()))
 }
 
 func (a *agentConn) event(f frame) event {
@@ -534,7 +530,7 @@ func (a *agentConn) refused(code string, frames ...any) {
 		a.send(f)
 	}
 	for range frames {
-		f := a.frame(frameTimeout)
+		f := a.frame(hang())
 		if f.Type != "error" || f.Code != code || f.Seq != nil || f.Msg == "" {
 			a.fatalf("answer to %v: %s, want an error frame with code %s", frames, f, code)
 		}

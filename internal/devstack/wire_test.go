@@ -20,7 +20,7 @@ import (
 // the subprotocols offered.
 func open(t *testing.T, e env, agent, token string, subprotocols ...string) *gatewaytest.Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), frameTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), hang())
 	defer cancel()
 	c, _, err := gatewaytest.Open(ctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", token,
 		&websocket.DialOptions{Subprotocols: subprotocols}, 1000)
@@ -35,7 +35,7 @@ func open(t *testing.T, e env, agent, token string, subprotocols ...string) *gat
 func until(t *testing.T, c *gatewaytest.Client, want string) []byte {
 	t.Helper()
 	for {
-		b, err := c.Next(frameTimeout)
+		b, err := c.Next(hang())
 		if err != nil {
 			t.Fatalf("waiting for a frame with %s: %v", want, err)
 		}
@@ -48,7 +48,7 @@ func until(t *testing.T, c *gatewaytest.Client, want string) []byte {
 // closedNormally asserts the socket's next event is a close with code 1000.
 func closedNormally(t *testing.T, c *gatewaytest.Client) {
 	t.Helper()
-	b, err := c.Next(frameTimeout)
+	b, err := c.Next(hang())
 	if err == nil {
 		t.Fatalf("frame %s, want the close", b)
 	}
@@ -90,7 +90,7 @@ func TestHeaderTokenWins(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := open(t, e, "a1", tc.header, "terret.v1", "terret.bearer."+tc.sub)
-			b, err := c.Next(frameTimeout)
+			b, err := c.Next(hang())
 			if err != nil || !strings.Contains(string(b), tc.want) {
 				t.Fatalf("first frame %s (%v), want %s", b, err, tc.want)
 			}
@@ -108,7 +108,7 @@ func TestCancelReasonCut(t *testing.T) {
 	send := func(v any) {
 		t.Helper()
 		b, _ := json.Marshal(v)
-		ctx, cancel := context.WithTimeout(context.Background(), frameTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), hang())
 		defer cancel()
 		if err := c.Conn.Write(ctx, websocket.MessageText, b); err != nil {
 			t.Fatal(err)

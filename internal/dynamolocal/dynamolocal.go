@@ -85,7 +85,8 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // Start runs DynamoDB Local and returns once it accepts connections. It returns
 // ErrNoJava without Java, ErrNotInstalled or ErrNoRepo when the package is missing and
 // o.InstallDir is empty, and ErrDataInUse when another server holds o.DBPath. The process
-// is stopped by Close, and killed by the kernel if this process dies first.
+// is stopped by Close, and killed by the kernel if this process dies first. It waits
+// for the server until ctx's deadline, or five minutes when ctx has none.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	if _, err := exec.LookPath("java"); err != nil {
 		return nil, ErrNoJava
@@ -161,8 +162,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		s.release()
 		return nil, err
 	}
-	// A JVM on a loaded machine can take more than a minute to open its port.
-	deadline := time.Now().Add(2 * time.Minute)
+	// A starved machine can take minutes to start a JVM (more than one was measured
+	// beside a busy test run): a caller that bounds the wait with ctx's deadline gets all
+	// of it; without one, five minutes. A process that exits fails at once either way.
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(5 * time.Minute)
+	}
 	for {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
 		if err == nil {

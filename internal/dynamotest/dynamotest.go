@@ -41,7 +41,16 @@ func Endpoint(t testing.TB) string {
 			endpoint = e
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		// The start is bounded only by the test binary's deadline (go test -timeout),
+		// less a margin to report it: on a loaded machine the JVM may take minutes, which
+		// is no failure.
+		limit := 90 * time.Second
+		if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+			if dl, ok := d.Deadline(); ok {
+				limit = max(time.Until(dl)-30*time.Second, limit)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
 		srv, err := dynamolocal.Start(ctx, dynamolocal.Options{})
 		if err != nil {
