@@ -47,10 +47,8 @@ func epochOf(t *testing.T, hello frame) string {
 func TestSessionExportEqualsReplay(t *testing.T) {
 	t.Parallel()
 	e := startStack(t, devstack.Options{ReplayLimit: 30000})
-	n := 20000
-	if testing.Short() {
-		n = 2000 // the 20,000-event replay takes tens of minutes under -race on a loaded machine
-	}
+	// 20,000 events under make soak; make test replays 1,000 (EXPORT_EVENTS overrides).
+	n := soakRounds(t, "EXPORT_EVENTS", 1000, 20000)
 	tok := e.token(t, "a1")
 	seedParallel(t, e, "a1", n-1) // seq 0 and n-1 more
 	c := e.dial(t, "a1", tok)
