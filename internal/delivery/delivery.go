@@ -9,8 +9,10 @@
 // frame at a time, each post awaited, so frames reach the socket in the order posted. The
 // log table is the source of truth; stream records and appenders only wake a sender. A
 // wake-up that finds the lease held sets Pending on the record; the holder cannot let go
-// while Pending is set, so it looks at the log again — no wake-up is ever lost, and no
-// one needs to poll.
+// while Pending is set, so it looks at the log again — no wake-up is ever lost. The
+// one wait that looks again on a timer is the backstop's, before it marks a live holder
+// behind its events (watch.go), and a sender whose lease ran out is taken over by the
+// watch; no path depends on a poll to deliver an event a wake-up announced.
 package delivery
 
 import (
