@@ -134,19 +134,6 @@ func ownerKey(agentID string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: s(ownerPrefix + agentID)}
 }
 
-// Reject records a socket that failed authentication, so its frames are refused until
-// the deliver function has told it unauthorized and closed it.
-func (st *Store) Reject(ctx context.Context, connID, agentID string) error {
-	_, err := st.api.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(st.table),
-		Item:      st.connItem(Conn{ID: connID, AgentID: agentID, State: StateUnauthorized}),
-	})
-	if err != nil {
-		return fmt.Errorf("connections: reject %s: %w", connID, err)
-	}
-	return nil
-}
-
 // Items of Claim's transaction, by name (see txItem).
 const (
 	claimToken    = "token"      // the caller's check that the token is current
