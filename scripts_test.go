@@ -60,7 +60,16 @@ func checkout(t *testing.T) (dir string, env []string, log string) {
 		}
 	}
 	log = filepath.Join(t.TempDir(), "stub.log")
-	env = append(os.Environ(), "PATH="+stubDir+string(os.PathListSeparator)+os.Getenv("PATH"), "STUB_LOG="+log, "MAKEFLAGS=")
+	// A make that runs this test (make test) must not make these makes its sub-makes:
+	// they would print "Entering directory" lines and take its flags.
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES":
+		default:
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+stubDir+string(os.PathListSeparator)+os.Getenv("PATH"), "STUB_LOG="+log)
 	return dir, env, log
 }
 
