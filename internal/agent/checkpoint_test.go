@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -234,7 +235,15 @@ func lastTurnEndOf(t *testing.T, evs []sessionlog.Event) map[string]any {
 	return nil
 }
 
-var agedSizes = []int{2_000, 100_000}
+// agedSizes are the log lengths TestCheckpointReadsDoNotGrowWithAge compares: a young
+// log and one fifty times older under make soak (SOAK=1: 100,000 events, about twenty
+// minutes under -race), five times older in make test.
+func agedSizes() []int {
+	if os.Getenv("SOAK") == "1" {
+		return []int{2_000, 100_000}
+	}
+	return []int{2_000, 10_000}
+}
 
 func agedProfile(budget int64) tools.Profile {
 	p := tools.DefaultProfile()
@@ -242,7 +251,8 @@ func agedProfile(budget int64) tools.Profile {
 	return p
 }
 
-// TestCheckpointReadsDoNotGrowWithAge: on a log of 100,000 events from before
+// TestCheckpointReadsDoNotGrowWithAge: on a log of 10,000 events (100,000 under make
+// soak) from before
 // checkpoints, the first invocation builds the checkpoint (and compacts the history
 // into the budget); from then on a plain turn reads no event below the checkpoint and
 // as many read units as on a 100-event log, and the policy set at seq 1 is in force.
@@ -251,7 +261,8 @@ func TestCheckpointReadsDoNotGrowWithAge(t *testing.T) {
 	names := testTables(t)
 	const budget = 4000
 	rru := map[int]float64{}
-	for _, n := range agedSizes {
+	sizes := agedSizes()
+	for _, n := range sizes {
 		a := newAged(t, names, n, agedProfile(budget), nil)
 		if got := a.checkpointSeq(); got != -1 {
 			t.Fatalf("%d events: checkpoint before any run = %d", n, got)
@@ -288,7 +299,7 @@ func TestCheckpointReadsDoNotGrowWithAge(t *testing.T) {
 		}
 		t.Logf("%d events: checkpoint %d, read units of a plain turn %.1f", n, a.checkpointSeq(), rru[n])
 	}
-	young, old := agedSizes[0], agedSizes[len(agedSizes)-1]
+	young, old := sizes[0], sizes[len(sizes)-1]
 	if rru[old] > rru[young]*1.2 {
 		t.Fatalf("a plain turn reads %.1f units on a %d-event log, %.1f on a %d-event one", rru[old], old, rru[young], young)
 	}
