@@ -252,10 +252,9 @@ func agedProfile(budget int64) tools.Profile {
 }
 
 // TestCheckpointReadsDoNotGrowWithAge: on a log of 10,000 events (100,000 under make
-// soak) from before
-// checkpoints, the first invocation builds the checkpoint (and compacts the history
-// into the budget); from then on a plain turn reads no event below the checkpoint and
-// as many read units as on a 100-event log, and the policy set at seq 1 is in force.
+// soak) from before checkpoints, the first invocation builds the checkpoint (and
+// compacts the history into the budget); from then on a plain turn reads no event below
+// the checkpoint and as many read units as on a 2,000-event log, and the policy set at seq 1 is in force.
 func TestCheckpointReadsDoNotGrowWithAge(t *testing.T) {
 	t.Parallel() // the 100,000-event seeding overlaps the rest of the package
 	names := testTables(t)
