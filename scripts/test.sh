@@ -59,7 +59,7 @@ ts_start=$SECONDS
 # -timeout catches a hang, nothing else: every wait in the tests is for a condition, bounded
 # only by it (internal/devstack's hang), so it is well above the run's usual length.
 go_rc=0
-go test -race -count=1 -parallel 4 -timeout 30m "$@" ./... || go_rc=$?
+go test -race -count=1 -parallel 4 -timeout 50m "$@" ./... || go_rc=$?
 took "go test ./..."
 ts_rc=0
 wait $ts || ts_rc=$?
