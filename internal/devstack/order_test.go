@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/history"
+	"github.com/terret/terret-ws/internal/tools"
 )
 
 // Frame order (docs/protocol.md, "Ordering"): bursts of frames on one socket, sent
@@ -289,10 +291,27 @@ func TestFrameOrder(t *testing.T) {
 		_ = level.UnmarshalText([]byte(testLogLevel()))
 		h = slog.NewMultiHandler(h, slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
+	// The model bursts switch to specs the demo profile's allowed_models refuses.
+	anyModel := tools.DefaultProfile()
+	anyModel.AllowedModels = []string{"*"}
+	profJSON, err := json.Marshal(anyModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profFile := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(profFile, profJSON, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var stacks []env
 	for range orderStacks {
 		stacks = append(stacks, startStack(t, devstack.Options{
-			Logger: slog.New(h),
+			Logger:  slog.New(h),
+			Profile: profFile,
+			// The run outlasts API Gateway's 10-minute idle close, which a lane waiting
+			// for its next round would meet: no limit here (TestKeepaliveAndIdleClose
+			// tests it).
+			IdleTimeout:           24 * time.Hour,
+			MaxConnectionDuration: 24 * time.Hour,
 			// The stream consumer is only the backstop of what the rounds wait for (the
 			// fast path delivers events, the runner is invoked directly): polled less, it
 			// leaves DynamoDB Local to the rounds.
