@@ -767,28 +767,27 @@ func steerBurst() orderBurst {
 				return err
 			}
 			var got []string
-			// The round's turns: those a wake of this round started. A connection opened
-			// after a round outside the bounds replays the log from 0, older turns too.
-			mine := map[string]bool{}
+			// A round waits for the end of the turn that logged its waking inject: the
+			// turn that inject started, or a turn already running that took it as a
+			// steer (one a round outside the bounds left behind, which a round played
+			// again right after it meets). A turn/end before the wake is logged is an
+			// earlier turn's, and so is every one a connection opened after such a round
+			// replays from seq 0: the round's texts carry its own prefix.
+			wake := prefix + "go"
 			for turns := 1; ; turns++ {
+				woke := false
 				err := c.untilEvent(ctx, func(f frame) bool {
-					var p struct {
-						Text   string
-						TurnID string `json:"turn_id"`
-					}
+					var p struct{ Text string }
 					_ = json.Unmarshal(f.Pay, &p)
 					switch f.Type {
-					case "user/message":
-						if strings.HasPrefix(p.Text, prefix) {
-							mine[p.TurnID] = true
+					case "user/message", "context/injected":
+						if p.Text == wake {
+							woke = true
+						} else if f.Type == "context/injected" && slices.Contains(want, p.Text) {
+							got = append(got, p.Text)
 						}
-					case "context/injected":
-						if !strings.HasPrefix(p.Text, prefix) {
-							return false
-						}
-						got = append(got, p.Text)
 					case "turn/end":
-						return mine[p.TurnID]
+						return woke
 					}
 					return false
 				})
@@ -810,7 +809,8 @@ func steerBurst() orderBurst {
 				if turns > 5 {
 					return fmt.Errorf("steers %v still not all logged", got)
 				}
-				if err := c.send(ctx, map[string]any{"type": "inject", "text": prefix + "again", "wake": true}); err != nil {
+				wake = fmt.Sprintf("%sagain%d", prefix, turns)
+				if err := c.send(ctx, map[string]any{"type": "inject", "text": wake, "wake": true}); err != nil {
 					return err
 				}
 			}
