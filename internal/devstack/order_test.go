@@ -740,7 +740,7 @@ func (c *orderConn) beyondDeadline(ctx context.Context, err error) error {
 		return err
 	}
 	if n, lerr := c.track.outran(ctx, id, c.sent); lerr == nil && n > c.late {
-		return fmt.Errorf("%w (%v)", errBeyondDeadline, err)
+		return fmt.Errorf("%w (%v; the stack logged %q)", errBeyondDeadline, err, c.track.logged(id))
 	}
 	return err
 }

@@ -40,12 +40,16 @@ type frameTrack struct {
 	// connectsLate counts the $connect invocations that returned at or past their
 	// deadline (the gateway answers the handshake 500).
 	connectsLate int
+	// errs keeps, by connection id, the first few errors the stack logged for it (a
+	// handler's failure that the client saw as an error frame): what a round outside
+	// the bounds reports as its cause.
+	errs map[string][]string
 }
 
 func newFrameTrack() *frameTrack {
 	return &frameTrack{changed: make(chan struct{}), conns: map[string][]string{},
 		epochs: map[string][]int64{}, handled: map[string]int{}, returned: map[[2]string]int64{},
-		overran: map[string]int{}}
+		overran: map[string]int{}, errs: map[string][]string{}}
 }
 
 // update changes the track under its lock and wakes every waiter.
@@ -220,6 +224,20 @@ func (l *frameTrack) observe(msg string, vals map[string]slog.Value) {
 	case strings.HasPrefix(msg, "frame order gap"):
 		l.update(func() { l.overran[conn]++ })
 	}
+	if e, ok := vals["error"]; ok && conn != "" {
+		l.mu.Lock()
+		if len(l.errs[conn]) < 3 {
+			l.errs[conn] = append(l.errs[conn], msg+": "+e.String())
+		}
+		l.mu.Unlock()
+	}
+}
+
+// logged returns the errors the stack logged for connection id (the first few).
+func (l *frameTrack) logged(id string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.errs[id])
 }
 
 // requestMeter counts the stack's AWS requests by operation (Measure.Clients and
