@@ -69,17 +69,32 @@ type kickTracker struct {
 	delivery.InvokeAPI
 	mu       sync.Mutex
 	inflight int
+	pumps    int // KickPump invocations asked for so far: hand-overs, hellos
 }
 
 func (k *kickTracker) Invoke(ctx context.Context, in *lambdasvc.InvokeInput, opts ...func(*lambdasvc.Options)) (*lambdasvc.InvokeOutput, error) {
+	var kick delivery.Kick
+	_ = json.Unmarshal(in.Payload, &kick)
 	k.mu.Lock()
 	k.inflight++
+	if kick.Kind == delivery.KickPump {
+		k.pumps++
+	}
 	k.mu.Unlock()
 	out, err := k.InvokeAPI.Invoke(ctx, in, opts...)
 	if err != nil {
 		k.done()
 	}
 	return out, err
+}
+
+// handovers returns how many pump invocations were asked for so far: a sender that ran
+// out of its budget (a loaded machine) hands its work over through one, whose holder
+// is a retried one.
+func (k *kickTracker) handovers() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.pumps
 }
 
 func (k *kickTracker) done() {

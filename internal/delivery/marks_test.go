@@ -181,6 +181,7 @@ func TestMarkAheadOfCursor(t *testing.T) {
 	r.fast.FlushAll()
 	r.kicks.settled(t) // a sender slowed past its budget hands over
 	r.settle(t, c, s, agent, 4)
+	r.kicks.settled(t) // a sender of the marker slowed past its budget has handed over, and let go
 	h.CheckLog(t, readAll(t, r.log, agent))
 	if marked != 4 {
 		t.Fatalf("marked %d; want the event at seq 4", marked)
