@@ -36,7 +36,7 @@ func TestCancelRacingToolResult(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, opts{})
 	e.inject(script(`{"call":[{"tool":"sleep","args":{"ms":600}}]}`, `{"say":"never"}`), true)
-	e.waitFor("tool/call", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
+	e.waitFor("tool/call", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 	if err := e.svc.Cancel(e.ctx, e.agentID, "enough"); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func (m *meeting) Call(ctx context.Context, _ json.RawMessage) (json.RawMessage,
 	m.mu.Unlock()
 	select {
 	case <-m.all:
-	case <-time.After(10 * time.Second):
+	case <-time.After(hang()):
 		return nil, errors.New("the calls of a parallel run did not run concurrently")
 	}
 	select {
@@ -140,7 +140,7 @@ func TestApproveAndDeny(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, opts{approvals: true})
 	e.inject(script(`{"call":[{"tool":"guarded_echo","args":{"text":"g1"}}]}`, `{"call":[{"tool":"guarded_echo","args":{"text":"g2"}}]}`, `{"say":"fin"}`), true)
-	evs := e.waitFor("approval/requested", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeApprovalRequested) == 1 })
+	evs := e.waitFor("approval/requested", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeApprovalRequested) == 1 })
 	e.settle()
 	if owner := leaseOwner(t, e); owner != "" {
 		t.Errorf("a parked turn holds no runner: lease owner %q", owner)
@@ -170,7 +170,7 @@ func TestApproveAndDeny(t *testing.T) {
 	if err := e.svc.Deny(e.ctx, e.agentID, str(call, "id"), "late"); !errors.Is(err, agent.ErrStaleCall) {
 		t.Errorf("deny after approve: %v", err)
 	}
-	evs = e.waitFor("second request", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeApprovalRequested) == 2 })
+	evs = e.waitFor("second request", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeApprovalRequested) == 2 })
 	if count(evs[:tip+3], agent.TypeApprovalResolved) != 1 {
 		t.Errorf("stale verdicts appended something:\n%s", dump(evs))
 	}
@@ -225,7 +225,7 @@ func TestApprovalsNotMounted(t *testing.T) {
 func parked(t *testing.T, e *env) string {
 	t.Helper()
 	e.inject(script(`{"call":[{"tool":"guarded_echo","args":{"text":"g"}}]}`, `{"say":"after"}`), true)
-	evs := e.waitFor("approval/requested", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeApprovalRequested) == 1 })
+	evs := e.waitFor("approval/requested", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeApprovalRequested) == 1 })
 	return str(ofType(evs, agent.TypeApprovalRequested)[0], "call_id")
 }
 
@@ -342,7 +342,7 @@ func TestPolicy(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, opts{})
 		e.inject(script(`{"call":[{"tool":"sleep","args":{"ms":500}}]}`, `{"call":[{"tool":"echo","args":{"text":"b"}}]}`, `{"say":"x"}`), true)
-		e.waitFor("tool/call", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
+		e.waitFor("tool/call", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 		if err := e.svc.SetPolicy(e.ctx, e.agentID, []string{"sleep"}); err != nil {
 			t.Fatal(err)
 		}

@@ -77,7 +77,7 @@ func TestCrashAroundInboxDrain(t *testing.T) {
 			hook, crashed := crashOnce(point)
 			e := newEnv(t, opts{crash: hook})
 			e.inject(script(`{"call":[{"tool":"sleep","args":{"ms":400}}]}`, `{"say":"end"}`), true)
-			e.waitFor("tool/call", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
+			e.waitFor("tool/call", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 			e.inject("steer", false)
 			waitChan(t, crashed, "the crash")
 			e.settle()
@@ -168,7 +168,7 @@ func TestFailedResumeLeavesTurnOpen(t *testing.T) {
 		return fl
 	}})
 	e.inject(script(`{"call":[{"tool":"echo","args":{"text":"x"}}]}`, `{"say":"ok"}`), true)
-	e.waitFor("tool/call", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
+	e.waitFor("tool/call", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 	e.settle() // the invocation and Lambda's two retries all failed
 	if n := len(e.inv.errors()); n != 3 {
 		t.Errorf("%d failed invocations, want 3 (Lambda's two retries)", n)
@@ -275,7 +275,7 @@ func TestRunnerProcessKilled(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor("the child's tool/call", 30*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
+	e.waitFor("the child's tool/call", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 	if owner := leaseOwner(t, e); owner == "" {
 		t.Fatalf("the child does not hold the lease while its tool runs\n%s", out.String())
 	}
@@ -338,7 +338,7 @@ func TestCrashAfterClaimingLeaseWrite(t *testing.T) {
 			hook, crashed := crashOnce(agent.CrashAfterAcquire)
 			e := newEnv(t, opts{crash: func(p string) bool { return armed.Load() && hook(p) }})
 			e.inject("first", true) // titles the session and starts the quota day: the next lease write claims
-			e.waitFor("session/titled", 30*time.Second, func(evs []sessionlog.Event) bool {
+			e.waitFor("session/titled", func(evs []sessionlog.Event) bool {
 				return count(evs, agent.TypeSessionTitled) == 1
 			})
 			e.settle()

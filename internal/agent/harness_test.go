@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -34,7 +35,28 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
+	flag.Parse()
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > 0 {
+			binaryDeadline = time.Now().Add(d)
+		}
+	}
 	os.Exit(m.Run())
+}
+
+// binaryDeadline is the test binary's (go test -timeout, from its start; none with
+// -timeout 0).
+var binaryDeadline time.Time
+
+// hang bounds a wait for something the runner is certain to do — an event, a run's
+// end, a hook reached: until 30 s before the test binary's deadline (10 minutes
+// without one). It is no claim about how fast the machine is: load only makes the
+// wait longer, never fails it; it turns a hang into a failure that says what never came.
+func hang() time.Duration {
+	if binaryDeadline.IsZero() {
+		return 10 * time.Minute
+	}
+	return max(time.Until(binaryDeadline)-30*time.Second, time.Second)
 }
 
 // testTables creates the template's tables for one test; dynamotest drops them when
@@ -186,7 +208,7 @@ func newEnv(t *testing.T, o opts) *env {
 		go func() { e.inv.wg.Wait(); close(done) }()
 		select {
 		case <-done:
-		case <-time.After(30 * time.Second):
+		case <-time.After(hang()):
 			t.Errorf("runner invocations still running at the end of the test")
 		}
 	})
@@ -242,10 +264,11 @@ func (e *env) tip() int64 {
 	return tip
 }
 
-// waitFor polls the log until cond holds, and returns the events it held for.
-func (e *env) waitFor(what string, timeout time.Duration, cond func([]sessionlog.Event) bool) []sessionlog.Event {
+// waitFor polls the log until cond holds, and returns the events it held for. Only a
+// hang ends the wait (hang).
+func (e *env) waitFor(what string, cond func([]sessionlog.Event) bool) []sessionlog.Event {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(hang())
 	for {
 		evs := e.events()
 		if cond(evs) {
@@ -260,7 +283,7 @@ func (e *env) waitFor(what string, timeout time.Duration, cond func([]sessionlog
 
 func (e *env) waitTurnEnds(n int) []sessionlog.Event {
 	e.t.Helper()
-	return e.waitFor(fmt.Sprintf("%d turn/end", n), 30*time.Second, func(evs []sessionlog.Event) bool {
+	return e.waitFor(fmt.Sprintf("%d turn/end", n), func(evs []sessionlog.Event) bool {
 		return count(evs, agent.TypeTurnEnd) >= n
 	})
 }
@@ -268,7 +291,7 @@ func (e *env) waitTurnEnds(n int) []sessionlog.Event {
 // settle waits until no runner invocation is running.
 func (e *env) settle() {
 	e.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(hang())
 	for e.inv.active.Load() > 0 {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("runner invocations did not finish")
@@ -402,7 +425,7 @@ func waitChan(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
 	case <-ch:
-	case <-time.After(30 * time.Second):
+	case <-time.After(hang()):
 		t.Fatalf("timed out waiting for %s", what)
 	}
 }

@@ -56,7 +56,7 @@ func (h *holds) await(t *testing.T, point string) {
 	t.Helper()
 	select {
 	case <-h.reached[point]:
-	case <-time.After(30 * time.Second):
+	case <-time.After(hang()):
 		t.Fatalf("nothing reached %s", point)
 	}
 }

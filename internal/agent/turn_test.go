@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/model"
@@ -20,7 +19,7 @@ func TestWakeRunsTurn(t *testing.T) {
 	var hooked atomic.Int64
 	e := newEnv(t, opts{onAppend: func(context.Context, sessionlog.Event) { hooked.Add(1) }})
 	e.inject("hello world", true)
-	evs := e.waitFor("session/titled", 30*time.Second, func(evs []sessionlog.Event) bool {
+	evs := e.waitFor("session/titled", func(evs []sessionlog.Event) bool {
 		return count(evs, agent.TypeSessionTitled) == 1
 	})
 	e.settle()
@@ -188,7 +187,7 @@ func TestInjectDuringTurnRidesNextStep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, opts{})
 	e.inject(script(`{"call":[{"tool":"sleep","args":{"ms":700}}]}`, `{"say":"done"}`), true)
-	e.waitFor("tool/call", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
+	e.waitFor("tool/call", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 	e.inject("steer quietly", false)
 	e.inject("steer and wake", true) // busy agent: queued like the other
 	evs := e.waitTurnEnds(1)
@@ -304,7 +303,7 @@ func TestSetModelPersists(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.inject("hi", true)
-	e.waitFor("title", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeSessionTitled) == 1 })
+	e.waitFor("title", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeSessionTitled) == 1 })
 	e.settle()
 
 	e.restart(nil) // a cold start: the setting lives in AgentsTable, not in process
@@ -381,7 +380,7 @@ func TestSetModelTakesEffectAtNextStep(t *testing.T) {
 	}
 	e := newEnv(t, opts{models: models, profile: allowing("*")})
 	e.inject(script(`{"call":[{"tool":"sleep","args":{"ms":500}}]}`, `{"say":"scripted"}`), true)
-	e.waitFor("tool/call", 20*time.Second, func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
+	e.waitFor("tool/call", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeToolCall) == 1 })
 	if err := e.svc.SetModel(e.ctx, e.agentID, agent.RoleMain, "fixed/now"); err != nil {
 		t.Fatal(err)
 	}

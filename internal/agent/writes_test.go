@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -92,7 +91,7 @@ func TestTurnWrites(t *testing.T) {
 			var w *writeLog
 			e := newEnv(t, opts{wrapDB: func(db agent.DB) agent.DB { w = &writeLog{DB: db}; return w }})
 			e.inject("first", true) // titles the session
-			e.waitFor("session/titled", 30*time.Second, func(evs []sessionlog.Event) bool {
+			e.waitFor("session/titled", func(evs []sessionlog.Event) bool {
 				return count(evs, agent.TypeSessionTitled) == 1
 			})
 			e.settle()
