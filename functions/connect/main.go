@@ -2,8 +2,6 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/terret/terret-ws/internal/service"
 )
 
@@ -11,5 +9,5 @@ func main() {
 	env := service.Boot("connect")
 	h := service.Socket(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), nil, env.Logger)
 	h.RequireOrigin(env.Config.OriginSecret)
-	lambda.Start(service.Route(h.Connect))
+	service.Start(env, service.Route(h.Connect))
 }

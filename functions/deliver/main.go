@@ -4,13 +4,11 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/terret/terret-ws/internal/service"
 )
 
 func main() {
 	env := service.Boot("deliver")
 	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
-	lambda.Start(service.DeliverHandler(d, service.Tokens(env.Config, env.AWS), env.Logger))
+	service.Start(env, service.DeliverHandler(d, service.Tokens(env.Config, env.AWS), env.Logger))
 }

@@ -2,13 +2,11 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/terret/terret-ws/internal/service"
 )
 
 func main() {
 	env := service.Boot("disconnect")
 	h := service.Socket(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), nil, env.Logger)
-	lambda.Start(service.Route(h.Disconnect))
+	service.Start(env, service.Route(h.Disconnect))
 }

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/terret/terret-ws/internal/service"
 )
 
@@ -16,5 +14,5 @@ func main() {
 		service.Exit(err)
 	}
 	h := service.Socket(env.Config, env.AWS, d, rt, env.Logger)
-	lambda.Start(service.Route(h.Message))
+	service.Start(env, service.Route(h.Message))
 }

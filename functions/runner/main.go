@@ -4,8 +4,6 @@
 package main
 
 import (
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/terret/terret-ws/internal/service"
 )
 
@@ -15,5 +13,5 @@ func main() {
 	if err != nil {
 		service.Exit(err)
 	}
-	lambda.Start(rt.HandleRunner)
+	service.Start(env, rt.HandleRunner)
 }

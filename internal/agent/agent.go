@@ -62,11 +62,11 @@ type RunnerEvent struct {
 
 // Model roles set_model accepts.
 const (
-	RoleMain   = "main"
-	RoleTitler = "titler"
+	RoleMain   = profile.RoleMain
+	RoleTitler = profile.RoleTitler
 	// RoleCompactor writes the summaries of compacted history (compact.go); by
 	// default the main model.
-	RoleCompactor = "compactor"
+	RoleCompactor = profile.RoleCompactor
 )
 
 // Defaults of Config.
@@ -239,7 +239,7 @@ func (c *core) modelSpec(st state, prof tools.Profile, role string) string {
 	case RoleCompactor:
 		set = st.ModelCompactor
 	}
-	if set != "" && !c.allowsModel(prof, set) {
+	if set != "" && !c.allowsModel(prof, role, set) {
 		set = ""
 	}
 	switch role {
@@ -252,10 +252,11 @@ func (c *core) modelSpec(st state, prof tools.Profile, role string) string {
 	}
 }
 
-// allowsModel is profile.AllowsModel for an agent of this deployment: a profile that
-// configures no providers also allows the deployment's own role models.
-func (c *core) allowsModel(prof tools.Profile, spec string) bool {
-	return profile.AllowsModel(prof, spec, c.cfg.MainModel, c.cfg.TitlerModel)
+// allowsModel is profile.AllowsModel for role of an agent of this deployment: a profile
+// that configures no providers also allows the deployment's own role models, scripted
+// only for a role the deployment runs it in.
+func (c *core) allowsModel(prof tools.Profile, role, spec string) bool {
+	return profile.AllowsModel(prof, role, spec, profile.Deployment{Main: c.cfg.MainModel, Titler: c.cfg.TitlerModel})
 }
 
 func firstOf(vs ...string) string {

@@ -224,7 +224,7 @@ func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) erro
 		}
 		return badSpec("set_model: spec %q: %s", spec, strings.TrimPrefix(err.Error(), model.ErrBadSpec.Error()+": "))
 	}
-	if !s.c.allowsModel(prof, spec) {
+	if !s.c.allowsModel(prof, role, spec) {
 		return badSpec("set_model: spec %q: not among the models this agent's profile allows (allowed_models)", spec)
 	}
 	_, err = s.c.store.setLatest(ctx, agentID, attr, attr+"_at", spec, s.c.stamp(ctx).Key())

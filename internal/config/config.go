@@ -20,6 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/terret/terret-ws/internal/invokesecret"
 )
 
 // ErrInvalid reports a missing or malformed setting.
@@ -58,6 +60,11 @@ type Config struct {
 	// as the origin header; when set, $connect refuses a handshake without it. A secret:
 	// never log it or print the Config.
 	OriginSecret string
+	// InvokeSecret (invokesecret.EnvVar, local only) is the secret the Lambda emulator
+	// of `terret dev --lambda-emulator` sends with each invocation; a function refuses
+	// any invocation without it (package invokesecret). Unset on AWS. A secret: never
+	// log it or print the Config.
+	InvokeSecret string
 }
 
 // Defaults are the spec's defaults.
@@ -118,6 +125,7 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		LogLevel:           orDefault(getenv("LOG_LEVEL"), "info"),
 		MetricsNamespace:   strings.TrimSpace(getenv("METRICS_NAMESPACE")),
 		OriginSecret:       getenv("ORIGIN_SECRET"),
+		InvokeSecret:       getenv(invokesecret.EnvVar),
 	}
 	if c.DynamoDBEndpoint == "" {
 		// Deployed only: DynamoDB Local on a loaded machine may stall for seconds, and

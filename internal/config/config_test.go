@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/invokesecret"
 )
 
 // TestOriginSecret: connect reads ORIGIN_SECRET (optional, empty: no check).
@@ -17,6 +18,22 @@ func TestOriginSecret(t *testing.T) {
 		c, err := config.LoadFrom("connect", func(k string) string { return env[k] })
 		if err != nil || c.OriginSecret != want {
 			t.Errorf("LoadFrom(connect) with ORIGIN_SECRET=%q: OriginSecret %q, %v", want, c.OriginSecret, err)
+		}
+	}
+}
+
+// TestInvokeSecret: every function reads the emulator's invoke secret (optional, empty
+// deployed: no check).
+func TestInvokeSecret(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "DELIVER_FUNCTION": "d", "RUNNER_FUNCTION": "r", "WS_MANAGEMENT_ENDPOINT": "https://x"}
+	for _, fn := range []string{"connect", "message", "disconnect", "deliver", "runner"} {
+		for _, want := range []string{"", "0123456789abcdef0123456789abcdef"} {
+			env[invokesecret.EnvVar] = want
+			c, err := config.LoadFrom(fn, func(k string) string { return env[k] })
+			if err != nil || c.InvokeSecret != want {
+				t.Errorf("LoadFrom(%s) with %s=%q: InvokeSecret %q, %v", fn, invokesecret.EnvVar, want, c.InvokeSecret, err)
+			}
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"runtime/debug"
@@ -1122,6 +1124,30 @@ func TestRuntimeSetModel(t *testing.T) {
 		id := a.startTurn("still scripted")
 		a.follow(id, answerW("still scripted", 0), endW("completed", ""), titledW("still scripted"))
 		a.settled(1)
+	}})
+}
+
+// TestRuntimeSetModelNotAllowed: over the socket, a set_model the profile's default
+// allowed_models refuses — scripted for main where the profile names it for the titler
+// only, a model of a configured provider the profile does not name — is answered
+// bad_frame and changes nothing; one it allows is accepted.
+func TestRuntimeSetModelNotAllowed(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "terret.json")
+	prof := `{"providers": {"acme": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1"}},
+	  "models": {"main": "acme/m", "titler": "scripted"}}`
+	if err := os.WriteFile(file, []byte(prof), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := startRuntimeStack(t, devstack.Options{Profile: file})
+	runFlows(t, e, flow{"set_model", func(a *agentConn) {
+		a.refused("bad_frame",
+			`{"type":"set_model","role":"main","spec":"scripted"}`,
+			`{"type":"set_model","role":"main","spec":"acme/other"}`,
+		)
+		a.send(`{"type":"set_model","role":"titler","spec":"acme/m"}`)
+		a.send(`{"type":"set_model","role":"titler","spec":"scripted"}`)
+		a.settled(0)
 	}})
 }
 

@@ -3,6 +3,7 @@ package dynamolocal
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,4 +115,30 @@ func TestPrivateServer(t *testing.T) {
 			t.Fatalf("after the move the local key still sees %v", got)
 		}
 	})
+}
+
+// TestNoBrowserAccess: a web page cannot call DynamoDB Local, which listens on every
+// interface: the preflight a DynamoDB request needs (its X-Amz-Target header and JSON
+// content type) is answered without Access-Control-Allow-Origin for any page's origin,
+// so the browser never sends the request. docs/security.md relies on it; a jar that
+// starts allowing origins fails here.
+func TestNoBrowserAccess(t *testing.T) {
+	s := startOrSkip(t, Options{Private: true})
+	for _, origin := range []string{"http://attacker.example", "http://127.0.0.1:3001", "null"} {
+		req, err := http.NewRequest(http.MethodOptions, s.Endpoint()+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Access-Control-Request-Method", "POST")
+		req.Header.Set("Access-Control-Request-Headers", "content-type,x-amz-target,authorization")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("Access-Control-Allow-Origin"); got == "*" || got == origin {
+			t.Errorf("preflight from %s: Access-Control-Allow-Origin %q: a page there may call DynamoDB Local", origin, got)
+		}
+	}
 }

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/terret/terret-ws/internal/invokesecret"
 )
 
 // Sentinel errors. Invocation errors also carry a *localgw.FunctionError naming the
@@ -120,6 +122,9 @@ func Start(o Options, fns []Function) (*Emulator, error) {
 		return nil, err
 	}
 	em := &Emulator{pools: map[string]*pool{}, home: home, log: o.Logger.With("component", "emulator")}
+	// rie's invoke ports are plain loopback ports anyone on this machine, or a web page,
+	// can reach: each function refuses an invocation without this run's secret.
+	secret := invokesecret.New()
 	for _, fn := range fns {
 		bootstrap, err := filepath.Abs(filepath.Join(o.BuildDir, fn.Name, "bootstrap"))
 		if err != nil {
@@ -129,16 +134,17 @@ func Start(o Options, fns []Function) (*Emulator, error) {
 			os.RemoveAll(home)
 			return nil, fmt.Errorf("%w: %s: bootstrap missing (make build): %v", ErrSetup, fn.Name, err)
 		}
-		em.pools[fn.Name] = newPool(fn, o, bootstrap, lambdaEnv(fn, o.Env, home, filepath.Dir(bootstrap)), em.log)
+		em.pools[fn.Name] = newPool(fn, o, bootstrap, lambdaEnv(fn, o.Env, home, filepath.Dir(bootstrap), secret), invokesecret.ClientContext(secret), em.log)
 	}
 	return em, nil
 }
 
 // lambdaEnv is the whole environment of fn's processes: the template's variables, the
-// local ones, and those Lambda sets for a provided.al2023 function
-// (https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime).
-// Nothing of this process's environment leaks in.
-func lambdaEnv(fn Function, local map[string]string, home, taskRoot string) []string {
+// local ones, those Lambda sets for a provided.al2023 function
+// (https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime),
+// and the run's invoke secret (invokesecret.EnvVar), which nothing overrides. Nothing of
+// this process's environment leaks in.
+func lambdaEnv(fn Function, local map[string]string, home, taskRoot, secret string) []string {
 	env := map[string]string{
 		"AWS_LAMBDA_FUNCTION_NAME":        fn.FunctionName,
 		"AWS_LAMBDA_FUNCTION_TIMEOUT":     strconv.Itoa(int(fn.Timeout / time.Second)),
@@ -159,6 +165,7 @@ func lambdaEnv(fn Function, local map[string]string, home, taskRoot string) []st
 	for k, v := range fn.Env {
 		env[k] = v
 	}
+	env[invokesecret.EnvVar] = secret
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)

@@ -1,15 +1,18 @@
 package emulator_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/emulator"
+	"github.com/terret/terret-ws/internal/invokesecret"
 	"github.com/terret/terret-ws/internal/localgw"
 )
 
@@ -418,5 +422,62 @@ func TestExitOnFirstInvocationIsNoInitFailure(t *testing.T) {
 	_, err := em.Handler("probe").Invoke(context.Background(), []byte(`{"exit":true}`))
 	if !errors.Is(err, emulator.ErrEnvironment) || errors.Is(err, emulator.ErrInit) {
 		t.Fatalf("error %v, want ErrEnvironment and not ErrInit", err)
+	}
+}
+
+// TestInvokeEndpointRefusesStrangers: an environment's rie invoke port is a plain
+// loopback port; a POST there without the run's secret (a local process, a web page's
+// text/plain POST, a DNS-rebinding page) or with another secret is refused before the
+// handler runs, while the pool's own invocations, which carry it, run.
+func TestInvokeEndpointRefusesStrangers(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	reached := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	t.Cleanup(reached.Close)
+	em := startProbe(t, emulator.Function{}, 1)
+	h := em.Handler("probe")
+	event := []byte(fmt.Sprintf(`{"wait":%q}`, reached.URL))
+	if _, err := h.Invoke(withRequestID("own-1"), event); err != nil {
+		t.Fatalf("the pool's own invocation: %v", err)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Fatalf("the pool's own invocation ran the handler %d times, want 1", n)
+	}
+	urls := emulator.IdleURLs(em, "probe")
+	if len(urls) != 1 {
+		t.Fatalf("%d idle environments, want 1", len(urls))
+	}
+	for _, c := range []struct{ name, clientContext string }{
+		{"no client context", ""},
+		{"another secret", invokesecret.ClientContext(invokesecret.New())},
+	} {
+		req, err := http.NewRequest(http.MethodPost, urls[0], bytes.NewReader(event))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Origin", "http://attacker.example")
+		if c.clientContext != "" {
+			req.Header.Set("X-Amz-Client-Context", c.clientContext)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "invocation refused") {
+			t.Errorf("%s: answered %d %s, want the function's refusal", c.name, resp.StatusCode, body)
+		}
+		if n := hits.Load(); n != 1 {
+			t.Errorf("%s: the handler ran (%d runs in all, want 1)", c.name, n)
+		}
+	}
+	// The environment is still the pool's: its next own invocation runs.
+	if _, err := h.Invoke(withRequestID("own-2"), event); err != nil {
+		t.Fatalf("the pool's invocation after the strangers': %v", err)
+	}
+	if n := hits.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2", n)
 	}
 }

@@ -329,8 +329,9 @@ type outcome struct {
 // invoke runs one invocation through the emulator's invoke API. An invocation that
 // ends the environment's usefulness — init failure, a runtime that exited, a timeout,
 // an abandoned invocation — reports healthy false: the pool replaces the environment,
-// as Lambda does.
-func (e *environment) invoke(ctx context.Context, requestID string, payload []byte, timeout time.Duration) outcome {
+// as Lambda does. clientCtx (the X-Amz-Client-Context header) carries the run's invoke
+// secret, without which the function refuses the invocation (package invokesecret).
+func (e *environment) invoke(ctx context.Context, requestID, clientCtx string, payload []byte, timeout time.Duration) outcome {
 	cold := !e.invoked
 	e.invoked = true
 	res := outcome{cold: cold}
@@ -340,6 +341,7 @@ func (e *environment) invoke(ctx context.Context, requestID string, payload []by
 		return res
 	}
 	req.Header.Set("X-Amzn-RequestId", requestID)
+	req.Header.Set("X-Amz-Client-Context", clientCtx)
 	resp, err := http.DefaultClient.Do(req)
 	var body []byte
 	if err == nil {

@@ -46,6 +46,7 @@ type pool struct {
 	rie       string
 	bootstrap string
 	env       []string
+	clientCtx string // X-Amz-Client-Context of every invocation: carries the run's invoke secret
 	max       int
 	console   io.Writer
 	log       *slog.Logger
@@ -67,9 +68,9 @@ type failedEvent struct {
 	attempts int
 }
 
-func newPool(fn Function, o Options, bootstrap string, env []string, log *slog.Logger) *pool {
+func newPool(fn Function, o Options, bootstrap string, env []string, clientCtx string, log *slog.Logger) *pool {
 	return &pool{
-		fn: fn, rie: o.RIE, bootstrap: bootstrap, env: env, max: o.MaxEnvironments,
+		fn: fn, rie: o.RIE, bootstrap: bootstrap, env: env, clientCtx: clientCtx, max: o.MaxEnvironments,
 		console: o.Console, log: log,
 		busy: map[*environment]bool{}, changed: make(chan struct{}), failed: map[string]*failedEvent{},
 	}
@@ -99,7 +100,7 @@ func (p *pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	if !e.invoked {
 		go p.announce(e, started)
 	}
-	res := e.invoke(ctx, reqID, payload, p.fn.Timeout)
+	res := e.invoke(ctx, reqID, p.clientCtx, payload, p.fn.Timeout)
 	elapsed := time.Since(started)
 	p.release(e, res.healthy)
 	p.record(e, res, elapsed)

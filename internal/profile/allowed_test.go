@@ -10,48 +10,61 @@ import (
 	"github.com/terret/terret-ws/internal/tools"
 )
 
+// TestAllowsModel: allowed_models globs, else the specs the profile names for any role,
+// and scripted only for a role that runs it by default.
 func TestAllowsModel(t *testing.T) {
 	acme := map[string]json.RawMessage{"acme": json.RawMessage(`{"kind":"openai","base_url":"http://x/v1"}`)}
+	scripted := profile.Deployment{Main: "scripted", Titler: "scripted"}
+	// The template's defaults with a real main model: TitlerModel stays scripted.
+	aws := profile.Deployment{Main: "bedrock/anthropic.claude", Titler: "scripted"}
+	type roleSpec struct{ role, spec string }
 	for _, c := range []struct {
-		name     string
-		p        tools.Profile
-		fallback []string
-		allowed  []string
-		refused  []string
+		name    string
+		p       tools.Profile
+		deploy  profile.Deployment
+		allowed []roleSpec
+		refused []roleSpec
 	}{
 		{name: "globs", p: tools.Profile{AllowedModels: []string{"acme/gpt-4o*", "bedrock/anthropic.{claude-3-5,claude-3}*", "scripted"}},
-			allowed: []string{"acme/gpt-4o", "acme/gpt-4o-mini", "bedrock/anthropic.claude-3-5-sonnet", "scripted"},
-			refused: []string{"acme/gpt-5", "bedrock/meta.llama", "other/gpt-4o", "scripted2"}},
+			allowed: []roleSpec{{"main", "acme/gpt-4o"}, {"titler", "acme/gpt-4o-mini"}, {"main", "bedrock/anthropic.claude-3-5-sonnet"}, {"main", "scripted"}, {"compactor", "scripted"}},
+			refused: []roleSpec{{"main", "acme/gpt-5"}, {"main", "bedrock/meta.llama"}, {"main", "other/gpt-4o"}, {"main", "scripted2"}}},
 		{name: "star spans the slash", p: tools.Profile{AllowedModels: []string{"*"}},
-			allowed: []string{"acme/x", "scripted"}},
-		{name: "empty list allows nothing", p: tools.Profile{AllowedModels: []string{}, Models: tools.Models{Main: "acme/m"}},
-			refused: []string{"acme/m", "scripted"}},
+			allowed: []roleSpec{{"main", "acme/x"}, {"main", "scripted"}}},
+		{name: "empty list allows nothing", p: tools.Profile{AllowedModels: []string{}, Models: tools.Models{Main: "acme/m"}}, deploy: scripted,
+			refused: []roleSpec{{"main", "acme/m"}, {"main", "scripted"}, {"titler", "scripted"}}},
 		{name: "providers: the named models only", p: tools.Profile{Providers: acme, Models: tools.Models{Main: "acme/m", Titler: "acme/t"}},
-			fallback: []string{"scripted", "scripted"},
-			allowed:  []string{"acme/m", "acme/t"},
-			refused:  []string{"scripted", "acme/other", "bedrock/x"}},
+			deploy:  scripted,
+			allowed: []roleSpec{{"main", "acme/m"}, {"main", "acme/t"}, {"titler", "acme/m"}, {"compactor", "acme/t"}},
+			refused: []roleSpec{{"main", "scripted"}, {"titler", "scripted"}, {"compactor", "scripted"}, {"main", "acme/other"}, {"main", "bedrock/x"}}},
 		{name: "providers: the compactor is named too", p: tools.Profile{Providers: acme, Models: tools.Models{Main: "acme/m", Compactor: "acme/c"}},
-			allowed: []string{"acme/m", "acme/c"},
-			refused: []string{"acme/t", "scripted"}},
-		{name: "providers naming scripted", p: tools.Profile{Providers: acme, Models: tools.Models{Main: "acme/m", Titler: "scripted"}},
-			allowed: []string{"acme/m", "scripted"}},
-		{name: "demo: no providers, the deployment's models", p: tools.DefaultProfile(),
-			fallback: []string{"scripted", "scripted"},
-			allowed:  []string{"scripted"},
-			refused:  []string{"bedrock/anthropic.claude", "acme/x"}},
-		{name: "no providers, a deployment model", p: tools.Profile{},
-			fallback: []string{"bedrock/anthropic.claude", "scripted"},
-			allowed:  []string{"bedrock/anthropic.claude", "scripted"},
-			refused:  []string{"bedrock/other"}},
+			allowed: []roleSpec{{"main", "acme/m"}, {"main", "acme/c"}},
+			refused: []roleSpec{{"main", "acme/t"}, {"main", "scripted"}}},
+		{name: "providers naming scripted for the titler", p: tools.Profile{Providers: acme, Models: tools.Models{Main: "acme/m", Titler: "scripted"}},
+			allowed: []roleSpec{{"main", "acme/m"}, {"titler", "acme/m"}, {"titler", "scripted"}},
+			refused: []roleSpec{{"main", "scripted"}, {"compactor", "scripted"}}},
+		{name: "providers naming scripted for main", p: tools.Profile{Providers: acme, Models: tools.Models{Main: "scripted", Titler: "acme/t"}},
+			allowed: []roleSpec{{"main", "scripted"}, {"compactor", "scripted"}, {"main", "acme/t"}},
+			refused: []roleSpec{{"titler", "scripted"}}},
+		{name: "demo: no providers, a scripted deployment", p: tools.DefaultProfile(), deploy: scripted,
+			allowed: []roleSpec{{"main", "scripted"}, {"titler", "scripted"}, {"compactor", "scripted"}},
+			refused: []roleSpec{{"main", "bedrock/anthropic.claude"}, {"main", "acme/x"}}},
+		{name: "no providers, a deployment model and a scripted titler", p: tools.Profile{}, deploy: aws,
+			allowed: []roleSpec{{"main", "bedrock/anthropic.claude"}, {"titler", "bedrock/anthropic.claude"}, {"titler", "scripted"}},
+			refused: []roleSpec{{"main", "scripted"}, {"compactor", "scripted"}, {"main", "bedrock/other"}}},
+		{name: "no providers, the profile's main over a scripted deployment", p: tools.Profile{Models: tools.Models{Main: "bedrock/m"}}, deploy: scripted,
+			allowed: []roleSpec{{"main", "bedrock/m"}, {"titler", "scripted"}},
+			refused: []roleSpec{{"main", "scripted"}, {"compactor", "scripted"}}},
+		{name: "an unknown role never runs scripted", p: tools.DefaultProfile(), deploy: scripted,
+			refused: []roleSpec{{"narrator", "scripted"}}},
 	} {
 		for _, s := range c.allowed {
-			if !profile.AllowsModel(c.p, s, c.fallback...) {
-				t.Errorf("%s: %s refused, want allowed", c.name, s)
+			if !profile.AllowsModel(c.p, s.role, s.spec, c.deploy) {
+				t.Errorf("%s: %s for %s refused, want allowed", c.name, s.spec, s.role)
 			}
 		}
 		for _, s := range c.refused {
-			if profile.AllowsModel(c.p, s, c.fallback...) {
-				t.Errorf("%s: %s allowed, want refused", c.name, s)
+			if profile.AllowsModel(c.p, s.role, s.spec, c.deploy) {
+				t.Errorf("%s: %s for %s allowed, want refused", c.name, s.spec, s.role)
 			}
 		}
 	}

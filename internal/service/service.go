@@ -17,12 +17,14 @@ import (
 	"os"
 	"strings"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/invokesecret"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
@@ -127,6 +129,14 @@ func Boot(function string) Env {
 	}
 	metrics.SetDefault(metrics.New(os.Stdout, cfg.MetricsNamespace, metrics.Dim{Name: "function", Value: function}))
 	return Env{Config: cfg, AWS: awsCfg, Logger: Logger(os.Stdout, cfg.LogLevel)}
+}
+
+// Start runs handler as the function's Lambda handler (what lambda.Start accepts)
+// behind invokesecret.Guard: under `terret dev --lambda-emulator` an invocation that
+// does not carry the run's secret is refused before handler runs; deployed (no secret
+// in env) nothing is checked. Every function's main starts here.
+func Start(env Env, handler any) {
+	lambda.Start(invokesecret.Guard(lambda.NewHandler(handler), env.Config.InvokeSecret))
 }
 
 // Exit ends a function whose handler could not be built, before lambda.Start.

@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -253,12 +254,23 @@ func (t *Tool) invokeError(ctx context.Context, err error) error {
 }
 
 var (
+	// urlPattern matches a URL in error text: the SDK's transport errors quote the
+	// request's URL, whose path may carry a secret (terret dev's internal endpoint puts
+	// its per-instance secret there) and which then reaches tool/result in the log.
+	urlPattern        = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
 	keyIDPattern      = regexp.MustCompile(`\b(AKIA|ASIA)[A-Z0-9]{12,}\b`)
 	credentialPattern = regexp.MustCompile(`(?i)(credential|signature|x-amz-security-token)\s*[=:]\s*[^\s,'"]+`)
 )
 
-// scrub removes credential-looking material from service error text and bounds it.
+// scrub removes credential-looking material from service error text and bounds it:
+// every URL keeps its scheme and host only.
 func scrub(s string) string {
+	s = urlPattern.ReplaceAllStringFunc(s, func(raw string) string {
+		if u, err := url.Parse(raw); err == nil && u.Host != "" {
+			return u.Scheme + "://" + u.Host + "/[redacted]"
+		}
+		return "[redacted URL]"
+	})
 	s = credentialPattern.ReplaceAllString(s, "$1=[redacted]")
 	return bound(keyIDPattern.ReplaceAllString(s, "[redacted]"))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -194,6 +195,46 @@ func TestCallErrors(t *testing.T) {
 				t.Errorf("error %q carries the access key id", err)
 			}
 		})
+	}
+}
+
+// TestTransportErrorHidesEndpointPath: a transport error (the SDK quotes the request's
+// URL) keeps the endpoint's host but not its path, where terret dev's internal endpoint
+// carries its secret; the error text becomes the call's tool/result.
+func TestTransportErrorHidesEndpointPath(t *testing.T) {
+	t.Parallel()
+	const secret = "0123456789abcdef0123456789abcdef"
+	// A server that drops every connection unanswered, and an address nobody listens on.
+	dropper, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropper.Close() })
+	go func() {
+		for {
+			c, err := dropper.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	for _, addr := range []string{dropper.Addr().String(), closed.Addr().String()} {
+		_, err := build(t, "http://"+addr+"/"+secret, spec("lookup", "")).Call(context.Background(), json.RawMessage(`{"id": 1}`))
+		if !errors.Is(err, lambdatool.ErrInvoke) {
+			t.Fatalf("%s: err = %v, want ErrInvoke", addr, err)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: error %q carries the endpoint's path", addr, err)
+		}
+		if !strings.Contains(err.Error(), "http://"+addr+"/[redacted]") {
+			t.Errorf("%s: error %q does not name the endpoint's host", addr, err)
+		}
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/terret/terret-ws/internal/invokesecret"
 )
 
 type event struct {
@@ -30,7 +32,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "probe: init refused:", v)
 		os.Exit(1)
 	}
-	lambda.Start(func(ctx context.Context, ev event) (result, error) {
+	// As every function's main does (service.Start): under the emulator, refuse an
+	// invocation without the run's secret.
+	lambda.Start(invokesecret.Guard(lambda.NewHandler(func(ctx context.Context, ev event) (result, error) {
 		if ev.Wait != "" {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s?pid=%d", ev.Wait, os.Getpid()), nil)
 			resp, err := http.DefaultClient.Do(req)
@@ -47,5 +51,5 @@ func main() {
 			return result{}, errors.New(ev.Fail)
 		}
 		return result{PID: os.Getpid()}, nil
-	})
+	}), os.Getenv(invokesecret.EnvVar)))
 }
