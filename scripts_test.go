@@ -132,7 +132,7 @@ func TestMakeDevSteps(t *testing.T) {
 		"dev: building bin/terret (go build ./cmd/terret: the first build takes a minute or two",
 		"dev: starting bin/terret dev --approvals --in-memory",
 		"terret dev: listening on ws://",
-		"args: dev --approvals --ready-file ",
+		"args: dev --approvals --in-memory",
 	}, []string{"deps: building aws-lambda-rie"})
 	if l := lines[len(lines)-1]; !strings.HasSuffix(l, " --in-memory") {
 		t.Errorf("terret ran with %q, want DEV_FLAGS last", l)
