@@ -141,6 +141,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
 		Profile: *profileFile,
 		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "), ProgressEvery: every,
+		QuickJVM:    true, // a quick start matters more here than DynamoDB Local's peak speed
 		Latency:     awsLatency(),
 		IdleTimeout: *idle, MaxConnectionDuration: *maxDuration,
 	})

