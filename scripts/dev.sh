@@ -14,11 +14,14 @@ mkdir -p bin
 go build -o bin/terret ./cmd/terret &
 build=$!
 trap 'kill "$build" 2>/dev/null; exit 130' INT TERM
+# DEV_PROGRESS_EVERY (seconds, default 10) is set only by scripts_test.go, so that its
+# slow build shows the lines without waiting 10 s each.
+every=${DEV_PROGRESS_EVERY:-10}
 waited=0
 while kill -0 "$build" 2>/dev/null; do
   sleep 1
   waited=$((waited + 1))
-  if ((waited % 10 == 0)) && kill -0 "$build" 2>/dev/null; then
+  if ((waited % every == 0)) && kill -0 "$build" 2>/dev/null; then
     echo "dev: building bin/terret: still compiling (${waited} s)"
   fi
 done
