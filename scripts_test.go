@@ -1,11 +1,13 @@
 package terretws_test
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // stubs are the expensive tools `make dev` runs, as shell scripts that log their
@@ -24,6 +26,8 @@ exit "${STUB_EXIT:-0}"`,
 	"go": `echo "go $*" >>"$STUB_LOG"
 case "$1" in
   build)
+    # With $STUB_SLOW_BUILD, a build that lasts until that file exists.
+    if [ -n "$STUB_SLOW_BUILD" ]; then while [ ! -e "$STUB_SLOW_BUILD" ]; do sleep 0.1; done; fi
     cp "$(dirname "$0")/terret" "$3"
     chmod +x "$3" ;;
   list) echo v0.0.0-stub ;;
@@ -132,7 +136,7 @@ func TestMakeDevSteps(t *testing.T) {
 		"dev: building bin/terret (go build ./cmd/terret: the first build takes a minute or two",
 		"dev: starting bin/terret dev --approvals --in-memory",
 		"terret dev: listening on ws://",
-		"args: dev --approvals --ready-file ",
+		"args: dev --approvals --in-memory",
 	}, []string{"deps: building aws-lambda-rie"})
 	if l := lines[len(lines)-1]; !strings.HasSuffix(l, " --in-memory") {
 		t.Errorf("terret ran with %q, want DEV_FLAGS last", l)
@@ -163,6 +167,63 @@ func TestMakeDevSteps(t *testing.T) {
 	inOrder(t, "make dev with --ready-file", lines, []string{"args: dev --approvals --ready-file mine.json"}, nil)
 	if _, err := os.Stat(filepath.Join(dir, "mine.json")); err != nil {
 		t.Errorf("the caller's --ready-file: %v", err)
+	}
+}
+
+// TestMakeDevSlowBuild: while go build runs, `make dev` prints a line every
+// DEV_PROGRESS_EVERY seconds (10 by default; 1 here), and none once it has ended. The
+// build (a stub) lasts until the test has seen two such lines.
+func TestMakeDevSlowBuild(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make not installed")
+	}
+	dir, env, _ := checkout(t)
+	release := filepath.Join(t.TempDir(), "release")
+	cmd := exec.Command("make", "dev")
+	cmd.Dir, cmd.Env = dir, append(env, "STUB_SLOW_BUILD="+release, "DEV_PROGRESS_EVERY=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Without the lines the build would never end: it is released after a minute then,
+	// and the checks below fail.
+	bound := time.AfterFunc(time.Minute, func() { _ = os.WriteFile(release, nil, 0o644) })
+	defer bound.Stop()
+	var lines []string
+	still := 0
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		l := sc.Text()
+		lines = append(lines, l)
+		if strings.HasPrefix(l, "dev: building bin/terret: still compiling (") {
+			if still++; still == 2 {
+				if err := os.WriteFile(release, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("make dev: %v:\n%s", err, strings.Join(lines, "\n"))
+	}
+	inOrder(t, "make dev with a slow build", lines, []string{
+		"dev: building bin/terret (go build ./cmd/terret",
+		"dev: building bin/terret: still compiling (1 s)",
+		"dev: building bin/terret: still compiling (2 s)",
+		"dev: starting bin/terret dev --approvals",
+		"terret dev: listening on ws://",
+	}, nil)
+	inOrder(t, "make dev after its build", lines, []string{"dev: starting bin/terret dev"}, nil)
+	started := false
+	for _, l := range lines {
+		started = started || strings.HasPrefix(l, "dev: starting bin/terret dev")
+		if started && strings.Contains(l, "still compiling") {
+			t.Errorf("a still-compiling line after the build ended: %q", l)
+		}
 	}
 }
 

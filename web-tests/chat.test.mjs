@@ -126,6 +126,7 @@ try {
   await connect(second, proxy.url, 0);
   await until('superseded on the first page', async () => (await status(page)).startsWith('Stopped: superseded'));
   assert.equal(await state(page), 'stopped');
+  assert.equal(await page.locator('#error').textContent(), `Superseded: another client connected to agent ${agent}. An agent has one connection at a time and the newest wins: terret chat, terret tail and this page on one agent take it from each other. Close the other client (or use another agent id), then press Connect.`, 'the superseded page does not say what happened and what to do');
   await until('the truncation note', async () => (await second.locator('#chat li.note.warn.replay_truncated').count()) === 1);
   assert.match(await second.locator('#chat li.note.warn.replay_truncated').textContent(), /^Events 0–\d+ are not available over the socket; showing from \d+\.$/);
   const replayed = await logSeqs(second);

@@ -9,7 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -180,10 +182,11 @@ type chatView struct {
 	own      []string          // texts this chat injected that the log has not shown yet
 	history  int64             // the log's tip at connect: events up to it were not sent from here
 	turnOpen bool
+	parked   map[string]string // call id → tool name: approvals the open turn waits for
 }
 
 func newChatView(w io.Writer, color, echo bool, agent string) *chatView {
-	return &chatView{w: w, color: color, echo: echo, agent: agent, names: map[string]string{}}
+	return &chatView{w: w, color: color, echo: echo, agent: agent, names: map[string]string{}, parked: map[string]string{}}
 }
 
 // Terminal styles (SGR codes).
@@ -281,6 +284,7 @@ func (v *chatView) event(ev client.Event) error {
 		v.turnOpen = true
 	case "turn/end":
 		v.turnOpen = false
+		clear(v.parked) // a cancelled turn's parked calls end with it
 		s := "· turn " + p.Status
 		if p.Reason != "" {
 			s += ": " + p.Reason
@@ -304,8 +308,10 @@ func (v *chatView) event(ev client.Event) error {
 			v.line(styleGreen, "✓ "+name+" → "+v.compact(p.Result))
 		}
 	case "approval/requested":
+		v.parked[p.CallID] = p.Name
 		v.line(styleYellow, fmt.Sprintf("? approve %s call_id=%s: /approve %s or /deny %s [reason]", p.Name, p.CallID, p.CallID, p.CallID))
 	case "approval/resolved":
+		delete(v.parked, p.CallID)
 		s := "· " + p.Verdict + " " + p.CallID
 		if p.Reason != "" {
 			s += ": " + p.Reason
@@ -441,13 +447,20 @@ func (v *chatView) input(ctx context.Context, c *client.Client, line string) (qu
 }
 
 // drain runs when input ends: it waits for what was sent to show in the log and the
-// running turn to end, so that `echo hi | terret chat` shows the answer.
+// running turn to end, so that `echo hi | terret chat` shows the answer. A turn parked
+// on an approval cannot end without the user, whose input has ended: drain says so
+// and returns, leaving the call parked for another client to approve or deny.
 func (v *chatView) drain(ctx context.Context, c *client.Client) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		v.mu.Lock()
 		busy := v.turnOpen || len(v.own) > 0
+		if busy && len(v.own) == 0 && len(v.parked) > 0 {
+			v.leaveParkedLocked()
+			v.mu.Unlock()
+			return nil
+		}
 		v.mu.Unlock()
 		if !busy {
 			return nil
@@ -461,6 +474,16 @@ func (v *chatView) drain(ctx context.Context, c *client.Client) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// leaveParkedLocked says which calls the turn is parked on, in call id order, and how
+// to resolve them once chat has left. Callers hold mu.
+func (v *chatView) leaveParkedLocked() {
+	ids := slices.Sorted(maps.Keys(v.parked))
+	for _, id := range ids {
+		v.line(styleYellow, fmt.Sprintf("· input ended with the turn parked on approval of %s call_id=%s: leaving it parked", v.parked[id], id))
+	}
+	v.line(styleDim, fmt.Sprintf("· to resolve it, run terret chat --agent %s and type /approve ID or /deny ID (or use the web page); until then the turn waits", v.agent))
 }
 
 // isTerminal reports whether w is a terminal (a character device).

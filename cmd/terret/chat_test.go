@@ -21,6 +21,10 @@ func init() {
 		name string
 		run  func(*testing.T, *e2e)
 	}{"chat with piped input", testChatPiped})
+	binaryTests = append(binaryTests, struct {
+		name string
+		run  func(*testing.T, *e2e)
+	}{"chat with piped input ending at a parked approval", testChatPipedParked})
 }
 
 // testChatPiped: with input and output not terminals, chat prints plain lines, and at
@@ -57,6 +61,85 @@ func testChatPiped(t *testing.T, e *e2e) {
 	got := regexp.MustCompile(`(?m)^· title: .*\n`).ReplaceAllString(string(out), "")
 	if got != want {
 		t.Fatalf("chat printed:\n%s\nwant:\n%s\nstderr: %s", out, want, stderr.String())
+	}
+}
+
+// testChatPipedParked: when piped input ends with the turn parked on an approval —
+// nothing more can come without the user — chat says the call is parked and how to
+// resolve it, and exits 0 instead of waiting for ever; the call stays parked, and
+// another client's approve completes the turn.
+func testChatPipedParked(t *testing.T, e *e2e) {
+	agent := dynamotest.UniqueName("chat")
+	tok := e.token(t, agent)
+	script := `{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"hi"}}]},{"say":"done"}]}`
+	cmd := e.command(t, nil, "chat", "--agent", agent, "--url", e.url(agent), "--token", tok)
+	cmd.Stdin = strings.NewReader(script + "\n")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() {
+		out, err = cmd.Output()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("chat did not exit at the end of its input with the turn parked; it printed:\n%s", out)
+	}
+	if err != nil {
+		t.Fatalf("chat: %v; stderr %s", err, stderr.String())
+	}
+	got := regexp.MustCompile(`(?m)^· title: .*\n`).ReplaceAllString(string(out), "")
+	m := regexp.MustCompile(`call_id=(\S+):`).FindStringSubmatch(got)
+	if m == nil {
+		t.Fatalf("chat printed no parked call:\n%s", out)
+	}
+	id := m[1]
+	want := "· connected to " + agent + " (log at seq 0); type a message, or /help\n" +
+		"» " + script + "\n" +
+		`⚙ guarded_echo {"text":"hi"}` + "\n" +
+		"? approve guarded_echo call_id=" + id + ": /approve " + id + " or /deny " + id + " [reason]\n" +
+		"· input ended with the turn parked on approval of guarded_echo call_id=" + id + ": leaving it parked\n" +
+		"· to resolve it, run terret chat --agent " + agent + " and type /approve ID or /deny ID (or use the web page); until then the turn waits\n"
+	if got != want {
+		t.Fatalf("chat printed:\n%s\nwant:\n%s\nstderr: %s", out, want, stderr.String())
+	}
+
+	// Still parked: approving it from another client completes the turn.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	defer cancel()
+	ends := make(chan string, 10)
+	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{OnEvent: func(ev client.Event) error {
+		if ev.Type == "turn/end" || ev.Type == "approval/resolved" {
+			ends <- ev.Type + " " + string(ev.Payload)
+		}
+		return nil
+	}, OnNotice: func(n client.Notice) { ends <- "notice " + n.Error() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Subscribe(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Approve(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][]string{{"approval/resolved ", `"call_id":"` + id + `"`, `"verdict":"approved"`}, {"turn/end ", `"status":"completed"`}} {
+		select {
+		case got := <-ends:
+			for _, w := range want {
+				if !strings.Contains(got, w) {
+					t.Fatalf("after chat left, got %s, want %s", got, strings.Join(want, " … "))
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("no %s after approving the parked call", strings.Join(want, " … "))
+		}
 	}
 }
 

@@ -94,6 +94,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *inMemory && set["data-dir"] {
 		return fmt.Errorf("%w: --in-memory and --data-dir exclude each other", errUsage)
 	}
+	var every time.Duration
+	if env.DevProgressEvery != "" {
+		if every, err = time.ParseDuration(env.DevProgressEvery); err != nil || every <= 0 {
+			return fmt.Errorf("%w: TERRET_DEV_PROGRESS_EVERY=%q: want a positive Go duration such as 10s", errUsage, env.DevProgressEvery)
+		}
+	}
 	data := *dataDir
 	if *inMemory || *endpoint != "" {
 		data = ""
@@ -134,7 +140,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Approvals: *approvals, Logger: logger, TablePrefix: *prefix,
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
 		Profile: *profileFile,
-		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "),
+		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "), ProgressEvery: every,
+		QuickJVM:    true, // a quick start matters more here than DynamoDB Local's peak speed
 		Latency:     awsLatency(),
 		IdleTimeout: *idle, MaxConnectionDuration: *maxDuration,
 	})

@@ -291,6 +291,10 @@ type CLIEnv struct {
 	StateDir         string // TERRET_STATE_DIR, default ~/.terret
 	Token            string // TERRET_TOKEN
 	URL              string // TERRET_URL
+	// DevProgressEvery is how often `terret dev` says a start step still waits (a Go
+	// duration, default 10s): TERRET_DEV_PROGRESS_EVERY, set only by tests, so that a
+	// test sees the lines without waiting 10 s each.
+	DevProgressEvery string
 }
 
 // LoadCLIEnv reads CLIEnv.
@@ -301,6 +305,7 @@ func LoadCLIEnv() CLIEnv {
 		StateDir:         os.Getenv("TERRET_STATE_DIR"),
 		Token:            os.Getenv("TERRET_TOKEN"),
 		URL:              os.Getenv("TERRET_URL"),
+		DevProgressEvery: os.Getenv("TERRET_DEV_PROGRESS_EVERY"),
 	}
 	if e.StateDir == "" {
 		if home, err := os.UserHomeDir(); err == nil {

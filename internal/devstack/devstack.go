@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -68,10 +69,18 @@ type Options struct {
 
 	// DynamoDB Local started here (no DynamoDBEndpoint): DataDir holds its database
 	// across restarts ("" keeps it in memory); InstallDir is where it is installed when
-	// no checkout has it ("" never installs); Progress gets the install's lines.
+	// no checkout has it ("" never installs).
 	DataDir    string
 	InstallDir string
-	Progress   io.Writer
+	// Progress gets a line as each start step begins (DynamoDB Local's install and
+	// JVM, the tables, the functions' build, the gateway) and one every ProgressEvery
+	// (default 10 s) while a step waits, so that a slow start is never silent; nil
+	// discards them. ProgressEvery is shorter only in tests.
+	Progress      io.Writer
+	ProgressEvery time.Duration
+	// QuickJVM starts DynamoDB Local's JVM for a quick start over peak speed
+	// (dynamolocal.Options.QuickStart): `terret dev` sets it.
+	QuickJVM bool
 	// Latency adds AWS-like latencies where the local stack is faster than AWS
 	// (`terret dev --aws-latency`): the handlers' AWS clients, the functions the
 	// Invoke API runs, and the stream polling (unless PollInterval is set).
@@ -159,7 +168,16 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	// Checked before anything starts: a bad profile costs milliseconds, not a build.
+	pr := progress{w: o.Progress, every: cmp.Or(o.ProgressEvery, 10*time.Second)}
+	if pr.w == nil {
+		pr.w = io.Discard
+	}
+	end := func() {}
+	if o.Profile != "" {
+		end = pr.begin("reading the profile "+o.Profile, "still reading the profile")
+	}
 	prof, err := loadProfile(ctx, o, userAWS, logger)
+	end()
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -177,7 +195,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if st.DynamoDBEndpoint == "" {
 		// Private: DynamoDB Local listens on every interface; its own credentials keep
 		// other hosts out of this database.
-		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root, DBPath: o.DataDir, InstallDir: o.InstallDir, Progress: o.Progress, Private: true}); err != nil {
+		if st.ddb, err = dynamolocal.Start(ctx, dynamolocal.Options{Root: o.Root, DBPath: o.DataDir, InstallDir: o.InstallDir, Progress: pr.w, ProgressEvery: pr.every, QuickStart: o.QuickJVM, Private: true}); err != nil {
 			return nil, err
 		}
 		st.DynamoDBEndpoint = st.ddb.Endpoint()
@@ -193,7 +211,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	db := dynamolocal.ClientWith(st.DynamoDBEndpoint, st.Credentials)
-	if err := tables.Ensure(ctx, db, defs, st.Tables); err != nil {
+	end = pr.begin(fmt.Sprintf("creating the tables %s, %s, %s where missing", st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"]), "still creating the tables")
+	err = tables.Ensure(ctx, db, defs, st.Tables)
+	end()
+	if err != nil {
 		return nil, fmt.Errorf("devstack: create tables at %s: %w", st.DynamoDBEndpoint, err)
 	}
 
@@ -207,7 +228,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	deliverTimeout := gwTimeouts["deliver"]
 	var emu *emulation
 	if o.LambdaEmulator != nil {
-		if emu, err = newEmulation(ctx, o, st.Tables, prof, logger); err != nil {
+		end = pr.begin("building the functions' bootstraps for aws-lambda-rie (make build)", "still building the functions")
+		emu, err = newEmulation(ctx, o, st.Tables, prof, logger)
+		end()
+		if err != nil {
 			return nil, err
 		}
 		emu.route(gwFunctions, gwTimeouts)
@@ -216,6 +240,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	life := context.WithoutCancel(ctx)
 	con := &console{log: logger}
 	quietLog := slog.New(quiet{logger.Handler()})
+	// The rest, to the end of Start, is one step.
+	defer pr.begin(fmt.Sprintf("starting the gateway on %s and the stream pollers", ln.Addr()), "still starting the gateway and the stream pollers")()
 	st.gw, err = localgw.Start(life, localgw.Config{
 		Addr:         o.Addr,
 		Listener:     ln,
@@ -303,6 +329,35 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	st.sweep = startSweeper(life, deliver, service.SweepInput, o.TokenSweep, logger)
 	st.quotaSweep = startSweeper(life, runner, service.QuotaSweepInput, o.QuotaSweep, logger)
 	return st, nil
+}
+
+// progress prints Start's steps (Options.Progress).
+type progress struct {
+	w     io.Writer
+	every time.Duration
+}
+
+// begin prints line and then, every p.every until end is called, still with the time
+// spent; end returns once the last line is written, so none follows the step's end.
+func (p progress) begin(line, still string) (end func()) {
+	fmt.Fprintln(p.w, line)
+	began := time.Now()
+	done, ticked := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ticked)
+		t := time.NewTicker(p.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(p.w, "%s (%.0fs)\n", still, time.Since(began).Seconds())
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-ticked }) }
 }
 
 func orInt(v, def int) int {

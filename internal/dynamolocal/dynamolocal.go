@@ -6,6 +6,7 @@ package dynamolocal
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -71,13 +72,23 @@ type Options struct {
 	// InstallDir is where the pinned package is installed when no checkout has it ("":
 	// never install; Start then fails with ErrNotInstalled or ErrNoRepo).
 	InstallDir string
-	// Progress receives the install's progress lines; nil discards them.
-	Progress io.Writer
+	// Progress receives the install's progress lines, a line as the JVM starts and one
+	// every ProgressEvery (default 10 s) until it answers; nil discards them.
+	Progress      io.Writer
+	ProgressEvery time.Duration
 	// Private gives the server credentials of its own (credentials.go) instead of the
 	// fixed local ones, and a database only they open: random per start in memory,
 	// kept in DBPath's key file otherwise (no -sharedDb then). `terret dev` sets it.
 	Private bool
+	// QuickStart runs the JVM for a quick start over peak speed: C1 compiler only, the
+	// serial collector, no perf data file. Measured starts to "listening on" of terret
+	// dev, which sets it, halved on a loaded 2-core machine (README); a test or
+	// benchmark that loads the server hard leaves it off.
+	QuickStart bool
 }
+
+// quickStartFlags are the JVM flags of Options.QuickStart.
+var quickStartFlags = []string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData"}
 
 // Endpoint is the server's URL, e.g. http://127.0.0.1:8000.
 func (s *Server) Endpoint() string { return s.endpoint }
@@ -106,6 +117,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 	args := []string{"-Djava.library.path=DynamoDBLocal_lib", "-Xms64m", "-jar", "DynamoDBLocal.jar", "-port", strconv.Itoa(port)}
+	if o.QuickStart {
+		args = append(append([]string(nil), quickStartFlags...), args...)
+	}
 	s := &Server{endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{}), output: &tailBuffer{max: 20}, creds: LocalCredentials}
 	if o.DBPath == "" {
 		args = append(args, "-inMemory")
@@ -134,6 +148,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 		s.graceful = true
 	}
+	progress, every := o.Progress, cmp.Or(o.ProgressEvery, 10*time.Second)
+	if progress == nil {
+		progress = io.Discard
+	}
+	fmt.Fprintf(progress, "starting DynamoDB Local on port %d (a JVM: seconds when idle, up to a minute on a busy machine)\n", port)
+	began := time.Now()
+	lastLine := began
 	started := make(chan error, 1)
 	// The child is started from a thread locked for the life of the process so that
 	// Pdeathsig (tied to the starting thread) fires only when this process exits.
@@ -173,6 +194,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
 		if err == nil {
 			c.Close()
+			fmt.Fprintf(progress, "DynamoDB Local answered in %.1fs\n", time.Since(began).Seconds())
 			return s, nil
 		}
 		select {
@@ -184,9 +206,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 			return nil, fmt.Errorf("%w: %v", ErrStart, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
+		now := time.Now()
+		if now.After(deadline) {
 			s.Close()
 			return nil, fmt.Errorf("%w: no answer on port %d", ErrStart, port)
+		}
+		// A JVM on a busy machine is silent for its whole start: say it is still on it.
+		if now.Sub(lastLine) >= every {
+			lastLine = now
+			fmt.Fprintf(progress, "still starting DynamoDB Local: waiting for its JVM to answer on port %d (%.0fs)\n", port, now.Sub(began).Seconds())
 		}
 	}
 }

@@ -320,7 +320,7 @@ function onStatus(c: TerretClient, s: Status): void {
     case 'closed':
       if (s.error instanceof ProtocolError && (s.error.code === 'superseded' || s.error.code === 'unauthorized')) {
         setStatus(`Stopped: ${s.error.code}. Not reconnecting.`, 'stopped');
-        showError(s.error.message);
+        showError(explainEnd(s.error.code, agent));
       } else if (s.error) {
         setStatus(`Stopped: ${s.error.message}`, 'stopped');
         showError(s.error.message);
@@ -330,6 +330,17 @@ function onStatus(c: TerretClient, s: Status): void {
       break;
   }
   refreshButtons();
+}
+
+// explainEnd says what a final close means and what to do, as terret chat and tail do.
+function explainEnd(code: 'superseded' | 'unauthorized', agent: string): string {
+  if (code === 'superseded') {
+    return `Superseded: another client connected to agent ${agent}. An agent has one connection at a time and the newest wins: ` +
+      'terret chat, terret tail and this page on one agent take it from each other. ' +
+      'Close the other client (or use another agent id), then press Connect.';
+  }
+  return `Unauthorized: the token for agent ${agent} is missing, invalid, rotated, revoked or expired. ` +
+    `Get a new one (Dev token, or terret token create --agent ${agent}), then press Connect.`;
 }
 
 function onNotice(c: TerretClient, n: Notice): void {
