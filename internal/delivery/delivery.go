@@ -74,7 +74,7 @@ type Config struct {
 	DeliverFunction      string        // this function's name, for handing over work
 	Lease                time.Duration // sender lease; default connections.DefaultLease
 	ReplayPage           int           // events per replay read; default 1000
-	HelloGrace           time.Duration // how long a fresh connection may answer Gone; default 5s
+	HelloGrace           time.Duration // how long a fresh connection may answer Gone; default DefaultHelloGrace
 	HandoverMargin       time.Duration // stop this long before the invocation deadline; default 10s
 	// CheckpointEvery bounds the events a sender posts beyond its stored cursor
 	// (default DefaultCheckpointEvery): a sender that dies re-sends at most this many
@@ -212,7 +212,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.OutboundQueue = 1024
 	}
 	if cfg.HelloGrace <= 0 {
-		cfg.HelloGrace = 5 * time.Second
+		cfg.HelloGrace = DefaultHelloGrace
 	}
 	if cfg.HandoverMargin <= 0 {
 		cfg.HandoverMargin = 10 * time.Second

@@ -37,13 +37,24 @@ func (d *Deliverer) post(ctx context.Context, connID string, data []byte) error 
 	return fmt.Errorf("%w: %s: %v", ErrPost, connID, err)
 }
 
+// DefaultHelloGrace is how long the first frame of a fresh connection is retried while
+// posts answer Gone (Config.HelloGrace). It covers the longest a $connect can run —
+// API Gateway's 29 s integration timeout, which is also the connect function's
+// Timeout in template.yaml — because a post before $connect has completed answers Gone
+// too: a shorter grace lets a slow $connect (a cold start, DynamoDB retries) lose its
+// hello, and the sender that gave up forgets a connection that then opens and waits
+// for a hello that never comes. Past it, $connect has completed or failed, and Gone
+// means the client left.
+const DefaultHelloGrace = 30 * time.Second
+
 // Backoff of the hello loop (postHello): the first retry after 50 ms, each next one
-// twice as late, at most 1 s apart, each wait drawn from its upper half. Over the
-// default 5 s grace that is about 11 posts, at most 15 (it was about 100 at a fixed
-// 50 ms).
+// twice as late, at most 4 s apart, each wait drawn from its upper half. A $connect
+// that completes in the usual tens of milliseconds is met by the first retries; over
+// the default 30 s grace a connection that never opens costs about 16 posts, at most
+// 22 (it was about 600 at a fixed 50 ms).
 const (
 	helloFirstBackoff = 50 * time.Millisecond
-	helloMaxBackoff   = time.Second
+	helloMaxBackoff   = 4 * time.Second
 )
 
 // postHello posts data, the first frame of a freshly accepted connection (hello, or the
@@ -58,7 +69,7 @@ const (
 // Cost per Gone answer: one post, plus for a recorded connection one strongly
 // consistent GetItem of the conn# record (1 RRU). A client that hangs up at once costs
 // those until $disconnect has run and at most one more; one that never opens costs at
-// most 15 posts (docs/security.md,
+// most 22 posts (docs/security.md,
 // "What a vanished connection costs").
 func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte, recorded bool) error {
 	deadline := time.Now().Add(d.cfg.HelloGrace)
