@@ -127,10 +127,11 @@ type Options struct {
 	// Gateway closes idle connections after 10 minutes, which the client reconnects
 	// through anyway.
 	PingInterval time.Duration
-	// KeepaliveInterval is how long a connection may go without a frame in either
-	// direction before the client sends {"type":"keepalive"} (docs/protocol.md,
-	// "Keepalive"): API Gateway closes a connection idle for 10 minutes, and the
-	// server cannot ping through it. Default DefaultKeepaliveInterval (9 minutes);
+	// KeepaliveInterval is how long a connection may go without the client sending a
+	// frame before it sends {"type":"keepalive"} (docs/protocol.md, "Extension:
+	// keepalive"): API Gateway closes a connection idle for 10 minutes, and the server
+	// cannot ping through it. Frames received do not count, so a client that only
+	// receives still sends one keepalive per interval. Default DefaultKeepaliveInterval (9 minutes);
 	// negative turns it off. A server without the extension answers bad_frame (an
 	// OnNotice) and stays open. On AWS a keepalive costs one billed message and no
 	// invocation; it carries no order number, as the server never sees it.
