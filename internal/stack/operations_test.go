@@ -323,7 +323,7 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 		}
 		expr := " " + m.returned().Expression + " "
 		for _, ms := range m.Metrics {
-			if ms.MetricStat != nil && !strings.Contains(strings.NewReplacer("(", " ", ")", " ").Replace(expr), " "+ms.ID+" ") {
+			if ms.MetricStat != nil && !strings.Contains(strings.NewReplacer("(", " ", ")", " ", ",", " ").Replace(expr), " "+ms.ID+" ") {
 				t.Errorf("%s: %s is not in the expression %q", c.id, ms.ID, expr)
 			}
 		}
