@@ -149,7 +149,10 @@ func (cn *conn) keepaliveLoop(interval time.Duration, after func(time.Duration) 
 			wait = interval - idle
 			continue
 		}
-		if err := cn.writeRaw(keepaliveFrame); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := cn.writeRaw(ctx, keepaliveFrame)
+		cancel()
+		if err != nil {
 			return // the reader sees the closed socket and the client reconnects
 		}
 		wait = interval
@@ -157,11 +160,9 @@ func (cn *conn) keepaliveLoop(interval time.Duration, after func(time.Duration) 
 }
 
 // writeRaw writes data as it is, unnumbered: a frame the server's handlers never see.
-func (cn *conn) writeRaw(data []byte) error {
+func (cn *conn) writeRaw(ctx context.Context, data []byte) error {
 	cn.writeMu.Lock()
 	defer cn.writeMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if err := writeMessage(ctx, cn.ws, data); err != nil {
 		cn.ws.CloseNow()
 		return err

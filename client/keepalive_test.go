@@ -171,3 +171,37 @@ func TestKeepaliveWhileOnlyReceiving(t *testing.T) {
 		t.Errorf("%d reconnects; trail %v", n, r.snapshotTrail())
 	}
 }
+
+// TestKeepaliveNow: Keepalive writes exactly {"type":"keepalive"} at once, unnumbered,
+// between numbered frames whose order runs on without a gap; the automatic loop is off
+// here, so the frame is the call's.
+func TestKeepaliveNow(t *testing.T) {
+	t.Parallel()
+	got := make(chan []string, 1)
+	srv := serveScripts(t, func(p *peer) {
+		p.hello(0)
+		p.expectSubscribe(0)
+		got <- []string{p.next(), p.next()}
+		p.waitClosed()
+	})
+	o := newRecorder().options()
+	o.KeepaliveInterval = -1
+	c := dial(t, srv.url("/agents/a1/ws"), "tok", o)
+	if err := c.Subscribe(ctxT(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Keepalive(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cancel(ctxT(t), ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-got:
+		if f[0] != `{"type":"keepalive"}` || f[1] != `{"type":"cancel","order":2}` {
+			t.Errorf("frames after the subscribe = %q, want the keepalive then the cancel numbered 2", f)
+		}
+	case <-time.After(wait):
+		t.Fatal("the server got nothing")
+	}
+}
