@@ -127,10 +127,11 @@ type Options struct {
 	// Gateway closes idle connections after 10 minutes, which the client reconnects
 	// through anyway.
 	PingInterval time.Duration
-	// KeepaliveInterval is how long a connection may go without a frame in either
-	// direction before the client sends {"type":"keepalive"} (docs/protocol.md,
-	// "Keepalive"): API Gateway closes a connection idle for 10 minutes, and the
-	// server cannot ping through it. Default DefaultKeepaliveInterval (9 minutes);
+	// KeepaliveInterval is how long a connection may go without the client sending a
+	// frame before it sends {"type":"keepalive"} (docs/protocol.md, "Extension:
+	// keepalive"): API Gateway closes a connection idle for 10 minutes, and the server
+	// cannot ping through it. Frames received do not count, so a client that only
+	// receives still sends one keepalive per interval. Default DefaultKeepaliveInterval (9 minutes);
 	// negative turns it off. A server without the extension answers bad_frame (an
 	// OnNotice) and stays open. On AWS a keepalive costs one billed message and no
 	// invocation; it carries no order number, as the server never sees it.
@@ -377,10 +378,24 @@ func (c *Client) SetPolicy(ctx context.Context, patterns []string) error {
 	return c.send(ctx, protocol.SetPolicy{Patterns: patterns})
 }
 
+// Keepalive sends {"type":"keepalive"} now, unnumbered, as the client does by itself
+// after KeepaliveInterval without sending (docs/protocol.md, "Extension: keepalive").
+// A server with the extension answers nothing; one without answers bad_frame (an
+// OnNotice) and stays open. `terret smoke` sends one to check a deployment's route.
+func (c *Client) Keepalive(ctx context.Context) error {
+	return c.onConn(ctx, "keepalive", func(cn *conn) error { return cn.writeRaw(ctx, keepaliveFrame) })
+}
+
 // send writes one frame once connected, waiting through a reconnect (bounded by ctx).
 // Frames are sent at most once: one whose write fails is not re-sent, since the server
 // may have got it (the log will tell), and the error is returned.
 func (c *Client) send(ctx context.Context, f protocol.ClientFrame) error {
+	return c.onConn(ctx, f.FrameType(), func(cn *conn) error { return cn.write(ctx, f) })
+}
+
+// onConn runs write on the connection once connected, waiting through a reconnect
+// (bounded by ctx); what names the frame in the error.
+func (c *Client) onConn(ctx context.Context, what string, write func(*conn) error) error {
 	for {
 		c.mu.Lock()
 		if c.isDone() {
@@ -390,8 +405,8 @@ func (c *Client) send(ctx context.Context, f protocol.ClientFrame) error {
 		cn, ready := c.conn, c.connected
 		c.mu.Unlock()
 		if cn != nil {
-			if err := cn.write(ctx, f); err != nil {
-				return fmt.Errorf("client: send %s: %w", f.FrameType(), err)
+			if err := write(cn); err != nil {
+				return fmt.Errorf("client: send %s: %w", what, err)
 			}
 			return nil
 		}

@@ -26,9 +26,11 @@ type conn struct {
 
 	writeMu sync.Mutex // numbers and writes one frame at a time
 	order   int64      // order field of the last frame written on this connection
-	// traffic is when a frame last went either way (UnixNano): the keepalive loop's
-	// idle clock.
-	traffic atomic.Int64
+	// sent is when the client last wrote a frame (UnixNano), or connected: the keepalive
+	// loop's idle clock. Frames received do not move it: AWS's quota page does not say
+	// that the server's frames keep a connection open, so a client that only receives
+	// (tail on a busy agent) must still send (docs/protocol.md, "Extension: keepalive").
+	sent atomic.Int64
 }
 
 // MaxFrameBytes is the largest WebSocket frame the client writes: API Gateway closes a
@@ -107,7 +109,6 @@ func firstFrame(typ websocket.MessageType, data []byte) (Hello, error) {
 func (cn *conn) readLoop() {
 	for {
 		typ, data, err := cn.ws.Read(context.Background())
-		cn.touch()
 		if err == nil && typ != websocket.MessageText {
 			err = fmt.Errorf("%w: binary frame", ErrProtocol)
 		}
@@ -126,14 +127,15 @@ func (cn *conn) readLoop() {
 }
 
 // keepaliveFrame is the keepalive extension's frame, exactly (docs/protocol.md,
-// "Keepalive").
+// "Extension: keepalive").
 var keepaliveFrame = []byte(`{"type":"keepalive"}`)
 
-func (cn *conn) touch() { cn.traffic.Store(time.Now().UnixNano()) }
+func (cn *conn) touch() { cn.sent.Store(time.Now().UnixNano()) }
 
-// keepaliveLoop sends keepaliveFrame whenever interval has passed with no frame in
-// either direction, so that an idle connection is not closed by API Gateway. It wakes
-// at most once per interval; traffic only moves its next look later.
+// keepaliveLoop sends keepaliveFrame whenever interval has passed with nothing sent,
+// however much was received, so that API Gateway's idle timeout never closes the
+// connection: at most one keepalive per interval. It wakes at most once per interval;
+// a frame sent meanwhile only moves its next look later.
 func (cn *conn) keepaliveLoop(interval time.Duration, after func(time.Duration) <-chan time.Time) {
 	wait := interval
 	for {
@@ -142,12 +144,15 @@ func (cn *conn) keepaliveLoop(interval time.Duration, after func(time.Duration) 
 			return
 		case <-after(wait):
 		}
-		idle := time.Since(time.Unix(0, cn.traffic.Load()))
+		idle := time.Since(time.Unix(0, cn.sent.Load()))
 		if idle < interval {
 			wait = interval - idle
 			continue
 		}
-		if err := cn.writeRaw(keepaliveFrame); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := cn.writeRaw(ctx, keepaliveFrame)
+		cancel()
+		if err != nil {
 			return // the reader sees the closed socket and the client reconnects
 		}
 		wait = interval
@@ -155,11 +160,9 @@ func (cn *conn) keepaliveLoop(interval time.Duration, after func(time.Duration) 
 }
 
 // writeRaw writes data as it is, unnumbered: a frame the server's handlers never see.
-func (cn *conn) writeRaw(data []byte) error {
+func (cn *conn) writeRaw(ctx context.Context, data []byte) error {
 	cn.writeMu.Lock()
 	defer cn.writeMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if err := writeMessage(ctx, cn.ws, data); err != nil {
 		cn.ws.CloseNow()
 		return err

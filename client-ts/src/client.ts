@@ -100,9 +100,10 @@ export interface ClientOptions {
   /** How long one attempt may take to get its hello (default 15000). */
   connectTimeoutMs?: number;
   /**
-   * How long a connection may go with nothing sent or received before the client sends
+   * How long a connection may go with nothing sent by the client before it sends
    * {"type":"keepalive"} (default 540000, 9 minutes: API Gateway closes a connection
-   * idle for 10). 0 turns it off. The frame is unnumbered; a server without the
+   * idle for 10). Frames received do not count: a client that only receives still sends
+   * one keepalive per interval. 0 turns it off. The frame is unnumbered; a server without the
    * extension answers bad_frame (a notice) and stays open. See docs/protocol.md.
    */
   keepaliveMs?: number;
@@ -134,8 +135,12 @@ class Conn {
   private items: Item[] = [];
   private waiter: (() => void) | null = null;
   private ended = false;
-  /** When a frame last went either way (ms): the keepalive's idle clock. */
-  private traffic = Date.now();
+  /**
+   * When the client last sent a frame, or connected (ms): the keepalive's idle clock.
+   * Frames received do not move it: AWS does not document that the server's frames keep
+   * a connection open (docs/protocol.md, "Extension: keepalive").
+   */
+  private sent = Date.now();
   private keepaliveTimer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
@@ -145,7 +150,6 @@ class Conn {
   ) {
     if (keepaliveMs > 0) this.armKeepalive(keepaliveMs);
     ws.onmessage = (m) => {
-      this.traffic = Date.now();
       if (typeof m.data === 'string') {
         this.tap?.('in', m.data);
         this.push({ data: m.data });
@@ -156,16 +160,16 @@ class Conn {
     ws.onerror = () => {}; // the close that follows says it
   }
 
-  /** armKeepalive looks again in ms: traffic meanwhile only moves the next look later. */
+  /** armKeepalive looks again in ms: a frame sent meanwhile only moves the next look later. */
   private armKeepalive(ms: number): void {
     this.keepaliveTimer = setTimeout(() => {
       if (this.ended) return;
-      const idle = Date.now() - this.traffic;
+      const idle = Date.now() - this.sent;
       if (idle < this.keepaliveMs) return this.armKeepalive(this.keepaliveMs - idle);
       if (this.ws.readyState === 1 /* OPEN */) {
         this.ws.send(KEEPALIVE_FRAME); // unnumbered: the server's handlers never see it
         this.tap?.('out', KEEPALIVE_FRAME);
-        this.traffic = Date.now();
+        this.sent = Date.now();
       }
       this.armKeepalive(this.keepaliveMs);
     }, ms);
@@ -206,7 +210,7 @@ class Conn {
     this.order++;
     const text = JSON.stringify({ ...frame, order: this.order });
     this.ws.send(text);
-    this.traffic = Date.now();
+    this.sent = Date.now();
     this.tap?.('out', text);
   }
 

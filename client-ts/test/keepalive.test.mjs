@@ -31,7 +31,7 @@ async function serve() {
   return { wss, got, peers, url, close: () => new Promise((r) => wss.close(r)) };
 }
 
-test('keepalive: sent exactly on an idle socket, not while traffic flows', async () => {
+test('keepalive: counts only what the client sends; frames received do not delay it', async () => {
   const srv = await serve();
   const interval = 60_000;
   mock.timers.enable({ apis: ['setTimeout', 'Date'], now: 1_000_000 });
@@ -44,30 +44,32 @@ test('keepalive: sent exactly on an idle socket, not while traffic flows', async
     await client.connect();
     const sent = () => frames.filter((f) => f.startsWith('out '));
 
-    // Traffic from the server just before the interval is up moves the next look later.
+    // A frame from the server just before the interval is up changes nothing: the client
+    // sent nothing for the interval, so the keepalive goes out on time (a client that
+    // only receives — tail on a busy agent — must still send).
     mock.timers.tick(interval - 1);
     srv.peers[0].send(JSON.stringify({ type: 'hello', proto: 1, session_id: 'a1', last_seq: 0 }));
     await until('the second frame in', () => frames.filter((f) => f.startsWith('in ')).length === 2, 10_000);
-    mock.timers.tick(1); // the timer fires: the socket was busy 1 ms ago
-    assert.deepEqual(sent(), [], 'a keepalive while traffic flowed');
+    mock.timers.tick(1);
+    assert.deepEqual(sent(), [`out ${KEEPALIVE_FRAME}`], 'no keepalive: received frames delayed it');
 
-    // A frame the client sends counts as traffic too.
+    // A frame the client sends restarts the clock: the look after it finds it 2 ms old.
     mock.timers.tick(interval - 2);
     await client.inject('hi', { wake: false });
-    mock.timers.tick(2); // the look the server's frame left: busy again
-    assert.equal(sent().length, 1);
-    assert.match(sent()[0], /"type":"inject"/);
+    mock.timers.tick(2);
+    assert.equal(sent().length, 2);
+    assert.match(sent()[1], /"type":"inject"/);
 
-    // Then a whole interval of silence: exactly the keepalive, unnumbered.
-    mock.timers.tick(interval);
-    assert.deepEqual(sent().slice(1), [`out ${KEEPALIVE_FRAME}`]);
-    await until('the keepalive at the server', () => srv.got.length === 2, 10_000);
-    assert.equal(srv.got[1], '{"type":"keepalive"}');
-    assert.match(srv.got[0], /"order":1}$/, 'the inject is order 1; the keepalive takes no number');
+    // An interval after the inject: exactly the keepalive, unnumbered.
+    mock.timers.tick(interval - 2);
+    assert.deepEqual(sent().slice(2), [`out ${KEEPALIVE_FRAME}`]);
+    await until('the keepalives at the server', () => srv.got.length === 3, 10_000);
+    assert.deepEqual([srv.got[0], srv.got[2]], [KEEPALIVE_FRAME, KEEPALIVE_FRAME]);
+    assert.match(srv.got[1], /"order":1}$/, 'the inject is order 1; the keepalives take no number');
 
     // And again after the next interval of silence.
     mock.timers.tick(interval);
-    assert.deepEqual(sent().slice(1), [`out ${KEEPALIVE_FRAME}`, `out ${KEEPALIVE_FRAME}`]);
+    assert.deepEqual(sent().slice(2), [`out ${KEEPALIVE_FRAME}`, `out ${KEEPALIVE_FRAME}`]);
   } finally {
     mock.timers.reset();
     client.close();

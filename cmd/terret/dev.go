@@ -54,7 +54,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
-	idle := fs.Duration("idle-timeout", localgw.DefaultIdleTimeout, "close a connection whose client sent no frame for this long, as API Gateway does ({\"type\":\"keepalive\"} counts)")
+	idle := fs.Duration("idle-timeout", localgw.DefaultIdleTimeout, "close a connection whose client sent no frame for this long, whatever the server sent: the strict reading of API Gateway's idle timeout ({\"type\":\"keepalive\"} counts)")
 	maxDuration := fs.Duration("max-connection-duration", localgw.DefaultMaxConnectionDuration, "close every connection this old, as API Gateway does")
 	allowRemoteToken := fs.Bool("allow-remote-dev-token", false, "with a non-loopback --addr, still serve the page's /dev/token (anyone who reaches the address can then mint tokens)")
 	awsLatency := latency.Flags(fs) // --aws-latency and its figures (docs/performance.md)

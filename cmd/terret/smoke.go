@@ -9,6 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/terret/terret-ws/client"
@@ -23,7 +25,7 @@ const (
 )
 
 // runSmoke checks a deployment end to end, through the protocol only: connect,
-// subscribe, a turn with a tool call, reconnect and replay. Each step prints its name,
+// subscribe, a keepalive, a turn with a tool call, reconnect and replay. Each step prints its name,
 // ok and its latency; the first failure ends the run with exit status 1 naming the step.
 // Against AWS this is the one test of the IAM grants (DynamoDB Local enforces none):
 // the connect transaction (tokens#, agent#, conn# items), the runner's log writes and
@@ -35,6 +37,7 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	setUsage(fs, "terret smoke [--url URL --token TOKEN] [--agent ID]")
 	tf := addTargetFlags(fs, env)
 	step := fs.Duration("step-timeout", time.Minute, "how long each step may take")
+	listen := fs.Duration("keepalive-wait", 3*time.Second, "how long the keepalive step listens, after its probe's answer, for an error answering the keepalive")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -47,6 +50,9 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *step <= 0 {
 		return fmt.Errorf("%w: --step-timeout must be positive", errUsage)
 	}
+	if *listen < 0 || *listen >= *step {
+		return fmt.Errorf("%w: --keepalive-wait must be at least 0 and less than --step-timeout", errUsage)
+	}
 	if *tf.url == "" && *tf.agent == "" {
 		*tf.agent = "smoke-" + randomSuffix() // a fresh agent of the running terret dev
 	}
@@ -54,15 +60,19 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	s := &smoke{url: tgt.url, token: tgt.token, step: *step, out: stdout, events: make(chan client.Event, 4096)}
+	s := &smoke{url: tgt.url, token: tgt.token, step: *step, listen: *listen, out: stdout,
+		events: make(chan client.Event, 4096), notices: make(chan client.Notice, 64)}
 	return s.run(ctx)
 }
 
 type smoke struct {
 	url, token string
 	step       time.Duration
+	listen     time.Duration // the keepalive step's wait for an error after its probe's answer
 	out        io.Writer
 	events     chan client.Event
+	notices    chan client.Notice
+	drops      atomic.Int64 // connections lost (Reconnecting statuses) since the start
 }
 
 // do runs one step within the step timeout and reports it.
@@ -81,14 +91,27 @@ func (s *smoke) do(ctx context.Context, name string, f func(context.Context) (st
 }
 
 func (s *smoke) dial(ctx context.Context) (*client.Client, error) {
-	return client.Dial(ctx, s.url, s.token, client.Options{OnEvent: func(ev client.Event) error {
-		select {
-		case s.events <- ev:
-			return nil
-		default:
-			return errors.New("terret smoke: too many events unread")
-		}
-	}})
+	return client.Dial(ctx, s.url, s.token, client.Options{
+		OnEvent: func(ev client.Event) error {
+			select {
+			case s.events <- ev:
+				return nil
+			default:
+				return errors.New("terret smoke: too many events unread")
+			}
+		},
+		OnNotice: func(n client.Notice) {
+			select {
+			case s.notices <- n:
+			default: // more notices than a run provokes: the keepalive step reads the first
+			}
+		},
+		OnStatus: func(st client.Status) {
+			if st.State == client.StateReconnecting {
+				s.drops.Add(1)
+			}
+		},
+	})
 }
 
 // until reads events until match holds for one, and returns it.
@@ -132,6 +155,11 @@ func (s *smoke) run(ctx context.Context) error {
 		}
 		ev, err := s.until(ctx, c, fmt.Sprintf("event %d", hello.LastSeq), func(ev client.Event) (bool, error) { return ev.Seq >= hello.LastSeq, nil })
 		return fmt.Sprintf("replayed seq %d (%s)", ev.Seq, ev.Type), err
+	}); err != nil {
+		return err
+	}
+	if err := s.do(ctx, "keepalive", func(ctx context.Context) (string, error) {
+		return s.keepalive(ctx, c)
 	}); err != nil {
 		return err
 	}
@@ -209,6 +237,60 @@ func (s *smoke) run(ctx context.Context) error {
 		}
 		return fmt.Sprintf("reconnected, replayed seq %d..%d gapless", turnStart, turnEnd), nil
 	})
+}
+
+// keepalive proves the deployment's keepalive route (a MOCK integration on AWS, which
+// nothing else exercises): it sends {"type":"keepalive"}, then an approve for a call
+// that does not exist as a probe, whose answer — stale_call, or unsupported without the
+// approvals plugin — shows the socket still open and served. The keepalive itself must
+// draw no answer: a server without the route answers it bad_frame, through the same
+// function as the probe, so the step listens for that until s.listen after the probe's
+// answer. No answer can prove a silence for good; the wait bounds the check.
+func (s *smoke) keepalive(ctx context.Context, c *client.Client) (string, error) {
+	for len(s.notices) > 0 {
+		<-s.notices
+	}
+	drops := s.drops.Load()
+	if err := c.Keepalive(ctx); err != nil {
+		return "", err
+	}
+	if err := c.Approve(ctx, "smoke-probe-"+randomSuffix()); err != nil {
+		return "", fmt.Errorf("probe: %w", err)
+	}
+	var answered client.Code // the probe's answer, once it came
+	var listen <-chan time.Time
+	for {
+		select {
+		case n := <-s.notices:
+			var pe *client.ProtocolError
+			if !errors.As(n, &pe) {
+				return "", fmt.Errorf("got %v, want nothing but the probe's stale_call", n)
+			}
+			switch {
+			case pe.Code == client.CodeBadFrame && strings.Contains(pe.Message, "keepalive"):
+				return "", fmt.Errorf("the keepalive was answered %s (%s): the deployment has no keepalive route", pe.Code, pe.Message)
+			case answered == "" && (pe.Code == client.CodeStaleCall || pe.Code == client.CodeUnsupported):
+				answered = pe.Code
+				t := time.NewTimer(s.listen)
+				defer t.Stop()
+				listen = t.C
+			default:
+				return "", fmt.Errorf("got error %s (%s), want nothing but the probe's stale_call", pe.Code, pe.Message)
+			}
+		case <-listen:
+			if lost := s.drops.Load() - drops; lost > 0 {
+				return "", fmt.Errorf("the connection dropped %d time(s) after the keepalive", lost)
+			}
+			return fmt.Sprintf("sent, no answer within %s of the probe's %s; the socket stayed open", s.listen, answered), nil
+		case <-c.Done():
+			return "", fmt.Errorf("connection ended after the keepalive: %v", c.Err())
+		case <-ctx.Done():
+			if answered == "" {
+				return "", fmt.Errorf("no answer to the probe: %w", ctx.Err())
+			}
+			return "", ctx.Err()
+		}
+	}
 }
 
 func randomSuffix() string {

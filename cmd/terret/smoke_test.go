@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
@@ -57,7 +58,7 @@ func TestSmoke(t *testing.T) {
 			t.Fatalf("round %d: terret smoke exited %d\nstdout:\n%s\nstderr:\n%s", round, code, stdout.String(), stderr.String())
 		}
 		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		steps := []string{"connect", "subscribe", "turn", "replay"}
+		steps := []string{"connect", "subscribe", "keepalive", "turn", "replay"}
 		if len(lines) != len(steps) {
 			t.Fatalf("round %d: output\n%s\nwant one line per step %v", round, stdout.String(), steps)
 		}
@@ -66,8 +67,45 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("round %d: line %d = %q, want %s ok with its latency", round, i, lines[i], step)
 			}
 		}
-		if !strings.Contains(lines[2], `echo tool call and result, reply "smoke ok"`) || !strings.Contains(lines[3], "gapless") {
-			t.Errorf("round %d: turn and replay lines:\n%s\n%s", round, lines[2], lines[3])
+		if !regexp.MustCompile(`sent, no answer within 3s of the probe's (stale_call|unsupported); the socket stayed open`).MatchString(lines[2]) ||
+			!strings.Contains(lines[3], `echo tool call and result, reply "smoke ok"`) || !strings.Contains(lines[4], "gapless") {
+			t.Errorf("round %d: keepalive, turn and replay lines:\n%s\n%s\n%s", round, lines[2], lines[3], lines[4])
+		}
+	}
+
+	// A gateway without the keepalive route (a deployment from before the extension):
+	// the keepalive step fails and names the missing route; the steps before it pass.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute) // the first minute is spent
+	defer cancel2()
+	old, err := devstack.Start(ctx2, devstack.Options{
+		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smoke") + "-",
+		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), NoKeepaliveRoute: true,
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	oldDB := dynamolocal.Client(old.DynamoDBEndpoint)
+	t.Cleanup(func() {
+		old.Close()
+		for _, name := range old.Tables {
+			_, _ = oldDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+		}
+	})
+	tok, err := auth.New(oldDB, old.Tables["ConnectionsTable"]).Create(ctx2, "smoke-old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	{
+		var stdout, stderr bytes.Buffer
+		// The step returns as soon as the bad_frame comes; the long wait only makes its
+		// arrival certain on a loaded machine.
+		code := run(context.Background(), []string{"smoke", "--url", old.WebSocketURL() + "/agents/smoke-old/ws", "--token", tok,
+			"--step-timeout", "10m", "--keepalive-wait", "9m"}, &stdout, &stderr)
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		if code != 1 || len(lines) != 3 || !strings.HasPrefix(lines[0], "connect ") || !strings.HasPrefix(lines[1], "subscribe ") ||
+			!strings.HasPrefix(lines[2], "keepalive  FAILED") || !strings.Contains(lines[2], "no keepalive route") ||
+			!strings.Contains(stderr.String(), "step keepalive failed") {
+			t.Errorf("without the keepalive route: exit %d\nstdout:\n%s\nstderr:\n%s\nwant 1 and the keepalive step failed for the missing route", code, stdout.String(), stderr.String())
 		}
 	}
 

@@ -61,8 +61,12 @@ type Options struct {
 	// (default API Gateway's: 10 minutes without a client frame, 2 hours in all).
 	IdleTimeout           time.Duration
 	MaxConnectionDuration time.Duration
-	Logger                *slog.Logger
-	LambdaEmulator        *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
+	// NoKeepaliveRoute leaves out the keepalive route, as a deployment from before the
+	// extension: the frame reaches $default and is answered bad_frame (tests of the
+	// checks that look for the route, such as `terret smoke`).
+	NoKeepaliveRoute bool
+	Logger           *slog.Logger
+	LambdaEmulator   *LambdaEmulator // run the built bootstraps under aws-lambda-rie (emulated.go)
 	// Profile is the default profile's file, read again when it changes; "" serves the
 	// demo profile. Bedrock and api_key_secret use the default AWS credentials.
 	Profile string
@@ -100,6 +104,14 @@ type Options struct {
 // {"type":"keepalive"}: on AWS a MOCK integration answers it (no Lambda, no DynamoDB,
 // no reply frame), and it keeps the connection from the idle timeout.
 const KeepaliveRoute = "keepalive"
+
+// mockRoutes are the gateway's MOCK routes: the keepalive route unless left out.
+func mockRoutes(noKeepalive bool) []string {
+	if noKeepalive {
+		return nil
+	}
+	return []string{KeepaliveRoute}
+}
 
 // Stack is a running local service.
 type Stack struct {
@@ -265,7 +277,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		IdleTimeout:           o.IdleTimeout,
 		MaxConnectionDuration: o.MaxConnectionDuration,
 		// The template's keepalive route has a MOCK integration: no function runs.
-		MockRoutes: []string{KeepaliveRoute},
+		MockRoutes: mockRoutes(o.NoKeepaliveRoute),
 	})
 	if err != nil {
 		return nil, err

@@ -8,9 +8,13 @@ import (
 	"github.com/coder/websocket"
 )
 
-// API Gateway's connection limits (https://docs.aws.amazon.com/apigateway/latest/developerguide/limits.html):
-// a connection on which the client sent nothing for 10 minutes is closed, and so is
-// every connection after 2 hours. Start applies them to zero Config fields.
+// API Gateway's connection limits
+// (https://docs.aws.amazon.com/apigateway/latest/developerguide/apigateway-execution-service-websocket-limits-table.html):
+// an idle connection is closed after 10 minutes, and every connection after 2 hours.
+// The page does not say whether the server's messages count as activity, so the gateway
+// takes the strict reading: only the client's frames do. A client that stays open here
+// therefore stays open on AWS under either reading (docs/protocol.md, "Idle connections
+// and the 2-hour limit"). Start applies them to zero Config fields.
 const (
 	DefaultIdleTimeout           = 10 * time.Minute
 	DefaultMaxConnectionDuration = 2 * time.Hour

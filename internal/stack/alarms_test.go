@@ -3,6 +3,7 @@ package stack
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -148,6 +149,62 @@ func TestAlarmsActionable(t *testing.T) {
 		name := strings.TrimPrefix(s.String("Resources", id, "Properties", "AlarmName"), "${AWS::StackName}-")
 		if !strings.Contains(runbook, "`"+name+"`") {
 			t.Errorf("docs/deploy.md's runbook has no line for %s (`%s`)", id, name)
+		}
+	}
+}
+
+// TestAlarmMathFillsMissing: an alarm expression that adds, subtracts, multiplies or
+// divides two or more series reads each of them only as FILL(id, 0). CloudWatch
+// publishes no datapoint for a function, table or route that had nothing to count in a
+// period, and a sum over a series without one must still be the sum of the others, not
+// missing: an idle connect function must not blind the route-error alarm to the message
+// function's errors. Every such alarm is found by scanning the template, so a new one is
+// checked too; the ones the review named must be among them.
+func TestAlarmMathFillsMissing(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	ident := regexp.MustCompile(`[a-z][A-Za-z0-9_]*`)
+	checked := map[string]bool{}
+	for _, id := range s.Resources("AWS::CloudWatch::Alarm") {
+		var a metricAlarm
+		if err := s.Decode(&a, "Resources", id, "Properties"); err != nil {
+			t.Fatal(err)
+		}
+		series := map[string]bool{}
+		for _, m := range a.Metrics {
+			if m.MetricStat != nil {
+				series[m.ID] = true
+			}
+		}
+		for _, m := range a.Metrics {
+			if m.Expression == "" || !strings.ContainsAny(m.Expression, "+-*/") {
+				continue // MAX([...]) of ages, or a plain series
+			}
+			read := map[string]bool{}
+			for _, name := range ident.FindAllString(m.Expression, -1) {
+				if series[name] {
+					read[name] = true
+				}
+			}
+			if len(read) < 2 {
+				continue // one series scaled (a percent of a constant): missing stays missing
+			}
+			checked[id] = true
+			rest := m.Expression
+			for name := range read {
+				rest = strings.ReplaceAll(rest, "FILL("+name+", 0)", "")
+			}
+			for _, name := range ident.FindAllString(rest, -1) {
+				if read[name] {
+					t.Errorf("%s: %s is read without FILL(%s, 0) in %q", id, name, name, m.Expression)
+				}
+			}
+		}
+	}
+	for _, id := range []string{"FunctionErrorsAlarm", "BackgroundErrorsAlarm", "FunctionThrottlesAlarm",
+		"AsyncEventsDroppedAlarm", "TableThrottlesAlarm", "ApiErrorsAlarm", "LaggedConnectionsAlarm"} {
+		if !checked[id] {
+			t.Errorf("%s has no expression combining its series: the check did not cover it", id)
 		}
 	}
 }

@@ -39,10 +39,11 @@ func TestDeliveryAlarmsAndDashboard(t *testing.T) {
 	t.Parallel()
 	s := loadStack(t)
 	for _, c := range []struct {
-		id, metric, stat, threshold, exprPattern string
+		id, metric, stat, threshold, exprPattern, idPattern string
 	}{
-		{"DeliveryLagAlarm", "DeliveryLag", "p99", "${DeliveryLagAlarmMilliseconds}", `^MAX\(\[(\w+(?:, \w+)*)\]\)$`},
-		{"LaggedConnectionsAlarm", "Lagged", "Sum", "${LaggedConnectionsAlarmThreshold}", `^(\w+(?: \+ \w+)*)$`},
+		{"DeliveryLagAlarm", "DeliveryLag", "p99", "${DeliveryLagAlarmMilliseconds}", `^MAX\(\[(\w+(?:, \w+)*)\]\)$`, `(\w+)`},
+		// A sum: each series filled with 0 where a function published nothing (TestAlarmMathFillsMissing).
+		{"LaggedConnectionsAlarm", "Lagged", "Sum", "${LaggedConnectionsAlarmThreshold}", `^(FILL\(\w+, 0\)(?: \+ FILL\(\w+, 0\))*)$`, `FILL\((\w+), 0\)`},
 	} {
 		var a struct {
 			Threshold any
@@ -87,7 +88,8 @@ func TestDeliveryAlarmsAndDashboard(t *testing.T) {
 			continue
 		}
 		var fns []string
-		for _, id := range regexp.MustCompile(`\w+`).FindAllString(mm[1], -1) {
+		for _, sub := range regexp.MustCompile(c.idPattern).FindAllStringSubmatch(mm[1], -1) {
+			id := sub[1]
 			fn, ok := ids[id]
 			if !ok {
 				t.Errorf("%s: %s in %q is no metric of the alarm", c.id, id, expr)

@@ -265,6 +265,35 @@ func TestConnectThrottle(t *testing.T) {
 	}
 }
 
+// TestKeepaliveThrottle: the keepalive route has a throttle of its own, so the
+// stage-wide limit (which guards the functions) does not cap the keepalives every
+// connection sends once per 9 minutes: its default rate covers at least 1,000,000
+// connections (1,000,000 / 540 s ≈ 1,852/s), where the stage-wide default covers 540,000.
+func TestKeepaliveThrottle(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	rs := func(k string) any {
+		return s.Get("Resources", "WebSocketStage", "Properties", "RouteSettings", "keepalive", k)
+	}
+	if rs("ThrottlingBurstLimit") != "${KeepaliveThrottlingBurstLimit}" || rs("ThrottlingRateLimit") != "${KeepaliveThrottlingRateLimit}" {
+		t.Errorf("stage RouteSettings.keepalive = %v, want the Keepalive throttling parameters", s.Get("Resources", "WebSocketStage", "Properties", "RouteSettings"))
+	}
+	if key := s.String("Resources", "KeepaliveRoute", "Properties", "RouteKey"); key != "keepalive" {
+		t.Errorf("KeepaliveRoute's RouteKey %q: the route settings name no route", key)
+	}
+	num := func(p string) float64 {
+		var f float64
+		if _, err := fmt.Sscan(jsonScalar(s.Get("Parameters", p, "Default")), &f); err != nil {
+			t.Fatalf("parameter %s: %v", p, err)
+		}
+		return f
+	}
+	const connections, interval = 1_000_000, 540.0 // the clients' 9-minute keepalive
+	if rate := num("KeepaliveThrottlingRateLimit"); rate < connections/interval {
+		t.Errorf("default KeepaliveThrottlingRateLimit %v covers %v connections, want at least %d", rate, rate*interval, connections)
+	}
+}
+
 // TestLocalStackArchitecture: the LocalStack recipe says which architecture the
 // functions are built for: the template's arm64 bootstraps run on an x86_64 host only
 // under emulation, so the recipe builds with LAMBDA_GOARCH=amd64 and creates the
@@ -323,7 +352,7 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 		}
 		expr := " " + m.returned().Expression + " "
 		for _, ms := range m.Metrics {
-			if ms.MetricStat != nil && !strings.Contains(strings.NewReplacer("(", " ", ")", " ").Replace(expr), " "+ms.ID+" ") {
+			if ms.MetricStat != nil && !strings.Contains(strings.NewReplacer("(", " ", ")", " ", ",", " ").Replace(expr), " "+ms.ID+" ") {
 				t.Errorf("%s: %s is not in the expression %q", c.id, ms.ID, expr)
 			}
 		}

@@ -4,14 +4,15 @@
 // chat, approve or deny parked calls, set the model and the tool policy, and watch
 // the session log event by event with each event's raw JSON. Event data is only ever
 // written with textContent, never parsed as HTML. An event the page cannot render (an
-// unknown type, a payload that is not an object) is shown raw, and never stops it. An
-// idle socket gets {"type":"keepalive"} before API Gateway's 10-minute idle timeout.
+// unknown type, a payload that is not an object) is shown raw, and never stops it. A
+// socket on which the page sent nothing for 9 minutes gets {"type":"keepalive"} before
+// API Gateway's 10-minute idle timeout.
 //
 // Built into ../static/app.js by client-ts (npm run build:page); the Go binary embeds
 // the built file, so `go build` needs no npm.
 import {
   ProtocolError, SessionProjection, StorageCursor, TerretClient, agentURL,
-  type ChatItem, type Notice, type SessionEvent, type Status, type ToolItem, type WebSocketLike,
+  type ChatItem, type Notice, type SessionEvent, type Status, type ToolItem,
 } from '@terret/client';
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -31,10 +32,11 @@ const ui = {
 const LOG_ROWS = 1000; // event log rows kept on the page
 const RECENT_AGENTS = 8;
 
-// API Gateway closes a WebSocket after 10 minutes without a message either way; a
-// socket idle for 9 sends this frame (a MOCK route on AWS: no invocation, one message).
-// ?keepalive_ms=N in the page's URL shortens the interval, for tests.
-const KEEPALIVE_FRAME = '{"type":"keepalive"}';
+// API Gateway closes a WebSocket after 10 minutes idle; the client sends
+// {"type":"keepalive"} once the page has sent nothing for 9 (a MOCK route on AWS: no
+// invocation, one message), however much it received: AWS does not document that the
+// server's frames count (docs/protocol.md, "Extension: keepalive"). ?keepalive_ms=N in
+// the page's URL shortens the interval, for tests.
 const KEEPALIVE_MS = (() => {
   const n = Number.parseInt(new URLSearchParams(location.search).get('keepalive_ms') ?? '', 10);
   return Number.isSafeInteger(n) && n > 0 ? n : 9 * 60 * 1000;
@@ -433,7 +435,7 @@ async function connect(): Promise<void> {
     batch: true, // consecutive events packed into one message (docs/protocol.md)
     minBackoffMs: 250,
     maxBackoffMs: 10000,
-    WebSocket: KeepaliveSocket,
+    keepaliveMs: KEEPALIVE_MS,
     onEvent: (ev, raw) => onEvent(c, ev, raw),
     onNotice: (n) => onNotice(c, n),
     onStatus: (s) => onStatus(c, s),
@@ -446,54 +448,6 @@ async function connect(): Promise<void> {
     if (c === client) showError((err as Error).message);
   }
   refreshButtons();
-}
-
-/**
- * KeepaliveSocket is the browser's WebSocket that sends KEEPALIVE_FRAME once nothing
- * has been sent or received for KEEPALIVE_MS: the idle timer restarts with every
- * message either way, so a busy socket never sends one.
- */
-class KeepaliveSocket implements WebSocketLike {
-  onopen: ((ev: any) => void) | null = null;
-  onmessage: ((ev: { data: unknown }) => void) | null = null;
-  onclose: ((ev: { code: number; reason: string }) => void) | null = null;
-  onerror: ((ev: any) => void) | null = null;
-  private readonly ws: WebSocket;
-  private timer: ReturnType<typeof setTimeout> | undefined;
-
-  constructor(url: string, protocols?: string | string[]) {
-    this.ws = new WebSocket(url, protocols);
-    this.ws.onopen = (e) => {
-      this.idle();
-      this.onopen?.(e);
-    };
-    this.ws.onmessage = (e) => {
-      this.idle();
-      this.onmessage?.(e);
-    };
-    this.ws.onclose = (e) => {
-      clearTimeout(this.timer);
-      this.onclose?.(e);
-    };
-    this.ws.onerror = (e) => this.onerror?.(e);
-  }
-  get readyState(): number {
-    return this.ws.readyState;
-  }
-  send(data: string): void {
-    this.ws.send(data);
-    this.idle();
-  }
-  close(code?: number, reason?: string): void {
-    clearTimeout(this.timer);
-    this.ws.close(code, reason);
-  }
-  private idle(): void {
-    clearTimeout(this.timer);
-    this.timer = setTimeout(() => {
-      if (this.ws.readyState === WebSocket.OPEN) this.send(KEEPALIVE_FRAME);
-    }, KEEPALIVE_MS);
-  }
 }
 
 /** safeStorage is localStorage, or a memory stand-in where storage is off. */

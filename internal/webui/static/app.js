@@ -206,12 +206,15 @@
       __publicField(this, "items", []);
       __publicField(this, "waiter", null);
       __publicField(this, "ended", false);
-      /** When a frame last went either way (ms): the keepalive's idle clock. */
-      __publicField(this, "traffic", Date.now());
+      /**
+       * When the client last sent a frame, or connected (ms): the keepalive's idle clock.
+       * Frames received do not move it: AWS does not document that the server's frames keep
+       * a connection open (docs/protocol.md, "Extension: keepalive").
+       */
+      __publicField(this, "sent", Date.now());
       __publicField(this, "keepaliveTimer");
       if (keepaliveMs > 0) this.armKeepalive(keepaliveMs);
       ws.onmessage = (m) => {
-        this.traffic = Date.now();
         if (typeof m.data === "string") {
           this.tap?.("in", m.data);
           this.push({ data: m.data });
@@ -221,16 +224,16 @@
       ws.onerror = () => {
       };
     }
-    /** armKeepalive looks again in ms: traffic meanwhile only moves the next look later. */
+    /** armKeepalive looks again in ms: a frame sent meanwhile only moves the next look later. */
     armKeepalive(ms) {
       this.keepaliveTimer = setTimeout(() => {
         if (this.ended) return;
-        const idle = Date.now() - this.traffic;
+        const idle = Date.now() - this.sent;
         if (idle < this.keepaliveMs) return this.armKeepalive(this.keepaliveMs - idle);
         if (this.ws.readyState === 1) {
           this.ws.send(KEEPALIVE_FRAME);
           this.tap?.("out", KEEPALIVE_FRAME);
-          this.traffic = Date.now();
+          this.sent = Date.now();
         }
         this.armKeepalive(this.keepaliveMs);
       }, ms);
@@ -268,7 +271,7 @@
       this.order++;
       const text = JSON.stringify({ ...frame, order: this.order });
       this.ws.send(text);
-      this.traffic = Date.now();
+      this.sent = Date.now();
       this.tap?.("out", text);
     }
     close(code = 1e3, reason = "") {
@@ -988,7 +991,6 @@
   };
   var LOG_ROWS = 1e3;
   var RECENT_AGENTS = 8;
-  var KEEPALIVE_FRAME2 = '{"type":"keepalive"}';
   var KEEPALIVE_MS = (() => {
     const n = Number.parseInt(new URLSearchParams(location.search).get("keepalive_ms") ?? "", 10);
     return Number.isSafeInteger(n) && n > 0 ? n : 9 * 60 * 1e3;
@@ -1352,7 +1354,7 @@
       // consecutive events packed into one message (docs/protocol.md)
       minBackoffMs: 250,
       maxBackoffMs: 1e4,
-      WebSocket: KeepaliveSocket,
+      keepaliveMs: KEEPALIVE_MS,
       onEvent: (ev, raw) => onEvent(c, ev, raw),
       onNotice: (n) => onNotice(c, n),
       onStatus: (s) => onStatus(c, s)
@@ -1366,47 +1368,6 @@
     }
     refreshButtons();
   }
-  var KeepaliveSocket = class {
-    constructor(url, protocols) {
-      __publicField(this, "onopen", null);
-      __publicField(this, "onmessage", null);
-      __publicField(this, "onclose", null);
-      __publicField(this, "onerror", null);
-      __publicField(this, "ws");
-      __publicField(this, "timer");
-      this.ws = new WebSocket(url, protocols);
-      this.ws.onopen = (e) => {
-        this.idle();
-        this.onopen?.(e);
-      };
-      this.ws.onmessage = (e) => {
-        this.idle();
-        this.onmessage?.(e);
-      };
-      this.ws.onclose = (e) => {
-        clearTimeout(this.timer);
-        this.onclose?.(e);
-      };
-      this.ws.onerror = (e) => this.onerror?.(e);
-    }
-    get readyState() {
-      return this.ws.readyState;
-    }
-    send(data) {
-      this.ws.send(data);
-      this.idle();
-    }
-    close(code, reason) {
-      clearTimeout(this.timer);
-      this.ws.close(code, reason);
-    }
-    idle() {
-      clearTimeout(this.timer);
-      this.timer = setTimeout(() => {
-        if (this.ws.readyState === WebSocket.OPEN) this.send(KEEPALIVE_FRAME2);
-      }, KEEPALIVE_MS);
-    }
-  };
   function safeStorage() {
     try {
       localStorage.getItem("terret.probe");
