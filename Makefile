@@ -58,8 +58,9 @@ build-%:
 # lambda_dir maps a logical id to its directory under functions/: RunnerFunction → runner.
 lambda_dir = $(shell printf '%s' '$(1:%Function=%)' | tr A-Z a-z)
 
-## bench: tail latency, replay throughput, request costs, reconnect storm and cold start
-## on the local stack, each beside a floor (docs/performance.md). Prints a table and
+## bench: tail latency, replay throughput, request costs, reconnect storm, cold start
+## and a turn's cost at three ages on the local stack, each beside a floor
+## (docs/performance.md). Prints a table and
 ## writes build/bench.json; BENCH_FLAGS passes flags (go run ./cmd/bench -h).
 ## A second run under the AWS latency profile (docs/performance.md, "The AWS latency
 ## profile") measures what the profile changes, within the 6-minute budget;

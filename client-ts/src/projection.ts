@@ -234,7 +234,7 @@ export class SessionProjection {
         // A marker: the model's context was summarised up to through_seq; the log (and
         // this projection) still holds every event.
         const q = p as EventPayloads['context/compacted'];
-        return this.note(seq, ev.type, `Context compacted: the model now sees a summary of events up to seq ${Number(q.through_seq ?? 0)}`);
+        return this.note(seq, ev.type, `Earlier context summarised through seq ${Number(q.through_seq ?? 0)}`);
       }
       case 'session/titled':
         this.title = String((p as EventPayloads['session/titled']).title ?? '');

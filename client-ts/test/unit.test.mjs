@@ -304,7 +304,7 @@ describe('SessionProjection', () => {
     [ev(0, 'session/created'), ev(1, 'user/message', { text: 'hi' }), ev(2, 'context/compacted', { through_seq: 1, summary: 'the user said hi' })].forEach((e) => v.apply(e));
     const marker = v.items.at(-1);
     assert.deepEqual([marker.kind, marker.source, marker.seq], ['note', 'context/compacted', 2]);
-    assert.match(marker.text, /up to seq 1$/);
+    assert.equal(marker.text, 'Earlier context summarised through seq 1');
     assert.equal(v.items.filter((i) => i.kind === 'user').length, 1);
   });
 });

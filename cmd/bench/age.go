@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,31 +28,51 @@ import (
 )
 
 // The age phase: does a turn cost the same at any age? On logs of 100, 10,000 and
-// 100,000 events (seeded with BatchWriteItem, outside the figures) an agent whose main
-// model is an OpenAI-compatible server in this process (2,000 characters a turn) runs
-// a warm-up turn — the first invocation builds the runner's checkpoint and compacts the
-// history into the budget — and then ageTurns plain turns, each one runner invocation
-// driven here. Per turn: the read and write units (the meter on the agent runtime's
-// own client; a refused conditional write priced 1 WRU), the runner invocations the
-// Service asked for, inject → turn/end, the runner's peak heap over the heap before it,
-// and the bytes of the model request.
-
-var ageSizes = []int{100, 10_000, 100_000}
+// 100,000 events (-age-sizes; seeded with BatchWriteItem before the stack starts,
+// outside the figures) an agent whose main model is an OpenAI-compatible server in
+// this process (2,000 characters a turn) runs a warm-up turn — the first invocation
+// builds the runner's checkpoint and compacts the history into the budget — and then
+// -age-rounds plain turns, each one runner invocation driven here. The turns go in
+// paired rounds: each round runs one turn on every log back to back, youngest first
+// in even rounds and oldest first in odd ones, so that the machine's load of the
+// moment falls on all alike. Per turn: the read and write units (the meter on the agent
+// runtime's own client; a refused conditional write priced 1 WRU), the runner
+// invocations the Service asked for, inject → turn/end, the runner's peak heap over the
+// heap before it, and the bytes of the model requests.
 
 const (
-	ageTurns  = 5
 	ageBudget = 2000 // context.budget_tokens
 	ageReply  = 2000 // characters of each answer
 )
 
+// ageRequestBound is the most bytes a model request may carry on the budget: the
+// history at about 4 bytes a token, the summary (at most budget_tokens bytes), and
+// 6 KB for the system prompt, the tools and the JSON around them.
+const ageRequestBound = 4*ageBudget + ageBudget + 6000
+
 type ageResult struct {
-	Events       int     `json:"events"`
-	RRU          float64 `json:"rru_per_turn"`
-	WRU          float64 `json:"wru_per_turn"`
-	Invocations  float64 `json:"invocations_per_turn"`
-	P50          float64 `json:"p50_ms"`
-	PeakHeapMB   float64 `json:"peak_heap_mb"`
-	RequestBytes int     `json:"max_model_request_bytes"`
+	Events      int     `json:"events"`
+	RRU         float64 `json:"rru_per_turn"`
+	WRU         float64 `json:"wru_per_turn"`
+	Invocations float64 `json:"invocations_per_turn"`
+	// P50 is the median of this log's turns (inject → turn/end). Paired is the turn
+	// of the median round — the round whose ratio of this log's turn to the youngest
+	// log's turn in the same round is the median of the rounds' — and PairedFloor that
+	// round's turn on the youngest log: Paired/PairedFloor is the median ratio.
+	P50         float64 `json:"p50_ms"`
+	Paired      float64 `json:"paired_ms"`
+	PairedFloor float64 `json:"paired_floor_ms"`
+	// PeakHeapMB is the runner's peak heap over the heap before the turn: the larger of
+	// the least of the compacting turns' and the least of the others'. The heap is the
+	// process's, and the stack's own goroutines (the stream pollers, delivery) only add
+	// to it when they happen to run during a turn: the least of several turns is the
+	// tightest bound on the runner's, taken for both kinds of turn.
+	PeakHeapMB   float64   `json:"peak_heap_mb"`
+	RequestBytes int       `json:"max_model_request_bytes"`
+	WarmUpMS     float64   `json:"warm_up_ms"`
+	TurnsMS      []float64 `json:"turns_ms"` // by round
+	HeapMB       []float64 `json:"peak_heap_mb_turns"`
+	Compacted    []bool    `json:"compacted_turns"` // the turns that logged a context/compacted
 }
 
 // ageServer is the OpenAI-compatible chat-completions server: every answer is ageReply
@@ -98,7 +120,55 @@ func (c *countInvoker) Invoke(context.Context, *lambda.InvokeInput, ...func(*lam
 	return &lambda.InvokeOutput{StatusCode: 202}, nil
 }
 
+// ageSizes parses -age-sizes: log lengths, ascending, the first the floor.
+func ageSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 10 || (len(out) > 0 && n <= out[len(out)-1]) {
+			return nil, fmt.Errorf("-age-sizes %q: want ascending event counts of at least 10, comma-separated", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func ageAgent(size int) string { return fmt.Sprintf("age-%d", size) }
+
+// seedAge seeds the age phase's logs, before the stack starts (seedAll).
+func (b *bench) seedAge(ctx context.Context) error {
+	sizes, err := ageSizes(b.o.ageSizes)
+	if err != nil {
+		return err
+	}
+	began := time.Now()
+	total := 0
+	for _, n := range sizes {
+		if err := seedAged(ctx, b.st.raw, b.st.cfg.LogTable, ageAgent(n), n); err != nil {
+			return fmt.Errorf("seed %d events for the age phase: %w", n, err)
+		}
+		total += n
+	}
+	b.res.ageSeeded = time.Since(began)
+	b.progress("seeded %d events for the age phase in %v", total, b.res.ageSeeded.Round(time.Millisecond))
+	return nil
+}
+
+// ageTurn is one measured turn.
+type ageTurn struct {
+	wall      time.Duration
+	heap      uint64
+	units     opStat
+	invoked   int64
+	requests  int  // the largest model request's bytes
+	compacted bool // it logged a context/compacted
+}
+
 func (b *bench) runAge(ctx context.Context) error {
+	sizes, err := ageSizes(b.o.ageSizes)
+	if err != nil {
+		return err
+	}
 	srv := newAgeServer()
 	defer srv.srv.Close()
 	p, err := openai.NewProvider(http.DefaultClient, openai.Config{BaseURL: srv.srv.URL + "/v1"})
@@ -125,86 +195,167 @@ func (b *bench) runAge(ctx context.Context) error {
 		return err
 	}
 	plain := sessionlog.New(b.st.raw, b.st.cfg.LogTable)
-	for _, size := range ageSizes {
-		id := fmt.Sprintf("age-%d-%d", size, time.Now().UnixNano()%1e9)
-		began := time.Now()
-		if err := seedAged(ctx, b.st.raw, b.st.cfg.LogTable, id, size); err != nil {
-			return fmt.Errorf("seed %d events: %w", size, err)
+	turn := func(size int, text string) (ageTurn, error) {
+		id := ageAgent(size)
+		from, err := plain.Tip(ctx, id)
+		if err != nil {
+			return ageTurn{}, err
 		}
-		b.progress("age: seeded %d events in %v", size, time.Since(began).Round(time.Millisecond))
-		turn := func(text string) (time.Duration, uint64, error) {
-			runtime.GC()
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			base := ms.HeapAlloc
-			peak := base
-			done := make(chan struct{})
-			sampled := make(chan struct{})
-			go func() {
-				defer close(sampled)
-				t := time.NewTicker(2 * time.Millisecond)
-				defer t.Stop()
-				for {
-					var s runtime.MemStats
-					runtime.ReadMemStats(&s)
-					peak = max(peak, s.HeapAlloc)
-					select {
-					case <-done:
-						return
-					case <-t.C:
-					}
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		base := ms.HeapAlloc
+		peak := base
+		done := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			t := time.NewTicker(2 * time.Millisecond)
+			defer t.Stop()
+			for {
+				var s runtime.MemStats
+				runtime.ReadMemStats(&s)
+				peak = max(peak, s.HeapAlloc)
+				select {
+				case <-done:
+					return
+				case <-t.C:
 				}
-			}()
-			t0 := time.Now()
-			err := svc.Inject(ctx, id, text, true)
-			if err == nil {
-				err = runner.Run(ctx, id)
 			}
-			took := time.Since(t0)
-			close(done)
-			<-sampled
-			if err != nil {
-				return 0, 0, err
-			}
-			tip, err := plain.Tip(ctx, id)
-			if err != nil {
-				return 0, 0, err
-			}
-			last, err := plain.Read(ctx, id, tip, 1)
-			if err != nil || len(last) != 1 || last[0].Type != agent.TypeTurnEnd || !strings.Contains(string(last[0].Payload), `"completed"`) {
-				return 0, 0, fmt.Errorf("turn on the %d-event log did not complete: %v %v", size, last, err)
-			}
-			return took, peak - base, nil
+		}()
+		srv.takeLargest()
+		before, invBefore := m.snapshot(), inv.n.Load()
+		t0 := time.Now()
+		err = svc.Inject(ctx, id, text, true)
+		if err == nil {
+			err = runner.Run(ctx, id)
 		}
-		if _, _, err := turn("Warm up: what happened so far?"); err != nil {
+		took := time.Since(t0)
+		close(done)
+		<-sampled
+		if err != nil {
+			return ageTurn{}, err
+		}
+		at := ageTurn{wall: took, heap: peak - base, units: m.snapshot().since(before).sum(dynamo), invoked: inv.n.Load() - invBefore, requests: srv.takeLargest()}
+		evs, err := plain.Read(ctx, id, from+1, 1000)
+		if err != nil || len(evs) == 0 || evs[len(evs)-1].Type != agent.TypeTurnEnd || !strings.Contains(string(evs[len(evs)-1].Payload), `"completed"`) {
+			return ageTurn{}, fmt.Errorf("turn on the %d-event log did not complete: %v %v", size, evs, err)
+		}
+		for _, ev := range evs {
+			at.compacted = at.compacted || ev.Type == agent.TypeContextCompacted
+		}
+		return at, nil
+	}
+	res := make([]ageResult, len(sizes))
+	turns := make([][]ageTurn, len(sizes))
+	for i, size := range sizes {
+		t, err := turn(size, "Warm up: what happened so far?")
+		if err != nil {
 			return err
 		}
-		srv.takeLargest()
-		r := ageResult{Events: size}
-		var walls []time.Duration
-		var peak uint64
-		before, invBefore := m.snapshot(), inv.n.Load()
-		for i := range ageTurns {
-			took, heap, err := turn(fmt.Sprintf("Plain question %d: and the weather tomorrow?", i))
+		res[i] = ageResult{Events: size, WarmUpMS: msOf(t.wall)}
+		b.progress("age: warm-up turn on %d events (checkpoint built, history compacted) in %v", size, t.wall.Round(time.Millisecond))
+		// Every log then runs plain turns until two of them have compacted: from the
+		// second on, what a compaction keeps is the same on every log (the turns since
+		// the previous one, no seeded event), so every log compacts on the same rounds
+		// and each round's turns do the same work whatever the log's age.
+		for k, compacted := 0, 0; compacted < 2; k++ {
+			if k == 12 {
+				return fmt.Errorf("%d compactions in 12 turns on the %d-event log, want 2", compacted, size)
+			}
+			if t, err = turn(size, fmt.Sprintf("Plain question %d: and the weather tomorrow?", k)); err != nil {
+				return err
+			}
+			if t.compacted {
+				compacted++
+			}
+		}
+	}
+	rounds := max(b.o.ageRounds, 1)
+	for r := range rounds {
+		order := make([]int, len(sizes))
+		for i := range order {
+			order[i] = i
+			if r%2 == 1 {
+				order[i] = len(sizes) - 1 - i
+			}
+		}
+		for _, i := range order {
+			t, err := turn(sizes[i], fmt.Sprintf("Plain question %d: and the weather tomorrow?", r))
 			if err != nil {
 				return err
 			}
-			walls = append(walls, took)
-			peak = max(peak, heap)
+			turns[i] = append(turns[i], t)
 		}
-		u := m.snapshot().since(before).sum(dynamo)
-		r.RRU = u.RRU / ageTurns
-		r.WRU = (u.WRU + float64(u.CondFailed)) / ageTurns
-		r.Invocations = float64(inv.n.Load()-invBefore) / ageTurns
-		slices.Sort(walls)
-		r.P50 = float64(walls[len(walls)/2].Microseconds()) / 1000
-		r.PeakHeapMB = float64(peak) / (1 << 20)
-		r.RequestBytes = srv.takeLargest()
-		b.res.age = append(b.res.age, r)
-		b.progress("age: %d events: %.1f RRU, %.1f WRU, %.1f invocations a turn; p50 inject→turn/end %.0f ms; runner peak heap %.1f MB; largest model request %d bytes (budget %d tokens)",
-			size, r.RRU, r.WRU, r.Invocations, r.P50, r.PeakHeapMB, r.RequestBytes, ageBudget)
 	}
+	for i := range sizes {
+		x := &res[i]
+		for _, t := range turns[i] {
+			x.RRU += t.units.RRU / float64(rounds)
+			x.WRU += (t.units.WRU + float64(t.units.CondFailed)) / float64(rounds)
+			x.Invocations += float64(t.invoked) / float64(rounds)
+			x.RequestBytes = max(x.RequestBytes, t.requests)
+			x.TurnsMS = append(x.TurnsMS, msOf(t.wall))
+			x.HeapMB = append(x.HeapMB, float64(t.heap)/(1<<20))
+			x.Compacted = append(x.Compacted, t.compacted)
+		}
+	}
+	summarizeAge(res)
+	for _, x := range res {
+		b.progress("age: %d events: %.1f RRU, %.1f WRU, %.1f invocations a turn; inject→turn/end p50 %.0f ms, median round %.0f ms vs %.0f ms on %d events (%.2f×); runner peak heap %.2f MB; largest model request %d bytes (budget %d tokens)",
+			x.Events, x.RRU, x.WRU, x.Invocations, x.P50, x.Paired, x.PairedFloor, sizes[0], x.Paired/x.PairedFloor, x.PeakHeapMB, x.RequestBytes, ageBudget)
+	}
+	b.res.age = res
 	return nil
+}
+
+// summarizeAge sets each log's P50 (the median of its turns), its PeakHeapMB and its
+// paired figure: the round whose ratio of this log's turn to the youngest log's (res[0])
+// is the median of the rounds' ratios, that is Paired/PairedFloor — a ratio of two
+// turns a second apart, under the same load.
+func summarizeAge(res []ageResult) {
+	for i := range res {
+		x := &res[i]
+		x.P50 = median(x.TurnsMS)
+		least := map[bool]float64{}
+		for r, h := range x.HeapMB {
+			c := r < len(x.Compacted) && x.Compacted[r]
+			if l, ok := least[c]; !ok || h < l {
+				least[c] = h
+			}
+		}
+		x.PeakHeapMB = max(least[true], least[false])
+		rounds := min(len(x.TurnsMS), len(res[0].TurnsMS))
+		if rounds == 0 {
+			continue
+		}
+		ratios := make([]float64, rounds)
+		for r := range rounds {
+			ratios[r] = x.TurnsMS[r] / res[0].TurnsMS[r]
+		}
+		m := medianIndex(ratios)
+		x.Paired, x.PairedFloor = x.TurnsMS[m], res[0].TurnsMS[m]
+	}
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// medianIndex is the index of the median of xs (the lower middle one for an even
+// count), as the replay's rounds take it.
+func medianIndex(xs []float64) int {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(xs[a], xs[b]) })
+	return idx[(len(idx)-1)/2]
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[medianIndex(xs)]
 }
 
 // seedAged writes session/created and n events after it — a policy/updated, then
@@ -265,4 +416,64 @@ func seedAged(ctx context.Context, db *dynamodb.Client, table, id string, n int)
 	close(batches)
 	wg.Wait()
 	return first
+}
+
+// ageMetrics are the age phase's figures of a log; each is held, at the oldest log,
+// to 1.2× the youngest log's (a turn costs the same at any age).
+var ageMetrics = []struct {
+	name, unit string
+	v          func(ageResult) float64
+}{
+	{"read units / turn", "RRU", func(x ageResult) float64 { return x.RRU }},
+	{"write units / turn", "WRU", func(x ageResult) float64 { return x.WRU }},
+	{"runner invocations / turn", "invocations", func(x ageResult) float64 { return x.Invocations }},
+	{"runner peak heap over the heap before the turn", "MB", func(x ageResult) float64 { return x.PeakHeapMB }},
+	{"largest model request", "bytes", func(x ageResult) float64 { return float64(x.RequestBytes) }},
+}
+
+// reportAge adds the age phase's figures: per log length, each metric beside the
+// youngest log's, the oldest log's held to ≤ 1.2× it; inject → turn/end as the median
+// of the paired rounds' ratios; the model request against the budget's bound.
+func (b *bench) reportAge(r *report, add func(section, name, unit string, value float64, floor *float64, t target)) {
+	rs := b.res.age
+	if len(rs) == 0 {
+		return
+	}
+	r.Age = rs
+	r.Settings["age_sizes"], r.Settings["age_rounds"] = b.o.ageSizes, b.o.ageRounds
+	r.Settings["age_budget_tokens"], r.Settings["age_reply_chars"] = ageBudget, ageReply
+	r.Settings["age_seeded_s"] = b.res.ageSeeded.Seconds()
+	young, oldest := rs[0], rs[len(rs)-1].Events
+	sec := fmt.Sprintf("age: a plain turn on an aged log, %d paired rounds (floor: the %d-event log)", len(rs[0].TurnsMS), young.Events)
+	targetAt := func(x ageResult) target {
+		if x.Events == oldest && oldest != young.Events {
+			return ratioAtMost(1.2)
+		}
+		return noTarget
+	}
+	for _, x := range rs {
+		name := fmt.Sprintf("%d events: inject → turn/end, median round", x.Events)
+		if x.Events == young.Events {
+			add(sec, fmt.Sprintf("%d events: inject → turn/end p50", x.Events), "ms", x.P50, nil, noTarget)
+			continue
+		}
+		// The median round's pair: its ratio is the median of the rounds' ratios.
+		pf := x.PairedFloor
+		add(sec, name, "ms", x.Paired, &pf, targetAt(x))
+	}
+	for _, m := range ageMetrics {
+		base := m.v(young)
+		for _, x := range rs {
+			var floor *float64
+			if x.Events != young.Events {
+				floor = &base
+			}
+			add(sec, fmt.Sprintf("%d events: %s", x.Events, m.name), m.unit, m.v(x), floor, targetAt(x))
+		}
+	}
+	bound := target{fmt.Sprintf("≤ %d B (budget %d tokens)", ageRequestBound, ageBudget), func(v, _ float64) bool { return v <= ageRequestBound }}
+	for _, x := range rs {
+		add(sec, fmt.Sprintf("%d events: largest model request, bounded by the budget", x.Events), "bytes", float64(x.RequestBytes), nil, bound)
+	}
+	add(sec, "seeding (BatchWriteItem, not part of the figures)", "s", b.res.ageSeeded.Seconds(), nil, noTarget)
 }

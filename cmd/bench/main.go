@@ -11,7 +11,9 @@
 //   - cost per client frame (set_policy, steer), plain and with the order field;
 //   - a reconnect storm of 200 clients with 1,000 events each;
 //   - cold start of each function under the Lambda Runtime Interface Emulator; floor: a
-//     hello-world Go Lambda built the same way.
+//     hello-world Go Lambda built the same way;
+//   - age: a plain turn's units, invocations, time, heap and model request on logs of
+//     100, 10,000 and 100,000 events; floor: the same on the 100-event log.
 //
 // It prints one table and writes the same figures as JSON (-out, default
 // build/bench.json). `make bench` runs it; docs/performance.md explains the figures.
@@ -59,6 +61,8 @@ type options struct {
 	agents                string // fleet sizes of the agents phase
 	agentTurns            int
 	frames                int
+	ageSizes              string // log lengths of the age phase
+	ageRounds             int
 	poll                  time.Duration
 	maxReplays            int
 	quiet                 bool
@@ -95,6 +99,7 @@ type results struct {
 	refused              refusedResult
 	agents               []fleetResult
 	age                  []ageResult
+	ageSeeded            time.Duration
 	frames               []frameResult
 	ranPhases            map[string]bool
 }
@@ -105,7 +110,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold", "phases to run, comma-separated (also: refused, agents, age)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age", "phases to run, comma-separated (also: refused, agents)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -122,6 +127,8 @@ func main() {
 	flag.StringVar(&o.agents, "agents", "10,50,200", "fleet sizes of the agents phase: agents running turns at once, one client each")
 	flag.IntVar(&o.agentTurns, "agent-turns", 2, "counted turns of each agent in the agents phase (after one uncounted)")
 	flag.IntVar(&o.frames, "frames", 20, "client frames of each kind, plain and numbered, in the frames phase")
+	flag.StringVar(&o.ageSizes, "age-sizes", "100,10000,100000", "log lengths of the age phase, ascending (the first is the floor)")
+	flag.IntVar(&o.ageRounds, "age-rounds", 15, "paired rounds of the age phase, each a plain turn on every log back to back, alternating which goes first")
 	flag.DurationVar(&o.poll, "poll-interval", 50*time.Millisecond, "stream poll interval (terret dev's default)")
 	flag.IntVar(&o.maxReplays, "max-concurrent-replays", 4, "max_concurrent_replays")
 	flag.BoolVar(&o.quiet, "quiet", false, "no progress lines")

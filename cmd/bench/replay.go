@@ -81,7 +81,8 @@ func stormSessions(n int) []string {
 }
 
 // seedAll seeds, before the service starts, the logs the replay and storm phases
-// replay: BatchWriteItem from several goroutines (DynamoDB Local's write rate bounds it).
+// replay and the age phase's aged agents run turns on: BatchWriteItem from several
+// goroutines (DynamoDB Local's write rate bounds it).
 func (b *bench) seedAll(ctx context.Context, phases map[string]bool) error {
 	var sessions []string
 	events := 0
@@ -102,6 +103,11 @@ func (b *bench) seedAll(ctx context.Context, phases map[string]bool) error {
 		}
 		b.res.storm.Seeded = time.Since(began)
 		b.progress("seeded %d sessions × %d events for the storm in %v", len(sessions), events, b.res.storm.Seeded.Round(time.Millisecond))
+	}
+	if phases["age"] {
+		if err := b.seedAge(ctx); err != nil {
+			return err
+		}
 	}
 	return nil
 }

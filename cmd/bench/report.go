@@ -119,7 +119,10 @@ type report struct {
 	// ReplayRounds holds each replay round's figures (events/s and service/floor), in
 	// the order measured; the replay figures are the median round's.
 	ReplayRounds map[string]replayRounds `json:"replay_rounds,omitempty"`
-	order        []string
+	// Age holds the age phase's figures by log length, each turn's time and heap by
+	// round (the figures' "age" section is made from them).
+	Age   []ageResult `json:"age,omitempty"`
+	order []string
 }
 
 type replayRounds struct {
@@ -150,22 +153,7 @@ func (b *bench) report(lc *levelCounter) *report {
 		StackWarn:   lc.warn.Load(),
 		StackErrors: lc.err.Load(),
 	}
-	add := func(section, name, unit string, value float64, floor *float64, t target) {
-		f := figure{Section: section, Name: name, Unit: unit, Value: value, Floor: floor, Target: t.text}
-		ratio := math.NaN()
-		if floor != nil && *floor != 0 {
-			ratio = value / *floor
-			f.Ratio = &ratio
-		}
-		if t.ok != nil {
-			ok := t.ok(value, ratio)
-			if math.IsNaN(ratio) && strings.Contains(t.text, "floor") {
-				ok = false
-			}
-			f.Meets = &ok
-		}
-		r.Figures = append(r.Figures, f)
-	}
+	add := r.add
 	fl := func(v float64) *float64 { return &v }
 	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	ran := b.res.ranPhases
@@ -329,6 +317,9 @@ func (b *bench) report(lc *levelCounter) *report {
 	if ran["agents"] {
 		b.reportAgents(r, add)
 	}
+	if ran["age"] {
+		b.reportAge(r, add)
+	}
 	if ran["cold"] {
 		sec := "cold start under the Runtime Interface Emulator (median)"
 		h := b.res.coldFloor
@@ -341,6 +332,25 @@ func (b *bench) report(lc *levelCounter) *report {
 	}
 	r.RuntimeSec = time.Since(b.began).Seconds()
 	return r
+}
+
+// add appends a figure: value beside its floor (if any) with their ratio, checked
+// against t (a target on the ratio misses when there is no floor).
+func (r *report) add(section, name, unit string, value float64, floor *float64, t target) {
+	f := figure{Section: section, Name: name, Unit: unit, Value: value, Floor: floor, Target: t.text}
+	ratio := math.NaN()
+	if floor != nil && *floor != 0 {
+		ratio = value / *floor
+		f.Ratio = &ratio
+	}
+	if t.ok != nil {
+		ok := t.ok(value, ratio)
+		if math.IsNaN(ratio) && strings.Contains(t.text, "floor") {
+			ok = false
+		}
+		f.Meets = &ok
+	}
+	r.Figures = append(r.Figures, f)
 }
 
 func envelopeBytes() int {
@@ -521,6 +531,8 @@ func num(v float64, unit string) string {
 		return fmt.Sprintf("%.0f ev/s", v)
 	case "MB":
 		return fmt.Sprintf("%.2f MB", v)
+	case "bytes":
+		return fmt.Sprintf("%.0f B", v)
 	case "events", "reads", "frames":
 		if v == math.Trunc(v) {
 			return fmt.Sprintf("%.0f", v)

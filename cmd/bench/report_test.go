@@ -131,3 +131,71 @@ func TestTurnTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestAgeFigures: the age phase's inject → turn/end is the median of the paired
+// rounds' ratios (not the ratio of the two logs' medians, which a slow moment on one
+// side would swing), and each figure of the oldest log is held to 1.2× the youngest
+// log's, the model request to the budget's bound.
+func TestAgeFigures(t *testing.T) {
+	res := []ageResult{
+		{Events: 100, RRU: 7, WRU: 10.8, Invocations: 1, RequestBytes: 8000, TurnsMS: []float64{100, 300, 110}, HeapMB: []float64{1.5, 1.9, 1.6}},
+		{Events: 10_000, RRU: 9, WRU: 10.8, Invocations: 1, RequestBytes: 7000, TurnsMS: []float64{400, 290, 100}, HeapMB: []float64{1.5, 1.5, 1.5}},
+		{Events: 100_000, RRU: 8.5, WRU: 12, Invocations: 1, RequestBytes: ageRequestBound + 1, TurnsMS: []float64{110, 290, 150}, HeapMB: []float64{1.4, 1.6, 9}, Compacted: []bool{false, true, true}},
+	}
+	summarizeAge(res)
+	// Rounds' ratios at 100,000: 1.1, 0.97, 1.36 — the median is round 0's; the logs'
+	// own medians (150 against 110) would make 1.36. The heap: the larger of the least
+	// plain turn's (1.4) and the least compacting turn's (1.6; 9 is a turn the stack's
+	// own work fell into).
+	if x := res[2]; x.Paired != 110 || x.PairedFloor != 100 || x.P50 != 150 || x.PeakHeapMB != 1.6 {
+		t.Fatalf("100,000 events: paired %v/%v, p50 %v, heap %v; want 110/100, 150, 1.6", x.Paired, x.PairedFloor, x.P50, x.PeakHeapMB)
+	}
+	if x := res[0]; x.PeakHeapMB != 1.5 {
+		t.Fatalf("100 events: heap %v, want the least of its turns, 1.5 (none compacted)", x.PeakHeapMB)
+	}
+	// Lower middle of an even count, as the replay's rounds.
+	if got := medianIndex([]float64{4, 1, 3, 2}); got != 3 {
+		t.Fatalf("medianIndex of 4 1 3 2 = %d, want 3 (the 2)", got)
+	}
+	b := &bench{o: options{ageSizes: "100,10000,100000", ageRounds: 3}}
+	b.res.age = res
+	r := &report{Settings: map[string]any{}}
+	b.reportAge(r, r.add)
+	want := map[string]string{ // name → target and verdict ("" none)
+		"100 events: inject → turn/end p50":                             "",
+		"10000 events: inject → turn/end, median round":                 "",
+		"100000 events: inject → turn/end, median round":                "≤ 1.2× floor ok",
+		"10000 events: read units / turn":                               "",
+		"100000 events: read units / turn":                              "≤ 1.2× floor MISS",
+		"100000 events: write units / turn":                             "≤ 1.2× floor ok",
+		"100000 events: runner invocations / turn":                      "≤ 1.2× floor ok",
+		"100000 events: runner peak heap over the heap before the turn": "≤ 1.2× floor ok",
+		"100000 events: largest model request":                          "≤ 1.2× floor MISS",
+		"100 events: largest model request, bounded by the budget":      "≤ 16000 B (budget 2000 tokens) ok",
+		"100000 events: largest model request, bounded by the budget":   "≤ 16000 B (budget 2000 tokens) MISS",
+	}
+	seen := map[string]bool{}
+	for _, f := range r.Figures {
+		got := f.Target
+		if f.Meets != nil {
+			got += map[bool]string{true: " ok", false: " MISS"}[*f.Meets]
+		}
+		if w, ok := want[f.Name]; ok {
+			seen[f.Name] = true
+			if got != w {
+				t.Errorf("%s: target %q, want %q", f.Name, got, w)
+			}
+		}
+		if f.Name == "100000 events: inject → turn/end, median round" && (f.Value != 110 || *f.Floor != 100) {
+			t.Errorf("%s: %v beside %v, want 110 beside 100", f.Name, f.Value, *f.Floor)
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("no figure %q", name)
+		}
+	}
+	if len(r.Age) != 3 || r.Settings["age_rounds"] != 3 {
+		t.Errorf("the JSON lacks the age results or settings: %d results, settings %v", len(r.Age), r.Settings)
+	}
+}

@@ -233,6 +233,10 @@ func (v *chatView) say(style, format string, args ...any) {
 
 func (v *chatView) problem(format string, args ...any) { v.say(styleRed, "! "+format, args...) }
 
+// compactedMarker is how a context/compacted shows, followed by its through_seq: the
+// same words as the TypeScript projection and the web page (docs/client-ts.md).
+const compactedMarker = "Earlier context summarised through seq"
+
 // event renders one log event.
 func (v *chatView) event(ev client.Event) error {
 	v.mu.Lock()
@@ -253,6 +257,7 @@ func (v *chatView) event(ev client.Event) error {
 		Status    string          `json:"status"`
 		Patterns  []string        `json:"patterns"`
 		Title     string          `json:"title"`
+		Through   int64           `json:"through_seq"`
 	}
 	_ = json.Unmarshal(ev.Payload, &p) // a payload of other shapes renders with empty fields
 	switch ev.Type {
@@ -325,6 +330,10 @@ func (v *chatView) event(ev client.Event) error {
 		v.line(styleDim, "· policy: "+s)
 	case "session/titled":
 		v.line(styleDim, "· title: "+p.Title)
+	case "context/compacted":
+		// A marker, not the summary: the model sees the summary from here on, the log
+		// (and this chat) still holds every event.
+		v.line(styleDim, fmt.Sprintf("· %s %d", compactedMarker, p.Through))
 	case "session/created":
 	default:
 		v.line(styleDim, "· "+ev.Type+" "+v.compact(ev.Payload))

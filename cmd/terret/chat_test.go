@@ -218,6 +218,7 @@ func TestChatView(t *testing.T) {
 	ev("turn/end", `{"turn_id":"t1","status":"completed"}`)
 	ev("turn/end", `{"turn_id":"t2","status":"failed","reason":"model down"}`)
 	ev("session/titled", `{"title":"Greetings"}`)
+	ev("context/compacted", `{"through_seq":12,"summary":"the user said hi"}`)
 	ev("custom/thing", `{"a": 1}`)
 	v.notice(&client.ProtocolError{Code: client.CodeStaleCall, Message: "no standing approval request"})
 	v.notice(&client.ReplayTruncated{Requested: 0, From: 16})
@@ -243,6 +244,7 @@ func TestChatView(t *testing.T) {
 · turn completed
 · turn failed: model down
 · title: Greetings
+· Earlier context summarised through seq 12
 · custom/thing {"a":1}
 ! stale_call: no standing approval request
 · history before seq 16 is not replayed (the server's replay limit)

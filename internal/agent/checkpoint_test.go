@@ -188,6 +188,13 @@ func seedLog(t *testing.T, db *dynamodb.Client, table, id string, n int) {
 			ev(seq+3, agent.TypeTurnEnd, map[string]any{"turn_id": turn, "status": "completed"}))
 		seq += 4
 	}
+	writeEvents(t, db, table, events)
+}
+
+// writeEvents writes events to the log table with BatchWriteItem, 25 a request from
+// 8 goroutines, as a runner of before checkpoints (or another writer) left them.
+func writeEvents(t *testing.T, db *dynamodb.Client, table string, events []sessionlog.Event) {
+	t.Helper()
 	var wg sync.WaitGroup
 	batches := make(chan []sessionlog.Event)
 	errs := make(chan error, 8)

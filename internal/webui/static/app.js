@@ -948,7 +948,7 @@
         }
         case "context/compacted": {
           const q = p;
-          return this.note(seq, ev.type, `Context compacted: the model now sees a summary of events up to seq ${Number(q.through_seq ?? 0)}`);
+          return this.note(seq, ev.type, `Earlier context summarised through seq ${Number(q.through_seq ?? 0)}`);
         }
         case "session/titled":
           this.title = String(p.title ?? "");
