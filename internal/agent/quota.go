@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/dynamoerr"
 	"github.com/terret/terret-ws/internal/tools"
 )
 
@@ -144,7 +145,7 @@ func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, d
 		ExpressionAttributeNames:  names(attrs...),
 		ExpressionAttributeValues: vals,
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return errLeaseLost
 	}
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // Deferred wakes. A turn that a quota refused leaves its waking inject queued; nothing
@@ -106,7 +108,7 @@ func (st *store) claimWake(ctx context.Context, d deferred, now, until time.Time
 		ExpressionAttributeNames:  names("ref", "claim_until"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ref": s(d.Ref), ":now": n(now.UnixMilli()), ":until": n(until.UnixMilli())},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -125,7 +127,7 @@ func (st *store) unclaimWake(ctx context.Context, d deferred) error {
 		ExpressionAttributeNames:  names("ref", "claim_until"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ref": s(d.Ref)},
 	})
-	if _, ok := isCCF(err); ok || err == nil {
+	if err == nil || dynamoerr.CondFailed(err) {
 		return nil
 	}
 	return fmt.Errorf("agent: release claim on deferred wake of %s: %w", d.AgentID, err)
@@ -141,7 +143,7 @@ func (st *store) dropWake(ctx context.Context, d deferred) error {
 		ExpressionAttributeNames:  names("ref"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ref": s(d.Ref)},
 	})
-	if _, ok := isCCF(err); ok || err == nil {
+	if err == nil || dynamoerr.CondFailed(err) {
 		return nil
 	}
 	return fmt.Errorf("agent: drop deferred wake of %s: %w", d.AgentID, err)

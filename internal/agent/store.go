@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // DB is the part of the DynamoDB client the runtime uses on AgentsTable.
@@ -155,10 +157,6 @@ func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Valu
 func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
-func isCCF(err error) (*types.ConditionalCheckFailedException, bool) {
-	var ccf *types.ConditionalCheckFailedException
-	return ccf, errors.As(err, &ccf)
-}
 
 func decodeState(item map[string]types.AttributeValue) (state, error) {
 	var st state
@@ -290,8 +288,8 @@ func (st *store) acquire(ctx context.Context, agentID, me string, now, until tim
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if ccf, ok := isCCF(err); ok {
-		held, derr := decodeState(ccf.Item)
+	if item, ok := dynamoerr.CondFailedItem(err); ok {
+		held, derr := decodeState(item)
 		return held, false, derr
 	}
 	if err != nil {
@@ -309,7 +307,7 @@ func (st *store) renew(ctx context.Context, agentID, me string, until time.Time)
 		ExpressionAttributeNames:  names("owner", "lease_until"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli())},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return errLeaseLost
 	}
 	if err != nil {
@@ -370,8 +368,8 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if ccf, ok := isCCF(err); ok {
-		cur, derr := decodeState(ccf.Item)
+	if item, ok := dynamoerr.CondFailedItem(err); ok {
+		cur, derr := decodeState(item)
 		if derr != nil {
 			return state{}, false, derr
 		}
@@ -395,7 +393,7 @@ func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSe
 		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return errLeaseLost
 	}
 	if err != nil {
@@ -423,7 +421,7 @@ func (st *store) claimTurn(ctx context.Context, agentID, me string, c claim) (st
 		ExpressionAttributeValues: vals,
 		ReturnValues:              types.ReturnValueAllNew,
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return state{}, errLeaseLost
 	}
 	if err != nil {
@@ -441,7 +439,7 @@ func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason 
 		ExpressionAttributeNames:  names("owner", "turn_id", "cancel_turn", "cancel_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":r": s(reason)},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return errLeaseLost
 	}
 	if err != nil {
@@ -461,8 +459,8 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 	in.ExpressionAttributeValues[":me"] = s(me)
 	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 	_, err := st.update(ctx, agentID, in)
-	if ccf, ok := isCCF(err); ok {
-		cur, derr := decodeState(ccf.Item)
+	if item, ok := dynamoerr.CondFailedItem(err); ok {
+		cur, derr := decodeState(item)
 		if derr != nil {
 			return derr
 		}
@@ -504,7 +502,7 @@ func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) erro
 		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return nil
 	}
 	if err != nil {
@@ -562,8 +560,8 @@ func (st *store) cancelRunning(ctx context.Context, agentID, reason, key string)
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":r": s(reason), ":k": s(key), ":one": n(1)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if ccf, ok := isCCF(err); ok {
-		cur, derr := decodeState(ccf.Item)
+	if item, ok := dynamoerr.CondFailedItem(err); ok {
+		cur, derr := decodeState(item)
 		switch {
 		case derr != nil:
 			return 0, derr
@@ -589,7 +587,7 @@ func (st *store) owe(ctx context.Context, agentID, reason, key string) error {
 		ExpressionAttributeNames:  names("cancel_at", "cancel_at_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(reason), ":k": s(key)},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return nil
 	}
 	if err != nil {
@@ -609,8 +607,8 @@ func (st *store) forgo(ctx context.Context, agentID, key string) (bool, error) {
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if ccf, ok := isCCF(err); ok {
-		cur, derr := decodeState(ccf.Item)
+	if item, ok := dynamoerr.CondFailedItem(err); ok {
+		cur, derr := decodeState(item)
 		if derr != nil {
 			return false, derr
 		}
@@ -648,7 +646,7 @@ func (st *store) setLatest(ctx context.Context, agentID, attr, atAttr, value, ke
 		ExpressionAttributeNames:  map[string]string{"#a": attr, "#at": atAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": s(value), ":k": s(key)},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -670,8 +668,8 @@ func (st *store) claimPolicy(ctx context.Context, agentID, key string, seq int64
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key), ":s": n(seq), ":one": n(1)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if ccf, ok := isCCF(err); ok {
-		old, err := decodeState(ccf.Item)
+	if item, ok := dynamoerr.CondFailedItem(err); ok {
+		old, err := decodeState(item)
 		return old, false, err
 	}
 	if err != nil {
@@ -736,14 +734,14 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 				ExpressionAttributeValues:           map[string]types.AttributeValue{":it": v, ":one": n(1), ":max": n(MaxInline)},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			})
-			ccf, failed := isCCF(err)
+			old, failed := dynamoerr.CondFailedItem(err)
 			if err == nil {
 				return true, nil
 			}
 			if !failed {
 				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 			}
-			if _, exists := ccf.Item[inboxAttr]; exists {
+			if _, exists := old[inboxAttr]; exists {
 				break // the queue is full: an item of its own
 			}
 			// No queue yet: create it with this inject in it.
@@ -756,7 +754,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 			if err == nil {
 				return true, nil
 			}
-			if _, raced := isCCF(err); !raced {
+			if !dynamoerr.CondFailed(err) {
 				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 			}
 			// Another inject created it meanwhile: queue into it.

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // AcquireOutcome is what an Acquire found.
@@ -78,7 +80,7 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 	if err == nil {
 		return AcquireResult{decodeOwner(out.Attributes), Acquired}, nil
 	}
-	old, failed := condFailed(err)
+	old, failed := dynamoerr.CondFailedItem(err)
 	switch {
 	case !failed:
 		return AcquireResult{}, fmt.Errorf("connections: acquire lease on %s: %w", agentID, err)
@@ -124,7 +126,7 @@ func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (d
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if old, failed := condFailed(err); failed {
+	if old, failed := dynamoerr.CondFailedItem(err); failed {
 		o := decodeOwner(old)
 		switch {
 		case old == nil:
@@ -223,7 +225,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 		if err == nil {
 			return decodeOwner(out.Attributes), nil
 		}
-		old, failed := condFailed(err)
+		old, failed := dynamoerr.CondFailedItem(err)
 		if !failed {
 			return Owner{}, fmt.Errorf("connections: write progress on %s: %w", o.AgentID, err)
 		}
@@ -242,7 +244,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 				ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID), ":sub": n(cur.Sub), ":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent || cur.HelloSent}, ":until": n(now.Add(leaseFloor(ttl)).UnixMilli())},
 				ReturnValues:              types.ReturnValueAllNew,
 			})
-			if isCondCheckFailed(err) {
+			if dynamoerr.CondFailed(err) {
 				continue // moved again: look again
 			}
 			if err != nil {
@@ -264,7 +266,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 			ExpressionAttributeValues: withUntil(vals, n(now.Add(leaseFloor(ttl)).UnixMilli()), ":ntype"),
 			ReturnValues:              types.ReturnValueAllNew,
 		})
-		if isCondCheckFailed(err) {
+		if dynamoerr.CondFailed(err) {
 			continue
 		}
 		if err != nil {
@@ -317,7 +319,7 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 	if err == nil {
 		return nil
 	}
-	if !isCondCheckFailed(err) {
+	if !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
 	}
 	// Resubscribed meanwhile: the progress belongs to the replaced subscription and is
@@ -330,7 +332,7 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 		ConditionExpression:       aws.String("#lease = :me AND #conn = :c"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID)},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
 	}
 	return nil

@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // ErrNoSlotGroup is returned by Slots.TryAcquire for a group outside [0, Groups()).
@@ -69,7 +71,7 @@ func (sl *Slots) TryAcquire(ctx context.Context, holder string, group int) (int,
 		if err == nil {
 			return i, nil
 		}
-		if !isCondCheckFailed(err) {
+		if !dynamoerr.CondFailed(err) {
 			return -1, fmt.Errorf("connections: acquire slot %d: %w", i, err)
 		}
 	}
@@ -115,7 +117,7 @@ func (sl *Slots) Release(ctx context.Context, holder string, i int) error {
 		ConditionExpression:       aws.String("#holder = :me"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder)},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: release slot %d: %w", i, err)
 	}
 	return nil

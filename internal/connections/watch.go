@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // ClaimWatch makes watcher the one watcher of agentID's ownership record until until: the
@@ -27,7 +29,7 @@ func (st *Store) ClaimWatch(ctx context.Context, agentID, watcher string, until 
 			":me": s(watcher), ":until": n(until.UnixMilli()), ":now": n(st.now().UnixMilli()),
 		},
 	})
-	if isCondCheckFailed(err) {
+	if dynamoerr.CondFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -62,7 +64,7 @@ func (st *Store) EndWatch(ctx context.Context, seen Owner, watcher string, force
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if old, failed := condFailed(err); failed {
+	if old, failed := dynamoerr.CondFailedItem(err); failed {
 		return str(old, attrWatch) != watcher, nil
 	}
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // The agents table's layout, as internal/agent keeps it: every item of an agent has
@@ -214,8 +216,7 @@ func (st *Store) strip(ctx context.Context, agentID string, f *fence, kept func(
 			ConditionExpression: cond, ExpressionAttributeNames: names, ExpressionAttributeValues: vals,
 		})
 	}
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if dynamoerr.CondFailed(err) {
 		return fmt.Errorf("%w: %s", errFenceLost, agentID)
 	}
 	if err != nil {
