@@ -9,10 +9,14 @@
 // frame at a time, each post awaited, so frames reach the socket in the order posted. The
 // log table is the source of truth; stream records and appenders only wake a sender. A
 // wake-up that finds the lease held sets Pending on the record; the holder cannot let go
-// while Pending is set, so it looks at the log again — no wake-up is ever lost. The
-// one wait that looks again on a timer is the backstop's, before it marks a live holder
-// behind its events (watch.go), and a sender whose lease ran out is taken over by the
-// watch; no path depends on a poll to deliver an event a wake-up announced.
+// while Pending is set, so it looks at the log again — no wake-up is ever lost. Some
+// waits do look again on a timer, each bounded and backing off: the backstop's looks
+// before it marks a live holder behind its events (look), the watcher that outlives a
+// marked holder and takes over a sender whose lease ran out (watch.go), the closer of a
+// connection superseded before its hello (welcome.go), a sender waiting for a replay
+// slot (replay.go) and a hello posted again while its connection finishes $connect
+// (post.go). An event a wake-up announced is sent by that wake-up's sender or by the
+// holder it marked; only should that holder die does the watcher's timer decide.
 package delivery
 
 import (
