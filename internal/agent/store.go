@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // DB is the part of the DynamoDB client the runtime uses on AgentsTable.
@@ -271,7 +272,7 @@ func expression(set, remove []string) string {
 func (st *store) acquire(ctx context.Context, agentID, me string, now, until time.Time, c *claim) (state, bool, error) {
 	set := []string{"#owner = :me", "#lease_until = :until", "#pending = if_not_exists(#pending, :zero)"}
 	var remove []string
-	cond := []string{"(attribute_not_exists(#owner) OR #lease_until < :now OR #owner = :me)"}
+	cond := []string{"(attribute_not_exists(#owner) OR " + lease.ExpiredCond("#lease_until", ":now") + " OR #owner = :me)"}
 	attrs := names("owner", "lease_until", "pending")
 	vals := map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli()), ":now": n(now.UnixMilli()), ":zero": n(0)}
 	if c != nil {

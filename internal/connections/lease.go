@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // AcquireOutcome is what an Acquire found.
@@ -59,7 +60,7 @@ type AcquireResult struct {
 // request (ReturnValuesOnConditionCheckFailure ALL_OLD).
 func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time.Duration, upTo int64) (AcquireResult, error) {
 	now := st.now()
-	cond := "attribute_exists(#conn) AND (attribute_not_exists(#lease) OR #lease_until < :now) AND (#hello = :false OR #sub > :zero)"
+	cond := "attribute_exists(#conn) AND (attribute_not_exists(#lease) OR " + lease.ExpiredCond("#lease_until", ":now") + ") AND (#hello = :false OR #sub > :zero)"
 	vals := map[string]types.AttributeValue{
 		":me": s(h.ID), ":kind": s(string(h.Kind)), ":now": n(now.UnixMilli()), ":until": n(now.Add(ttl).UnixMilli()),
 		":false": &types.AttributeValueMemberBOOL{Value: false}, ":zero": n(0),
@@ -88,7 +89,7 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 		return AcquireResult{Outcome: NoOwner}, nil
 	}
 	o := decodeOwner(old)
-	if o.Lease != "" && !o.LeaseUntil.Before(now) {
+	if o.Lease != "" && lease.Live(o.LeaseUntil, now) {
 		return AcquireResult{o, LeaseHeld}, nil
 	}
 	return AcquireResult{o, NothingOwed}, nil
@@ -109,7 +110,7 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 // condition fails (the record comes back with the failure).
 func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (done bool, err error) {
 	now := st.now().UnixMilli()
-	cond := "attribute_exists(#lease) AND #lease_until >= :now"
+	cond := "attribute_exists(#lease) AND " + lease.LiveCond("#lease_until", ":now")
 	vals := map[string]types.AttributeValue{":mark": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(now)}
 	if upTo >= 0 {
 		// A wake-up for events already sent must not keep the holder busy.
@@ -131,7 +132,7 @@ func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (d
 		switch {
 		case old == nil:
 			return false, nil
-		case o.Lease != "" && o.LeaseUntil.UnixMilli() >= now:
+		case o.Lease != "" && lease.LiveMs(o.LeaseUntil.UnixMilli(), now):
 			return true, nil // leased, and already past upTo or marked up to it
 		case upTo >= 0 && o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending:
 			// Let go meanwhile, past upTo: Acquire would find nothing owed (and a

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // Hello comes before anything else a connection is sent (docs/protocol.md). Two kinds
@@ -156,7 +157,7 @@ func (st *Store) TakeClose(ctx context.Context, connID, holder string, ttl time.
 		Key:              connKey(connID),
 		UpdateExpression: aws.String(set),
 		ConditionExpression: aws.String("#unwelcomed = :true AND " +
-			"(attribute_not_exists(#closer) OR #closer = :me OR #closer_until < :now)"),
+			"(attribute_not_exists(#closer) OR #closer = :me OR " + lease.ExpiredCond("#closer_until", ":now") + ")"),
 		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,

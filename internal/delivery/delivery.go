@@ -30,6 +30,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -338,13 +339,13 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				return o.Sub == 0, nil
 			}
 			now := time.Now()
-			if o.Lease == "" || !o.LeaseUntil.After(now) {
+			if o.Lease == "" || !lease.Live(o.LeaseUntil, now) {
 				break // let go or run out: try the lease
 			}
 			if o.HelloSent && o.Next > upTo {
 				return false, nil // sent: the cursor under the live lease is past every hinted event
 			}
-			if o.Pending && (o.WatchUntil.After(now) || covered(o, now) && o.MarkReaches(upTo)) {
+			if o.Pending && (lease.Live(o.WatchUntil, now) || covered(o, now) && o.MarkReaches(upTo)) {
 				// A mark is already left with the live holder, and served should the
 				// holder die. Watched: the watcher ends its claim only once it has seen
 				// the lease let go and found nothing owed after that (runWatch), so these
