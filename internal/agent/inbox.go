@@ -109,7 +109,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 				UpdateExpression:                    aws.String("SET #inbox.#id = :it ADD #pending :one"),
 				ConditionExpression:                 aws.String("attribute_exists(#inbox) AND size(#inbox) < :max"),
-				ExpressionAttributeNames:            map[string]string{"#inbox": inboxAttr, "#id": it.ID, "#pending": "pending"},
+				ExpressionAttributeNames:            map[string]string{"#inbox": inboxAttr, "#id": it.ID, "#pending": attrPending},
 				ExpressionAttributeValues:           map[string]types.AttributeValue{":it": v, ":one": n(1), ":max": n(MaxInline)},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			})
@@ -127,7 +127,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 				UpdateExpression:          aws.String("SET #inbox = :q ADD #pending :one"),
 				ConditionExpression:       aws.String("attribute_not_exists(#inbox)"),
-				ExpressionAttributeNames:  map[string]string{"#inbox": inboxAttr, "#pending": "pending"},
+				ExpressionAttributeNames:  map[string]string{"#inbox": inboxAttr, "#pending": attrPending},
 				ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{it.ID: v}}, ":one": n(1)},
 			})
 			if err == nil {

@@ -128,7 +128,7 @@ func isQuotaTurn(turnID string) bool { return strings.HasPrefix(turnID, quotaTur
 func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, day, month string) error {
 	set := []string{}
 	vals := map[string]types.AttributeValue{":me": s(me), ":zero": n(0)}
-	attrs := []string{"owner"}
+	attrs := []string{attrOwner}
 	if cur.QuotaDay != day {
 		set = append(set, "#quota_day = :d", "#quota_turns = :zero")
 		vals[":d"] = s(day)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ func (st *store) acquire(ctx context.Context, agentID, me string, now, until tim
 	set := []string{"#owner = :me", "#lease_until = :until", "#pending = if_not_exists(#pending, :zero)"}
 	var remove []string
 	cond := []string{"(attribute_not_exists(#owner) OR " + lease.ExpiredCond("#lease_until", ":now") + " OR #owner = :me)"}
-	attrs := names("owner", "lease_until", "pending")
+	attrs := names(attrOwner, attrLeaseUntil, attrPending)
 	vals := map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli()), ":now": n(now.UnixMilli()), ":zero": n(0)}
 	if c != nil {
 		cond = append(cond, "attribute_not_exists(#turn_id)")
@@ -39,7 +40,7 @@ func (st *store) acquire(ctx context.Context, agentID, me string, now, until tim
 		}
 	}
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String(expression(set, remove)),
+		UpdateExpression:                    aws.String(clauses{set: set, remove: remove}.String()),
 		ConditionExpression:                 aws.String(strings.Join(cond, " AND ")),
 		ExpressionAttributeNames:            attrs,
 		ExpressionAttributeValues:           vals,
@@ -62,7 +63,7 @@ func (st *store) renew(ctx context.Context, agentID, me string, until time.Time)
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #lease_until = :until"),
 		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names("owner", "lease_until"),
+		ExpressionAttributeNames:  names(attrOwner, attrLeaseUntil),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli())},
 	})
 	if dynamoerr.CondFailed(err) {
@@ -92,35 +93,32 @@ type endedTurn struct {
 func (st *store) release(ctx context.Context, agentID, me string, pending *int64, ended *endedTurn, ck *checkpoint) (state, bool, error) {
 	cond := "#owner = :me"
 	vals := map[string]types.AttributeValue{":me": s(me)}
-	attrs := names("owner", "lease_until")
+	attrs := names(attrOwner, attrLeaseUntil)
 	if pending != nil {
 		cond += " AND #pending = :p"
 		vals[":p"] = n(*pending)
-		attrs["#pending"] = "pending"
+		attrs["#pending"] = attrPending
 	}
-	expr := "REMOVE #owner, #lease_until"
+	expr := clauses{remove: []string{"#owner", "#lease_until"}}
 	if ended != nil {
 		fin := finishing(ended.id, ended.usage)
-		cond += " AND " + *fin.ConditionExpression
-		expr = strings.Replace(*fin.UpdateExpression, "REMOVE ", expr+", ", 1)
-		for k, v := range fin.ExpressionAttributeNames {
-			attrs[k] = v
-		}
-		for k, v := range fin.ExpressionAttributeValues {
-			vals[k] = v
-		}
+		cond += " AND " + fin.cond
+		expr.remove = append(expr.remove, fin.expr.remove...)
+		expr.add = fin.expr.add
+		maps.Copy(attrs, fin.names)
+		maps.Copy(vals, fin.vals)
 	}
 	if ck != nil {
 		v, err := attributevalue.Marshal(ck)
 		if err != nil {
 			return state{}, false, fmt.Errorf("agent: encode checkpoint of %s: %w", agentID, err)
 		}
-		expr += " SET #ck = :ck"
+		expr.set = append(expr.set, "#ck = :ck")
 		attrs["#ck"] = ckAttr
 		vals[":ck"] = v
 	}
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String(expr),
+		UpdateExpression:                    aws.String(expr.String()),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            attrs,
 		ExpressionAttributeValues:           vals,

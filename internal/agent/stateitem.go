@@ -11,6 +11,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// The state item's attributes that the store's expressions name most, as state's tags
+// spell them.
+const (
+	attrOwner      = "owner"       // state.Runner, the runner holding the lease
+	attrLeaseUntil = "lease_until" // state.LeaseUntil, the lease's last millisecond
+	attrPending    = "pending"     // state.Stimuli, the stimulus counter
+	attrTurnID     = "turn_id"     // state.TurnID, the recorded turn
+)
+
 // state is the agent's state item. The fields are named for what they hold (the
 // runner holding the lease, the count of stimuli); the stored attribute names stay
 // "owner" and "pending", as in tables already deployed.
@@ -96,7 +105,7 @@ func names(attrs ...string) map[string]string {
 
 // boundaryAttrs are what a runner reads at a step boundary (not the profile or the
 // counters, which only grow the read).
-var boundaryAttrs = []string{"owner", "lease_until", "pending", "turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
+var boundaryAttrs = []string{attrOwner, attrLeaseUntil, attrPending, attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
 	"cancel_at", "cancel_at_reason", "model_main", "model_titler", "model_compactor",
 	"quota_day", "quota_turns", "quota_month", "quota_tokens"}
 
@@ -122,10 +131,21 @@ func (st *store) getState(ctx context.Context, agentID string, attrs ...string) 
 	return decodeState(out.Item)
 }
 
-func expression(set, remove []string) string {
-	expr := "SET " + strings.Join(set, ", ")
-	if len(remove) > 0 {
-		expr += " REMOVE " + strings.Join(remove, ", ")
+// clauses is an update expression by its clauses, each a list of actions; String
+// writes the clauses that have any, SET, REMOVE, ADD.
+type clauses struct {
+	set, remove, add []string
+}
+
+func (c clauses) String() string {
+	var parts []string
+	for _, cl := range []struct {
+		verb    string
+		actions []string
+	}{{"SET", c.set}, {"REMOVE", c.remove}, {"ADD", c.add}} {
+		if len(cl.actions) > 0 {
+			parts = append(parts, cl.verb+" "+strings.Join(cl.actions, ", "))
+		}
 	}
-	return expr
+	return strings.Join(parts, " ")
 }

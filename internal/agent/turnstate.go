@@ -28,7 +28,7 @@ type claim struct {
 func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, vals map[string]types.AttributeValue) error {
 	*set = append(*set, "#turn_id = :t", "#turn_seq = :seq", "#turn_key = :k")
 	*remove = append(*remove, "#cancel_turn", "#cancel_reason")
-	for _, a := range []string{"turn_id", "turn_seq", "turn_key", "cancel_turn", "cancel_reason"} {
+	for _, a := range []string{attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason"} {
 		attrs["#"+a] = a
 	}
 	vals[":t"], vals[":seq"], vals[":k"] = s(c.turnID), n(c.seq), s(c.wake.key())
@@ -53,7 +53,7 @@ func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSe
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq"),
 		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq"),
+		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "turn_seq"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
 	})
 	if dynamoerr.CondFailed(err) {
@@ -72,13 +72,13 @@ func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSe
 func (st *store) claimTurn(ctx context.Context, agentID, me string, c claim) (state, error) {
 	var set, remove []string
 	cond := []string{"#owner = :me"}
-	attrs := names("owner")
+	attrs := names(attrOwner)
 	vals := map[string]types.AttributeValue{":me": s(me)}
 	if err := c.clause(&set, &remove, &cond, attrs, vals); err != nil {
 		return state{}, err
 	}
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String(expression(set, remove)),
+		UpdateExpression:          aws.String(clauses{set: set, remove: remove}.String()),
 		ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
 		ExpressionAttributeNames:  attrs,
 		ExpressionAttributeValues: vals,
@@ -99,7 +99,7 @@ func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason 
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #cancel_turn = :t, #cancel_reason = :r"),
 		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:  names("owner", "turn_id", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "cancel_turn", "cancel_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":r": s(reason)},
 	})
 	if dynamoerr.CondFailed(err) {
@@ -116,12 +116,16 @@ func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason 
 // turn is metered exactly once however often a runner dies around its end. A turn
 // already cleared is no error.
 func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) error {
-	in := finishing(turnID, u)
-	in.ConditionExpression = aws.String("#owner = :me AND " + *in.ConditionExpression)
-	in.ExpressionAttributeNames["#owner"] = "owner"
-	in.ExpressionAttributeValues[":me"] = s(me)
-	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
-	_, err := st.update(ctx, agentID, in)
+	f := finishing(turnID, u)
+	f.names["#owner"] = attrOwner
+	f.vals[":me"] = s(me)
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:                    aws.String(f.expr.String()),
+		ConditionExpression:                 aws.String("#owner = :me AND " + f.cond),
+		ExpressionAttributeNames:            f.names,
+		ExpressionAttributeValues:           f.vals,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		cur, derr := decodeState(item)
 		if derr != nil {
@@ -138,18 +142,29 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 	return nil
 }
 
-// finishing is the update that clears the ended turn turnID and meters u, conditional
-// on turnID being the recorded turn: finishTurn alone, or folded into release.
-func finishing(turnID string, u TurnUsage) *dynamodb.UpdateItemInput {
-	return &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason " +
-			"ADD #usage_turns :one, #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :mc, #usage_tool_calls :tc, #usage_wall_ms :wall, " +
-			"#quota_turns :one, #quota_tokens :tok"),
-		ConditionExpression: aws.String("#turn_id = :t"),
-		ExpressionAttributeNames: names("turn_id", "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason",
+// finish is the update that clears an ended turn and meters its usage, by its parts,
+// conditional on the turn being the recorded one: finishTurn writes it alone, release
+// folds it into its own write.
+type finish struct {
+	expr  clauses
+	cond  string
+	names map[string]string
+	vals  map[string]types.AttributeValue
+}
+
+// finishing is the finish of the ended turn turnID with usage u.
+func finishing(turnID string, u TurnUsage) finish {
+	return finish{
+		expr: clauses{
+			remove: []string{"#turn_id", "#turn_seq", "#turn_key", "#turn_wake", "#cancel_turn", "#cancel_reason"},
+			add: []string{"#usage_turns :one", "#usage_input_tokens :in", "#usage_output_tokens :out", "#usage_model_calls :mc",
+				"#usage_tool_calls :tc", "#usage_wall_ms :wall", "#quota_turns :one", "#quota_tokens :tok"},
+		},
+		cond: "#turn_id = :t",
+		names: names(attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason",
 			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
 			"quota_turns", "quota_tokens"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{
+		vals: map[string]types.AttributeValue{
 			":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
 			":tok": n(u.InputTokens + u.OutputTokens),
 			":mc":  n(u.ModelCalls), ":tc": n(u.ToolCalls), ":wall": n(u.WallMS),
@@ -162,7 +177,7 @@ func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) erro
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason"),
 		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:  names("owner", "turn_id", "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
 	})
 	if dynamoerr.CondFailed(err) {
@@ -191,7 +206,7 @@ func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) er
 func (st *store) bump(ctx context.Context, agentID string) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("ADD #pending :one"),
-		ExpressionAttributeNames:  names("pending"),
+		ExpressionAttributeNames:  names(attrPending),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1)},
 	})
 	if err != nil {
@@ -219,7 +234,7 @@ func (st *store) cancelRunning(ctx context.Context, agentID, reason, key string)
 		UpdateExpression: aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r, #cancel_at = :k, #cancel_at_reason = :r ADD #pending :one"),
 		ConditionExpression: aws.String("attribute_exists(#turn_id) AND (attribute_not_exists(#turn_key) OR #turn_key <= :k) " +
 			"AND (attribute_not_exists(#cancel_at) OR #cancel_at <= :k)"),
-		ExpressionAttributeNames:            names("cancel_turn", "turn_id", "turn_key", "cancel_reason", "cancel_at", "cancel_at_reason", "pending"),
+		ExpressionAttributeNames:            names("cancel_turn", attrTurnID, "turn_key", "cancel_reason", "cancel_at", "cancel_at_reason", attrPending),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":r": s(reason), ":k": s(key), ":one": n(1)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -266,7 +281,7 @@ func (st *store) forgo(ctx context.Context, agentID, key string) (bool, error) {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String("REMOVE #cancel_at, #cancel_at_reason"),
 		ConditionExpression:                 aws.String("#cancel_at = :k AND attribute_not_exists(#turn_id)"),
-		ExpressionAttributeNames:            names("cancel_at", "cancel_at_reason", "turn_id"),
+		ExpressionAttributeNames:            names("cancel_at", "cancel_at_reason", attrTurnID),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -292,7 +307,7 @@ func (st *store) claimPolicy(ctx context.Context, agentID, key string, seq int64
 		UpdateExpression: aws.String("SET #policy_at = :k, #policy_seq = :s ADD #pending :one"),
 		ConditionExpression: aws.String("(attribute_not_exists(#policy_at) OR #policy_at <= :k) AND " +
 			"(attribute_not_exists(#policy_seq) OR #policy_seq <= :s)"),
-		ExpressionAttributeNames:            names("policy_at", "policy_seq", "pending"),
+		ExpressionAttributeNames:            names("policy_at", "policy_seq", attrPending),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key), ":s": n(seq), ":one": n(1)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
