@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"sort"
 	"sync"
@@ -14,6 +13,8 @@ import (
 	awsmw "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // meter counts every AWS request made through an aws.Config it is installed in, by
@@ -140,13 +141,11 @@ func (m *meter) record(svc, op, table string, result any, err error, took time.D
 		s.Time += took
 		if err != nil {
 			s.Errors++
-			var ccf *types.ConditionalCheckFailedException
-			var tx *types.TransactionCanceledException
 			switch {
-			case errors.As(err, &ccf):
+			case dynamoerr.CondFailed(err):
 				s.CondFailed++
 				s.WRU++
-			case errors.As(err, &tx):
+			case dynamoerr.TxCanceled(err):
 				s.TxCanceled++
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // Agents' own profiles, for the command line (`terret agent`), which has only a table
@@ -38,7 +40,7 @@ func DeleteProfile(ctx context.Context, db DB, agentsTable, agentID string) (boo
 		ConditionExpression:      aws.String("attribute_exists(#p)"),
 		ExpressionAttributeNames: map[string]string{"#p": "profile"},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return false, nil
 	}
 	if err != nil {

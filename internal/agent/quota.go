@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/dynamoerr"
 	"github.com/terret/terret-ws/internal/tools"
 )
 
@@ -127,7 +128,7 @@ func isQuotaTurn(turnID string) bool { return strings.HasPrefix(turnID, quotaTur
 func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, day, month string) error {
 	set := []string{}
 	vals := map[string]types.AttributeValue{":me": s(me), ":zero": n(0)}
-	attrs := []string{"owner"}
+	attrs := []string{attrOwner}
 	if cur.QuotaDay != day {
 		set = append(set, "#quota_day = :d", "#quota_turns = :zero")
 		vals[":d"] = s(day)
@@ -144,7 +145,7 @@ func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, d
 		ExpressionAttributeNames:  names(attrs...),
 		ExpressionAttributeValues: vals,
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return errLeaseLost
 	}
 	if err != nil {

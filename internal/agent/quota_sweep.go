@@ -11,6 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // Deferred wakes. A turn that a quota refused leaves its waking inject queued; nothing
@@ -102,11 +105,11 @@ func (st *store) claimWake(ctx context.Context, d deferred, now, until time.Time
 		TableName:                 aws.String(st.table),
 		Key:                       deferredKey(d.AgentID),
 		UpdateExpression:          aws.String("SET #claim_until = :until"),
-		ConditionExpression:       aws.String("#ref = :ref AND (attribute_not_exists(#claim_until) OR #claim_until < :now)"),
+		ConditionExpression:       aws.String("#ref = :ref AND (attribute_not_exists(#claim_until) OR " + lease.ExpiredCond("#claim_until", ":now") + ")"),
 		ExpressionAttributeNames:  names("ref", "claim_until"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ref": s(d.Ref), ":now": n(now.UnixMilli()), ":until": n(until.UnixMilli())},
 	})
-	if _, ok := isCCF(err); ok {
+	if dynamoerr.CondFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -125,7 +128,7 @@ func (st *store) unclaimWake(ctx context.Context, d deferred) error {
 		ExpressionAttributeNames:  names("ref", "claim_until"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ref": s(d.Ref)},
 	})
-	if _, ok := isCCF(err); ok || err == nil {
+	if err == nil || dynamoerr.CondFailed(err) {
 		return nil
 	}
 	return fmt.Errorf("agent: release claim on deferred wake of %s: %w", d.AgentID, err)
@@ -141,7 +144,7 @@ func (st *store) dropWake(ctx context.Context, d deferred) error {
 		ExpressionAttributeNames:  names("ref"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":ref": s(d.Ref)},
 	})
-	if _, ok := isCCF(err); ok || err == nil {
+	if err == nil || dynamoerr.CondFailed(err) {
 		return nil
 	}
 	return fmt.Errorf("agent: drop deferred wake of %s: %w", d.AgentID, err)
@@ -202,7 +205,7 @@ func (r *Runner) SweepQuotas(ctx context.Context) (int, error) {
 func (r *Runner) sweepOne(ctx context.Context, d deferred) (bool, error) {
 	c := r.c
 	now := c.now()
-	if d.ClaimUntil >= now.UnixMilli() {
+	if lease.LiveMs(d.ClaimUntil, now.UnixMilli()) {
 		return false, nil // another sweep is waking it
 	}
 	st, err := c.store.getState(ctx, d.AgentID, "profile", "quota_day", "quota_turns", "quota_month", "quota_tokens")

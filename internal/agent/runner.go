@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
@@ -185,7 +186,7 @@ func (inv *invocation) run(ctx context.Context) error {
 // false when a live holder will see this stimulus. When planClaim finds a turn to
 // start, the lease write claims it too.
 func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
-	lease := inv.c.cfg.LeaseDuration
+	ttl := inv.c.cfg.LeaseDuration
 	c, err := inv.planClaim(ctx)
 	if err != nil {
 		return state{}, false, err
@@ -193,7 +194,7 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 	var seen *state
 	for {
 		now := inv.c.now()
-		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(lease), c)
+		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
 		if err != nil {
 			return state{}, false, err
 		}
@@ -203,7 +204,7 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 		}
 		if c != nil {
 			c = nil
-			if st.Runner == "" || st.Runner == inv.me || st.LeaseUntil < now.UnixMilli() {
+			if st.Runner == "" || st.Runner == inv.me || !lease.LiveMs(st.LeaseUntil, now.UnixMilli()) {
 				continue // the lease is free, but the claim no longer holds: take the lease alone
 			}
 		}
@@ -214,7 +215,7 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 		}
 		seen = &st
 		wait := time.UnixMilli(st.LeaseUntil).Sub(now) + 20*time.Millisecond
-		wait = max(min(wait, lease/3+100*time.Millisecond), 10*time.Millisecond)
+		wait = max(min(wait, ttl/3+100*time.Millisecond), 10*time.Millisecond)
 		if err := sleep(ctx, wait); err != nil {
 			return state{}, false, err
 		}
@@ -237,7 +238,7 @@ func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
 		return nil, err
 	}
 	now := inv.c.now()
-	if pre.Runner != "" && pre.Runner != inv.me && pre.LeaseUntil >= now.UnixMilli() {
+	if pre.Runner != "" && pre.Runner != inv.me && lease.LiveMs(pre.LeaseUntil, now.UnixMilli()) {
 		return nil, nil
 	}
 	if pre.TurnID != "" || pre.QuotaDay != now.UTC().Format(time.DateOnly) || pre.QuotaMonth != now.UTC().Format("2006-01") {
@@ -267,8 +268,8 @@ func newTurnID() string { return "turn_" + randomHex(8) }
 // heartbeat renews the lease every third of its duration until ctx ends; lost is
 // called if the lease turns out to be someone else's.
 func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
-	lease := inv.c.cfg.LeaseDuration
-	t := time.NewTicker(lease / 3)
+	ttl := inv.c.cfg.LeaseDuration
+	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -276,7 +277,7 @@ func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
 			return
 		case <-t.C:
 		}
-		err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(lease))
+		err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(ttl))
 		if errors.Is(err, errLeaseLost) {
 			lost()
 			return

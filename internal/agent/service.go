@@ -58,7 +58,7 @@ func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) e
 		// Read after the inbox write: a holder seen here may already have read the
 		// inbox (the count makes its release fail); one not seen took the lease after
 		// the write.
-		cur, err := s.c.store.getState(ctx, agentID, "owner")
+		cur, err := s.c.store.getState(ctx, agentID, attrOwner)
 		if err != nil {
 			return err
 		}
@@ -165,7 +165,7 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 	if !s.c.cfg.Approvals {
 		return ErrUnsupported
 	}
-	st, err := s.c.store.getState(ctx, agentID, "turn_id", "turn_seq")
+	st, err := s.c.store.getState(ctx, agentID, attrTurnID, "turn_seq")
 	if err != nil {
 		return err
 	}

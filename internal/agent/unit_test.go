@@ -188,3 +188,21 @@ func TestHistoryProjection(t *testing.T) {
 		}
 	}
 }
+
+func TestClauses(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		c    clauses
+		want string
+	}{
+		{clauses{set: []string{"#a = :a"}}, "SET #a = :a"},
+		{clauses{remove: []string{"#owner", "#lease_until"}}, "REMOVE #owner, #lease_until"},
+		{clauses{set: []string{"#ck = :ck"}, remove: []string{"#owner", "#turn_id"}, add: []string{"#usage_turns :one", "#quota_tokens :tok"}},
+			"SET #ck = :ck REMOVE #owner, #turn_id ADD #usage_turns :one, #quota_tokens :tok"},
+		{clauses{}, ""},
+	} {
+		if got := c.c.String(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.c, got, c.want)
+		}
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // Errors returned by this package.
@@ -169,7 +171,7 @@ func (s *Store) CreateExpiring(ctx context.Context, agentID string, ttl time.Dur
 		if err == nil {
 			return tok, nil
 		}
-		if !isConditionFailed(err) {
+		if !dynamoerr.CondFailed(err) {
 			return "", fmt.Errorf("auth: create token for %s: %w", agentID, err)
 		}
 		mvalues := map[string]types.AttributeValue{
@@ -190,7 +192,7 @@ func (s *Store) CreateExpiring(ctx context.Context, agentID string, ttl time.Dur
 		if err == nil {
 			return tok, nil
 		}
-		if !isConditionFailed(err) {
+		if !dynamoerr.CondFailed(err) {
 			return "", fmt.Errorf("auth: create token for %s: %w", agentID, err)
 		}
 	}
@@ -296,9 +298,4 @@ func Dropped(before, after []string) []string {
 
 func key(agentID string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: Key(agentID)}}
-}
-
-func isConditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
 }

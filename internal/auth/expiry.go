@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // Token expiry. A token created with a ttl has, on its agent's token item, a top-level
@@ -276,7 +278,7 @@ func (s *Store) expire(ctx context.Context, agentID string, now time.Time) (int,
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
-	if isConditionFailed(err) {
+	if dynamoerr.CondFailed(err) {
 		return 0, nil // rotated or revoked meanwhile; the next sweep looks again
 	}
 	if err != nil {

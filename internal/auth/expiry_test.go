@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/dynamoerr"
 	"github.com/terret/terret-ws/internal/dynamotest"
 )
 
@@ -54,8 +55,7 @@ func (f fixture) conditionHolds(t *testing.T, agent, tok string) bool {
 	_, err := f.db.TransactWriteItems(context.Background(), &dynamodb.TransactWriteItemsInput{
 		TransactItems: []types.TransactWriteItem{f.st.Condition(agent, auth.Hash(tok))},
 	})
-	var tc *types.TransactionCanceledException
-	if errors.As(err, &tc) {
+	if dynamoerr.TxCanceled(err) {
 		return false
 	}
 	if err != nil {

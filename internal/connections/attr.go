@@ -2,13 +2,14 @@ package connections
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // Attribute names of the connections table's items (docs/architecture.md lists the
@@ -122,28 +123,12 @@ func (st *Store) transact(ctx context.Context, items []txItem) error {
 	return err
 }
 
-// condFailed reports whether err is DynamoDB refusing a write because its condition
-// did not hold (as guregu/dynamo's IsCondCheckFailed), with the item as it stood — when
-// the request asked for it (ReturnValuesOnConditionCheckFailure ALL_OLD), and nil if
-// there was no item. It is this package's one test of that error.
-func condFailed(err error) (old map[string]types.AttributeValue, failed bool) {
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		return ccf.Item, true
-	}
-	return nil, false
-}
-
 // txCondFailed reports whether err is a transaction of items cancelled because the
 // condition of the item named name did not hold.
 func txCondFailed(err error, items []txItem, name string) bool {
-	var tce *types.TransactionCanceledException
-	if !errors.As(err, &tce) {
-		return false
-	}
-	for i, r := range tce.CancellationReasons {
-		if i < len(items) && items[i].name == name {
-			return aws.ToString(r.Code) == "ConditionalCheckFailed"
+	for i, it := range items {
+		if it.name == name {
+			return dynamoerr.TxCondFailed(err, i)
 		}
 	}
 	return false

@@ -21,6 +21,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // Errors returned by this package.
@@ -209,8 +211,7 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 			}
 			return prev, nil
 		}
-		var tce *types.TransactionCanceledException
-		if !errors.As(err, &tce) {
+		if !dynamoerr.TxCanceled(err) {
 			return Owner{}, fmt.Errorf("connections: claim %s for %s: %w", agentID, connID, err)
 		}
 		if txCondFailed(err, items, claimToken) {
@@ -249,7 +250,7 @@ func (st *Store) MarkOrder(ctx context.Context, connID string, order int64) erro
 		ConditionExpression:       aws.String("attribute_exists(#pk) AND (attribute_not_exists(#ord) OR #ord < :o)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":o": n(order)},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: mark order %d of %s: %w", order, connID, err)
 	}
 	return nil
@@ -269,7 +270,7 @@ func (st *Store) EnterWait(ctx context.Context, connID string, max int64) (bool,
 		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1), ":max": n(max)},
 	})
 	switch {
-	case isCondCheckFailed(err):
+	case dynamoerr.CondFailed(err):
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("connections: enter wait of %s: %w", connID, err)
@@ -287,7 +288,7 @@ func (st *Store) LeaveWait(ctx context.Context, connID string) error {
 		ConditionExpression:       aws.String("attribute_exists(#pk) AND #waiting > :zero"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":minus": n(-1), ":zero": n(0)},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: leave wait of %s: %w", connID, err)
 	}
 	return nil
@@ -302,7 +303,7 @@ func (st *Store) SetState(ctx context.Context, connID string, state State) error
 		ConditionExpression:       aws.String("attribute_exists(#pk)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":st": s(string(state))},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: set state of %s: %w", connID, err)
 	}
 	return nil
@@ -328,7 +329,7 @@ func (st *Store) Disown(ctx context.Context, agentID, connID string) error {
 		ConditionExpression:       aws.String("#conn = :c"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(connID)},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: release %s from %s: %w", agentID, connID, err)
 	}
 	return nil
@@ -384,7 +385,7 @@ func (st *Store) Subscribe(ctx context.Context, agentID, connID string, sub Subs
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if old, failed := condFailed(err); failed {
+	if old, failed := dynamoerr.CondFailedItem(err); failed {
 		if str(old, attrConn) == connID {
 			return decodeOwner(old), fmt.Errorf("%w: %s by %s", ErrSuperseded, agentID, connID)
 		}

@@ -99,8 +99,3 @@ func boolean(item map[string]types.AttributeValue, k string) bool {
 	v, ok := item[k].(*types.AttributeValueMemberBOOL)
 	return ok && v.Value
 }
-
-func isCondCheckFailed(err error) bool {
-	_, failed := condFailed(err)
-	return failed
-}

@@ -11,6 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // AcquireOutcome is what an Acquire found.
@@ -57,7 +60,7 @@ type AcquireResult struct {
 // request (ReturnValuesOnConditionCheckFailure ALL_OLD).
 func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time.Duration, upTo int64) (AcquireResult, error) {
 	now := st.now()
-	cond := "attribute_exists(#conn) AND (attribute_not_exists(#lease) OR #lease_until < :now) AND (#hello = :false OR #sub > :zero)"
+	cond := "attribute_exists(#conn) AND (attribute_not_exists(#lease) OR " + lease.ExpiredCond("#lease_until", ":now") + ") AND (#hello = :false OR #sub > :zero)"
 	vals := map[string]types.AttributeValue{
 		":me": s(h.ID), ":kind": s(string(h.Kind)), ":now": n(now.UnixMilli()), ":until": n(now.Add(ttl).UnixMilli()),
 		":false": &types.AttributeValueMemberBOOL{Value: false}, ":zero": n(0),
@@ -78,7 +81,7 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 	if err == nil {
 		return AcquireResult{decodeOwner(out.Attributes), Acquired}, nil
 	}
-	old, failed := condFailed(err)
+	old, failed := dynamoerr.CondFailedItem(err)
 	switch {
 	case !failed:
 		return AcquireResult{}, fmt.Errorf("connections: acquire lease on %s: %w", agentID, err)
@@ -86,7 +89,7 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 		return AcquireResult{Outcome: NoOwner}, nil
 	}
 	o := decodeOwner(old)
-	if o.Lease != "" && !o.LeaseUntil.Before(now) {
+	if o.Lease != "" && lease.Live(o.LeaseUntil, now) {
 		return AcquireResult{o, LeaseHeld}, nil
 	}
 	return AcquireResult{o, NothingOwed}, nil
@@ -107,7 +110,7 @@ func (st *Store) Acquire(ctx context.Context, agentID string, h Holder, ttl time
 // condition fails (the record comes back with the failure).
 func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (done bool, err error) {
 	now := st.now().UnixMilli()
-	cond := "attribute_exists(#lease) AND #lease_until >= :now"
+	cond := "attribute_exists(#lease) AND " + lease.LiveCond("#lease_until", ":now")
 	vals := map[string]types.AttributeValue{":mark": &types.AttributeValueMemberBOOL{Value: true}, ":now": n(now)}
 	if upTo >= 0 {
 		// A wake-up for events already sent must not keep the holder busy.
@@ -124,12 +127,12 @@ func (st *Store) MarkPending(ctx context.Context, agentID string, upTo int64) (d
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if old, failed := condFailed(err); failed {
+	if old, failed := dynamoerr.CondFailedItem(err); failed {
 		o := decodeOwner(old)
 		switch {
 		case old == nil:
 			return false, nil
-		case o.Lease != "" && o.LeaseUntil.UnixMilli() >= now:
+		case o.Lease != "" && lease.LiveMs(o.LeaseUntil.UnixMilli(), now):
 			return true, nil // leased, and already past upTo or marked up to it
 		case upTo >= 0 && o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending:
 			// Let go meanwhile, past upTo: Acquire would find nothing owed (and a
@@ -223,7 +226,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 		if err == nil {
 			return decodeOwner(out.Attributes), nil
 		}
-		old, failed := condFailed(err)
+		old, failed := dynamoerr.CondFailedItem(err)
 		if !failed {
 			return Owner{}, fmt.Errorf("connections: write progress on %s: %w", o.AgentID, err)
 		}
@@ -242,7 +245,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 				ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID), ":sub": n(cur.Sub), ":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent || cur.HelloSent}, ":until": n(now.Add(leaseFloor(ttl)).UnixMilli())},
 				ReturnValues:              types.ReturnValueAllNew,
 			})
-			if isCondCheckFailed(err) {
+			if dynamoerr.CondFailed(err) {
 				continue // moved again: look again
 			}
 			if err != nil {
@@ -264,7 +267,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 			ExpressionAttributeValues: withUntil(vals, n(now.Add(leaseFloor(ttl)).UnixMilli()), ":ntype"),
 			ReturnValues:              types.ReturnValueAllNew,
 		})
-		if isCondCheckFailed(err) {
+		if dynamoerr.CondFailed(err) {
 			continue
 		}
 		if err != nil {
@@ -317,7 +320,7 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 	if err == nil {
 		return nil
 	}
-	if !isCondCheckFailed(err) {
+	if !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
 	}
 	// Resubscribed meanwhile: the progress belongs to the replaced subscription and is
@@ -330,7 +333,7 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 		ConditionExpression:       aws.String("#lease = :me AND #conn = :c"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID)},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: abandon lease on %s: %w", o.AgentID, err)
 	}
 	return nil

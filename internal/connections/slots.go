@@ -14,6 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // ErrNoSlotGroup is returned by Slots.TryAcquire for a group outside [0, Groups()).
@@ -63,13 +66,13 @@ func (sl *Slots) TryAcquire(ctx context.Context, holder string, group int) (int,
 			TableName:                 aws.String(sl.store.table),
 			Key:                       slotKey(i),
 			UpdateExpression:          aws.String("SET #holder = :me, #until_ms = :until"),
-			ConditionExpression:       aws.String("attribute_not_exists(#holder) OR #until_ms < :now"),
+			ConditionExpression:       aws.String("attribute_not_exists(#holder) OR " + lease.ExpiredCond("#until_ms", ":now")),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":until": n(now.Add(sl.ttl).UnixMilli()), ":now": n(now.UnixMilli())},
 		})
 		if err == nil {
 			return i, nil
 		}
-		if !isCondCheckFailed(err) {
+		if !dynamoerr.CondFailed(err) {
 			return -1, fmt.Errorf("connections: acquire slot %d: %w", i, err)
 		}
 	}
@@ -97,7 +100,7 @@ func (sl *Slots) busy(ctx context.Context, lo, size int, now time.Time) (map[int
 		}
 		for _, item := range out.Responses[sl.store.table] {
 			i, _ := strconv.Atoi(strings.TrimPrefix(str(item, attrPK), slotPrefix))
-			if str(item, attrSlotHolder) != "" && num(item, attrSlotUntil) >= now.UnixMilli() {
+			if str(item, attrSlotHolder) != "" && lease.LiveMs(num(item, attrSlotUntil), now.UnixMilli()) {
 				busy[i] = true
 			}
 		}
@@ -115,7 +118,7 @@ func (sl *Slots) Release(ctx context.Context, holder string, i int) error {
 		ConditionExpression:       aws.String("#holder = :me"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder)},
 	})
-	if err != nil && !isCondCheckFailed(err) {
+	if err != nil && !dynamoerr.CondFailed(err) {
 		return fmt.Errorf("connections: release slot %d: %w", i, err)
 	}
 	return nil

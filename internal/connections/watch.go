@@ -10,6 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // ClaimWatch makes watcher the one watcher of agentID's ownership record until until: the
@@ -22,12 +25,12 @@ func (st *Store) ClaimWatch(ctx context.Context, agentID, watcher string, until 
 		Key:              ownerKey(agentID),
 		UpdateExpression: aws.String("SET #watch = :me, #watch_until = :until"),
 		ConditionExpression: aws.String("attribute_exists(#conn) AND " +
-			"(attribute_not_exists(#watch_until) OR #watch_until < :now OR #watch = :me)"),
+			"(attribute_not_exists(#watch_until) OR " + lease.ExpiredCond("#watch_until", ":now") + " OR #watch = :me)"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":me": s(watcher), ":until": n(until.UnixMilli()), ":now": n(st.now().UnixMilli()),
 		},
 	})
-	if isCondCheckFailed(err) {
+	if dynamoerr.CondFailed(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -62,7 +65,7 @@ func (st *Store) EndWatch(ctx context.Context, seen Owner, watcher string, force
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if old, failed := condFailed(err); failed {
+	if old, failed := dynamoerr.CondFailedItem(err); failed {
 		return str(old, attrWatch) != watcher, nil
 	}
 	if err != nil {

@@ -9,6 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // Hello comes before anything else a connection is sent (docs/protocol.md). Two kinds
@@ -66,7 +69,7 @@ func (st *Store) OweReply(ctx context.Context, agentID, connID string, frame []b
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	old, failed := condFailed(err)
+	old, failed := dynamoerr.CondFailedItem(err)
 	switch {
 	case !failed && err != nil:
 		return fmt.Errorf("connections: owe reply to %s on %s: %w", connID, agentID, err)
@@ -94,7 +97,7 @@ func (st *Store) TakeReplies(ctx context.Context, agentID, connID string) ([][]b
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(connID)},
 		ReturnValues:              types.ReturnValueUpdatedOld,
 	})
-	if isCondCheckFailed(err) {
+	if dynamoerr.CondFailed(err) {
 		return nil, nil
 	}
 	if err != nil {
@@ -154,7 +157,7 @@ func (st *Store) TakeClose(ctx context.Context, connID, holder string, ttl time.
 		Key:              connKey(connID),
 		UpdateExpression: aws.String(set),
 		ConditionExpression: aws.String("#unwelcomed = :true AND " +
-			"(attribute_not_exists(#closer) OR #closer = :me OR #closer_until < :now)"),
+			"(attribute_not_exists(#closer) OR #closer = :me OR " + lease.ExpiredCond("#closer_until", ":now") + ")"),
 		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -162,7 +165,7 @@ func (st *Store) TakeClose(ctx context.Context, connID, holder string, ttl time.
 	if err == nil {
 		return decodeConn(out.Attributes), true, nil
 	}
-	old, failed := condFailed(err)
+	old, failed := dynamoerr.CondFailedItem(err)
 	switch {
 	case !failed:
 		return Conn{}, false, fmt.Errorf("connections: take close of %s: %w", connID, err)
@@ -182,7 +185,7 @@ func (st *Store) Settle(ctx context.Context, connID, holder string) error {
 		ConditionExpression:       aws.String("#closer = :me"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder)},
 	})
-	if isCondCheckFailed(err) {
+	if dynamoerr.CondFailed(err) {
 		return fmt.Errorf("%w: closing %s", ErrLeaseLost, connID)
 	}
 	if err != nil {

@@ -9,10 +9,14 @@
 // frame at a time, each post awaited, so frames reach the socket in the order posted. The
 // log table is the source of truth; stream records and appenders only wake a sender. A
 // wake-up that finds the lease held sets Pending on the record; the holder cannot let go
-// while Pending is set, so it looks at the log again — no wake-up is ever lost. The
-// one wait that looks again on a timer is the backstop's, before it marks a live holder
-// behind its events (watch.go), and a sender whose lease ran out is taken over by the
-// watch; no path depends on a poll to deliver an event a wake-up announced.
+// while Pending is set, so it looks at the log again — no wake-up is ever lost. Some
+// waits do look again on a timer, each bounded and backing off: the backstop's looks
+// before it marks a live holder behind its events (look), the watcher that outlives a
+// marked holder and takes over a sender whose lease ran out (watch.go), the closer of a
+// connection superseded before its hello (welcome.go), a sender waiting for a replay
+// slot (replay.go) and a hello posted again while its connection finishes $connect
+// (post.go). An event a wake-up announced is sent by that wake-up's sender or by the
+// holder it marked; only should that holder die does the watcher's timer decide.
 package delivery
 
 import (
@@ -20,13 +24,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -335,13 +339,13 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 				return o.Sub == 0, nil
 			}
 			now := time.Now()
-			if o.Lease == "" || !o.LeaseUntil.After(now) {
+			if o.Lease == "" || !lease.Live(o.LeaseUntil, now) {
 				break // let go or run out: try the lease
 			}
 			if o.HelloSent && o.Next > upTo {
 				return false, nil // sent: the cursor under the live lease is past every hinted event
 			}
-			if o.Pending && (o.WatchUntil.After(now) || covered(o, now) && o.MarkReaches(upTo)) {
+			if o.Pending && (lease.Live(o.WatchUntil, now) || covered(o, now) && o.MarkReaches(upTo)) {
 				// A mark is already left with the live holder, and served should the
 				// holder die. Watched: the watcher ends its claim only once it has seen
 				// the lease let go and found nothing owed after that (runWatch), so these
@@ -435,43 +439,4 @@ func (d *Deliverer) look(ctx context.Context, agentID string, pause time.Duratio
 	}
 	d.gate(GateBackstopLook, agentID)
 	return d.store.Owner(ctx, agentID)
-}
-
-// take returns the run of hints that starts exactly at next, if any.
-func take(hints []sessionlog.Event, next int64) ([]sessionlog.Event, bool) {
-	for i, ev := range hints {
-		if ev.Seq == next {
-			return hints[i:], true
-		}
-		if ev.Seq > next {
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
-// normalize sorts hints by seq, drops duplicates and keeps only the first contiguous run
-// of the sorted list's tail that can be sent without a read.
-func normalize(hints []sessionlog.Event) []sessionlog.Event {
-	if len(hints) == 0 {
-		return nil
-	}
-	out := append([]sessionlog.Event(nil), hints...)
-	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
-	k := 0
-	for i := range out {
-		if k > 0 && out[k-1].Seq == out[i].Seq {
-			continue
-		}
-		out[k] = out[i]
-		k++
-	}
-	out = out[:k]
-	// Only a gapless run can be sent from hints; cut at the first gap.
-	for i := 1; i < len(out); i++ {
-		if out[i].Seq != out[i-1].Seq+1 {
-			return out[:i]
-		}
-	}
-	return out
 }

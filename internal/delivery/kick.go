@@ -13,20 +13,24 @@ import (
 	"github.com/terret/terret-ws/internal/protocol"
 )
 
-// Kick kinds: what a deliver invocation started asynchronously should do.
+// KickKind is what a deliver invocation started asynchronously should do; it travels as
+// the payload's "kind" string.
+type KickKind string
+
+// Kick kinds.
 const (
-	KickPump = "pump" // send what the owner is owed (hello after connect, handover)
-	KickDrop = "drop" // tell a connection Code and close it (unauthorized at connect)
+	KickPump KickKind = "pump" // send what the owner is owed (hello after connect, handover)
+	KickDrop KickKind = "drop" // tell a connection Code and close it (unauthorized at connect)
 	// KickWatch outlives a lease holder that was left a Pending mark: see watch.
-	KickWatch = "watch"
+	KickWatch KickKind = "watch"
 	// KickFail answers an internal error on ConnectionID (Fail) where the message
 	// function could not: Lambda retries it.
-	KickFail = "fail"
+	KickFail KickKind = "fail"
 )
 
 // Kick is the payload of an asynchronous deliver invocation.
 type Kick struct {
-	Kind         string        `json:"kind"`
+	Kind         KickKind      `json:"kind"`
 	AgentID      string        `json:"agent_id,omitempty"`
 	ConnectionID string        `json:"connection_id,omitempty"`
 	Code         protocol.Code `json:"code,omitempty"`

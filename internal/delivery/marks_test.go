@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/terret/terret-ws/internal/dynamoerr"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/history"
@@ -85,10 +86,9 @@ func (r *releases) addTo(stack *middleware.Stack) error {
 				}
 			}
 			out, md, err := next.HandleInitialize(ctx, in)
-			var ccf *types.ConditionalCheckFailedException
 			r.mu.Lock()
 			switch {
-			case errors.As(err, &ccf):
+			case dynamoerr.CondFailed(err):
 				r.count(&r.refused, me.Value)
 			case err == nil:
 				r.count(&r.released, me.Value)

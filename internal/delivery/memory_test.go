@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -134,7 +135,7 @@ func (m *memRecords) Acquire(_ context.Context, agentID string, h connections.Ho
 	switch {
 	case !ok:
 		return connections.AcquireResult{Outcome: connections.NoOwner}, nil
-	case o.Lease != "" && !o.LeaseUntil.Before(now):
+	case o.Lease != "" && lease.Live(o.LeaseUntil, now):
 		return connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}, nil
 	case o.HelloSent && o.Sub == 0, upTo >= 0 && o.HelloSent && o.Next > upTo && !o.Pending:
 		return connections.AcquireResult{Owner: o, Outcome: connections.NothingOwed}, nil
@@ -148,7 +149,7 @@ func (m *memRecords) MarkPending(_ context.Context, agentID string, upTo int64) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, ok := m.owners[agentID]
-	if !ok || o.Lease == "" || o.LeaseUntil.Before(time.Now()) {
+	if !ok || o.Lease == "" || !lease.Live(o.LeaseUntil, time.Now()) {
 		return false, nil
 	}
 	switch {

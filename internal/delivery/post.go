@@ -12,6 +12,7 @@ import (
 	gwtypes "github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/protocol"
 )
 
@@ -150,7 +151,7 @@ func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error
 	case prev.HelloSent:
 		return d.Drop(ctx, prev.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
 	default:
-		if prev.Lease != "" && prev.LeaseUntil.After(time.Now()) {
+		if prev.Lease != "" && lease.Live(prev.LeaseUntil, time.Now()) {
 			d.logger.Info("superseded before hello with its sender at work: it or the closer closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
 		}
 		return d.Kick(ctx, Kick{Kind: KickDrop, AgentID: prev.AgentID, ConnectionID: prev.ConnID, Code: protocol.CodeSuperseded, Hello: true})

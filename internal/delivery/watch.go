@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -23,7 +24,7 @@ var watchLooks = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 
 // A live lease of any other holder is not covered even without a mark: a holder that
 // took a mark is serving it, and would strand it if it died.
 func covered(o connections.Owner, now time.Time) bool {
-	live := o.Lease != "" && !o.LeaseUntil.Before(now)
+	live := o.Lease != "" && lease.Live(o.LeaseUntil, now)
 	switch {
 	case o.HelloSent && o.Sub == 0:
 		return true
@@ -59,7 +60,7 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, 
 		} else if err != nil {
 			return err
 		}
-		if o.WatchUntil.After(time.Now()) {
+		if lease.Live(o.WatchUntil, time.Now()) {
 			// A watcher's claim, read after the mark was left: the watcher keeps it
 			// while a mark is set (EndWatch), so a claim of our own — a failed write
 			// most of the time — adds nothing.
@@ -119,7 +120,7 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 			return err
 		}
 		now := time.Now()
-		live := o.Lease != "" && !o.LeaseUntil.Before(now)
+		live := o.Lease != "" && lease.Live(o.LeaseUntil, now)
 		switch {
 		case o.HelloSent && o.Sub == 0:
 			// Nothing is owed to a connection not subscribed; a subscribe marks anew.

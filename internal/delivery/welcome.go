@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/protocol"
 )
 
@@ -260,7 +261,7 @@ func (d *Deliverer) runClose(ctx context.Context, k Kick) error {
 			if !c.Unwelcomed {
 				return nil
 			}
-			if !c.CloserUntil.After(time.Now()) || c.Closer == "" {
+			if !lease.Live(c.CloserUntil, time.Now()) || c.Closer == "" {
 				break // free, or run out: try to take it
 			}
 			busyUntil = c.CloserUntil

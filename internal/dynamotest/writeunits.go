@@ -2,7 +2,6 @@ package dynamotest
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 
@@ -10,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // WriteUnits meters the write units of the single-item writes (PutItem, UpdateItem,
@@ -75,9 +76,8 @@ func (w *WriteUnits) record(result any, err error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var ccf *types.ConditionalCheckFailedException
 	switch {
-	case errors.As(err, &ccf):
+	case dynamoerr.CondFailed(err):
 		w.units++
 		w.failed++
 	case err == nil && c != nil:

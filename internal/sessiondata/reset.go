@@ -2,7 +2,6 @@ package sessiondata
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -10,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
 // ResetAttr is the attribute of an agent's token item (pk "tokens#<id>") a reset
@@ -81,8 +81,7 @@ func (st *Store) closeLive(ctx context.Context, agentID, epoch string) error {
 		ExpressionAttributeNames:  map[string]string{"#r": ResetAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":e": str(epoch)},
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if dynamoerr.CondFailed(err) {
 		return nil
 	}
 	if err != nil {

@@ -14,6 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+	"github.com/terret/terret-ws/internal/lease"
 )
 
 // The agents table's layout, as internal/agent keeps it: every item of an agent has
@@ -83,7 +86,7 @@ func (st *Store) takeFence(ctx context.Context, agentID string) (*fence, time.Ti
 	var until time.Time
 	if o, ok := old[attrOwner].(*types.AttributeValueMemberS); ok && !strings.HasPrefix(o.Value, fencePrefix) {
 		if lu, ok := old[attrLeaseUntil].(*types.AttributeValueMemberN); ok {
-			if ms, err := strconv.ParseInt(lu.Value, 10, 64); err == nil && ms > st.now().UnixMilli() {
+			if ms, err := strconv.ParseInt(lu.Value, 10, 64); err == nil && lease.LiveMs(ms, st.now().UnixMilli()) {
 				until = time.UnixMilli(ms)
 			}
 		}
@@ -214,8 +217,7 @@ func (st *Store) strip(ctx context.Context, agentID string, f *fence, kept func(
 			ConditionExpression: cond, ExpressionAttributeNames: names, ExpressionAttributeValues: vals,
 		})
 	}
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if dynamoerr.CondFailed(err) {
 		return fmt.Errorf("%w: %s", errFenceLost, agentID)
 	}
 	if err != nil {

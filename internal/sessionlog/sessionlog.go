@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/dynamoerr"
 	"github.com/terret/terret-ws/internal/metrics"
 )
 
@@ -407,8 +408,7 @@ func (l *Log) put(ctx context.Context, ev Event) error {
 		Item:                ev.Item(),
 		ConditionExpression: aws.String("attribute_not_exists(seq)"),
 	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
+	if dynamoerr.CondFailed(err) {
 		return fmt.Errorf("%w: %s seq %d", ErrConflict, ev.SessionID, ev.Seq)
 	}
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/dynamoerr"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/history"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -75,7 +75,7 @@ type putMeter struct {
 
 func (m *putMeter) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
 	out, err := m.API.PutItem(ctx, in, opts...)
-	if ccf := (*types.ConditionalCheckFailedException)(nil); errors.As(err, &ccf) {
+	if dynamoerr.CondFailed(err) {
 		m.conflicts.Add(1)
 	}
 	return out, err

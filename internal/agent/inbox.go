@@ -1,0 +1,267 @@
+package agent
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+)
+
+// inboxItem is one queued inject: an attribute of the state item (inline) when its
+// text is at most InlineTextBytes, an item of its own otherwise.
+type inboxItem struct {
+	ID        string `dynamodbav:"id"`
+	Text      string `dynamodbav:"text,omitempty"`
+	Wake      bool   `dynamodbav:"wake"`
+	Truncated bool   `dynamodbav:"truncated"`
+	At        string `dynamodbav:"at"`
+	// Gz holds Text gzip-compressed, instead of Text, in an inbox item of its own
+	// whose text compresses (see compress).
+	Gz []byte `dynamodbav:"gz,omitempty"`
+	// attr is the state item's attribute holding an inline inject (inboxAttr, or
+	// turnWakeAttr once a turn claimed it); "" for an item of its own.
+	attr string `dynamodbav:"-"`
+}
+
+// InlineTextBytes is the longest inject text queued on the agent's state item rather
+// than as an inbox item of its own. Queued there, an inject costs one write (which
+// also counts the stimulus) and no delete: the write that claims the turn, or the
+// one that clears a drain, takes it off. The state item is billed by its whole size
+// on every write (1 write unit per KB), so only short texts go there; most steers and
+// chat messages are shorter.
+const InlineTextBytes = 256
+
+// MaxInline is how many injects may be queued on the state item at once; more wait as
+// inbox items of their own. It bounds the state item (every write of it is billed by
+// its whole size) at about 2 KB, far below DynamoDB's 400 KB item limit, however many
+// steers a client sends while a turn works.
+const MaxInline = 4
+
+// The state item's attributes holding inline injects: the queue (a map by inbox id)
+// and the recorded turn's waking inject.
+const (
+	inboxAttr    = "inbox"
+	turnWakeAttr = "turn_wake"
+)
+
+// wakeBefore reports whether a waking inject with a stamp key below key is queued: a
+// turn the cancel with that key must stop is owed. Cost: one strongly consistent
+// Query of the agent's inbox and state item (usually one read unit).
+func (st *store) wakeBefore(ctx context.Context, agentID, key string) (bool, error) {
+	items, _, err := st.inbox(ctx, agentID)
+	if err != nil {
+		return false, err
+	}
+	for _, it := range items {
+		if it.Wake && it.attr != turnWakeAttr && it.key() <= key {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// newInboxID orders the inbox by the frame's stamp key (so steers drain in the order
+// the client sent them) and is unique.
+func newInboxID(stampKey string) string {
+	return stampKey + "-" + randomHex(4)
+}
+
+// key is the stamp key of an inbox item (its id without the random suffix).
+func (it inboxItem) key() string {
+	if i := strings.LastIndexByte(it.ID, '-'); i > 0 {
+		return it.ID[:i]
+	}
+	return it.ID
+}
+
+func randomHex(nbytes int) string {
+	b := make([]byte, nbytes)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// putInbox queues one inject and, when it is queued on the state item, counts the
+// stimulus in the same write. It reports whether the stimulus was counted. A text of
+// at most InlineTextBytes goes on the state item while fewer than MaxInline wait there
+// (the agent's first one also creates the queue: one failed conditional write more,
+// once); otherwise it is an item of its own. Cost: 1 write unit for an inline inject
+// (the state item stays small); 1 per KB of the item otherwise, plus 1 when the queue
+// on the state item was found full.
+func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bool, error) {
+	if len(it.Text) <= InlineTextBytes {
+		v, err := attributevalue.Marshal(it)
+		if err != nil {
+			return false, fmt.Errorf("agent: encode inbox item: %w", err)
+		}
+		for range 3 {
+			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+				UpdateExpression:                    aws.String("SET #inbox.#id = :it ADD #pending :one"),
+				ConditionExpression:                 aws.String("attribute_exists(#inbox) AND size(#inbox) < :max"),
+				ExpressionAttributeNames:            map[string]string{"#inbox": inboxAttr, "#id": it.ID, "#pending": attrPending},
+				ExpressionAttributeValues:           map[string]types.AttributeValue{":it": v, ":one": n(1), ":max": n(MaxInline)},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			})
+			old, failed := dynamoerr.CondFailedItem(err)
+			if err == nil {
+				return true, nil
+			}
+			if !failed {
+				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+			}
+			if _, exists := old[inboxAttr]; exists {
+				break // the queue is full: an item of its own
+			}
+			// No queue yet: create it with this inject in it.
+			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+				UpdateExpression:          aws.String("SET #inbox = :q ADD #pending :one"),
+				ConditionExpression:       aws.String("attribute_not_exists(#inbox)"),
+				ExpressionAttributeNames:  map[string]string{"#inbox": inboxAttr, "#pending": attrPending},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{it.ID: v}}, ":one": n(1)},
+			})
+			if err == nil {
+				return true, nil
+			}
+			if !dynamoerr.CondFailed(err) {
+				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+			}
+			// Another inject created it meanwhile: queue into it.
+		}
+	}
+	item, err := attributevalue.MarshalMap(compress(it))
+	if err != nil {
+		return false, fmt.Errorf("agent: encode inbox item: %w", err)
+	}
+	for k, v := range key(agentID, inboxPrefix+it.ID) {
+		item[k] = v
+	}
+	if _, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.table), Item: item}); err != nil {
+		return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
+	}
+	return false, nil
+}
+
+// compress stores the text of an inbox item of its own gzip-compressed when that makes
+// the item smaller: its put and its delete are each billed 1 write unit per KB of the
+// item, and text compresses, typically to a half or a third (AWS's advice for large
+// attributes: https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/bp-use-s3-too.html).
+func compress(it inboxItem) inboxItem {
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	_, _ = zw.Write([]byte(it.Text))
+	if zw.Close() != nil || b.Len() >= len(it.Text) {
+		return it
+	}
+	it.Gz, it.Text = b.Bytes(), ""
+	return it
+}
+
+// decompress restores the text of an inbox item stored compressed.
+func decompress(it inboxItem) (inboxItem, error) {
+	if it.Gz == nil {
+		return it, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(it.Gz))
+	if err == nil {
+		var text []byte
+		if text, err = io.ReadAll(io.LimitReader(zr, 2*MaxTextBytes)); err == nil {
+			it.Text, it.Gz = string(text), nil
+			return it, nil
+		}
+	}
+	return inboxItem{}, fmt.Errorf("agent: decompress inbox item %s: %w", it.ID, err)
+}
+
+// inbox returns the agent's queued injects in arrival order — the inbox items, the
+// injects queued on the state item and the recorded turn's inline wake — and the state
+// item, all read strongly consistent in one Query of the agent's items from "inbox#"
+// to "state".
+func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state, error) {
+	var out []inboxItem
+	var cur state
+	var start map[string]types.AttributeValue
+	for {
+		page, err := st.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:              aws.String(st.table),
+			KeyConditionExpression: aws.String("pk = :pk AND sk BETWEEN :lo AND :hi"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": s(pk(agentID)), ":lo": s(inboxPrefix), ":hi": s(skState),
+			},
+			ConsistentRead:    aws.Bool(true),
+			ExclusiveStartKey: start,
+		})
+		if err != nil {
+			return nil, state{}, fmt.Errorf("agent: read inbox of %s: %w", agentID, err)
+		}
+		for _, item := range page.Items {
+			if sk, _ := item["sk"].(*types.AttributeValueMemberS); sk != nil && sk.Value == skState {
+				if cur, err = decodeState(item); err != nil {
+					return nil, state{}, err
+				}
+				continue
+			}
+			var it inboxItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, state{}, fmt.Errorf("agent: decode inbox item: %w", err)
+			}
+			if it, err = decompress(it); err != nil {
+				return nil, state{}, err
+			}
+			out = append(out, it)
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			break
+		}
+		start = page.LastEvaluatedKey
+	}
+	for _, it := range cur.Inbox {
+		out = append(out, it)
+	}
+	if cur.TurnWake != nil {
+		out = append(out, *cur.TurnWake)
+	}
+	slices.SortFunc(out, func(a, b inboxItem) int { return strings.Compare(a.ID, b.ID) })
+	return out, cur, nil
+}
+
+// deleteInbox takes drained injects off the inbox: one DeleteItem per inbox item, and
+// one write for all those queued on the state item (a recorded turn's wake goes with
+// the turn). Removing a missing one is no error, so a repeated drain is harmless.
+func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxItem) error {
+	var remove []string
+	attrs := map[string]string{"#inbox": inboxAttr}
+	for _, it := range items {
+		switch it.attr {
+		case turnWakeAttr:
+		case "":
+			if _, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: key(agentID, inboxPrefix+it.ID)}); err != nil {
+				return fmt.Errorf("agent: delete drained inbox item %s of %s: %w", it.ID, agentID, err)
+			}
+		default:
+			ph := fmt.Sprintf("#q%d", len(remove))
+			remove = append(remove, "#inbox."+ph)
+			attrs[ph] = it.ID
+		}
+	}
+	if len(remove) == 0 {
+		return nil
+	}
+	if _, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:         aws.String("REMOVE " + strings.Join(remove, ", ")),
+		ExpressionAttributeNames: attrs,
+	}); err != nil {
+		return fmt.Errorf("agent: remove drained injects of %s: %w", agentID, err)
+	}
+	return nil
+}
