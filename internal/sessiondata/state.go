@@ -126,7 +126,8 @@ func waitLease(ctx context.Context, until time.Time, now time.Time) error {
 	if until.IsZero() {
 		return nil
 	}
-	if err := sleep(ctx, until.Sub(now)); err != nil {
+	// Live through its last millisecond (internal/lease): run out from the next one.
+	if err := sleep(ctx, until.Add(time.Millisecond).Sub(now)); err != nil {
 		return fmt.Errorf("sessiondata: wait for the runner lease: %w", err)
 	}
 	return nil
