@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	hangbound "github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
@@ -35,29 +35,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(runChild())
 	}
-	flag.Parse()
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > 0 {
-			binaryDeadline = time.Now().Add(d)
-		}
-	}
 	os.Exit(m.Run())
 }
 
-// binaryDeadline is the test binary's (go test -timeout, from its start; none with
-// -timeout 0).
-var binaryDeadline time.Time
-
 // hang bounds a wait for something the runner is certain to do — an event, a run's
-// end, a hook reached: until 30 s before the test binary's deadline (10 minutes
-// without one). It is no claim about how fast the machine is: load only makes the
-// wait longer, never fails it; it turns a hang into a failure that says what never came.
-func hang() time.Duration {
-	if binaryDeadline.IsZero() {
-		return 10 * time.Minute
-	}
-	return max(time.Until(binaryDeadline)-30*time.Second, time.Second)
-}
+// end, a hook reached — by the test binary's deadline (internal/hang): load only makes
+// the wait longer, never fails it.
+func hang() time.Duration { return hangbound.Bound() }
 
 // testTables creates the template's tables for one test; dynamotest drops them when
 // the test ends.

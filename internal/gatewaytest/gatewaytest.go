@@ -39,16 +39,22 @@ type Gateway struct {
 // Start starts a gateway on a free local port that logs to logger; it is closed when
 // the test ends. A failed asynchronous invocation is retried after 200 ms, not
 // Lambda's minute.
-func Start(t testing.TB, logger *slog.Logger) *Gateway {
+// Each option changes the gateway's configuration before it starts (a route's
+// deadline, say).
+func Start(t testing.TB, logger *slog.Logger, options ...func(*localgw.Config)) *Gateway {
 	t.Helper()
 	g := &Gateway{}
-	gw, err := localgw.Start(context.Background(), localgw.Config{
+	cfg := localgw.Config{
 		Addr:         "127.0.0.1:0",
 		Routes:       map[string]lambda.Handler{localgw.RouteConnect: &g.Connect, localgw.RouteDefault: &g.Message, localgw.RouteDisconnect: &g.Disconnect},
 		Functions:    map[string]lambda.Handler{DeliverFunction: &g.Deliver},
 		RetryBackoff: 200 * time.Millisecond,
 		Logger:       logger,
-	})
+	}
+	for _, o := range options {
+		o(&cfg)
+	}
+	gw, err := localgw.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start the local gateway: %v", err)
 	}

@@ -24,6 +24,8 @@ import (
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/gatewaytest"
+	"github.com/terret/terret-ws/internal/hang"
+	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
@@ -133,7 +135,13 @@ func newRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait time
 	t.Helper()
 	db := dynamotest.Client(t)
 	logger := testLogger()
-	gw := gatewaytest.Start(t, logger)
+	gw := gatewaytest.Start(t, logger, func(c *localgw.Config) {
+		if orderWait > time.Minute {
+			// A wait the test never lets run out: nor may the handlers' deadline,
+			// which ends a waiting frame's wait too (served without the guarantee).
+			c.Timeouts = map[string]time.Duration{localgw.RouteDefault: orderWait + time.Minute}
+		}
+	})
 	r := &rig{
 		gw: gw, ctrl: newRecorder(),
 		tokens:       auth.New(db, names["ConnectionsTable"]),
@@ -212,7 +220,7 @@ func (c *client) next() map[string]any {
 }
 
 func (c *client) read() (map[string]any, error) {
-	b, err := c.gc.Next(20 * time.Second)
+	b, err := c.gc.Next(hang.Bound())
 	if err != nil {
 		return nil, err
 	}
@@ -246,8 +254,8 @@ func (r *rig) nextCall(t *testing.T) call {
 	select {
 	case c := <-r.ctrl.calls:
 		return c
-	case <-time.After(20 * time.Second):
-		t.Fatal("no Controller call in 20 s")
+	case <-time.After(hang.Bound()):
+		t.Fatal("no Controller call")
 		return call{}
 	}
 }
@@ -538,10 +546,10 @@ func testOrderGap(t *testing.T, names tables.Names) {
 		}
 		// The mark follows the Controller call; the next frame is sent once it shows, so
 		// that the short OrderWait is never what the next frame's outcome depends on.
-		until := time.Now().Add(20 * time.Second)
+		until := time.Now().Add(hang.Bound())
 		for mark() < min(tc.order, 2) {
 			if time.Now().After(until) {
-				t.Fatalf("%s: turnstile mark %d after 20 s, want %d", tc.name, mark(), min(tc.order, 2))
+				t.Fatalf("%s: turnstile mark %d, want %d", tc.name, mark(), min(tc.order, 2))
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -576,8 +584,8 @@ func testOrderWaitCap(t *testing.T, names tables.Names) {
 	for range MaxWaitingFrames {
 		select {
 		case <-entered:
-		case <-time.After(30 * time.Second):
-			t.Fatal("fewer frames than MaxWaitingFrames entered the wait in 30 s")
+		case <-time.After(hang.Bound()):
+			t.Fatal("fewer frames than MaxWaitingFrames entered the wait")
 		}
 	}
 	const excess = 3
@@ -625,7 +633,7 @@ func testOrderWaitCap(t *testing.T, names tables.Names) {
 		if o != MaxWaitingFrames+4 {
 			t.Fatalf("entered %d, want %d", o, MaxWaitingFrames+4)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(hang.Bound()):
 		t.Fatal("a frame behind a new gap did not enter the wait")
 	}
 }
