@@ -58,6 +58,8 @@ type options struct {
 	turns                 int
 	coldRuns              int
 	refused               int
+	laggedQueue           int    // outbound_queue of the lagged phase's stack
+	laggedEvents          int    // the lagged phase's bound on events to the paused reader
 	agents                string // fleet sizes of the agents phase
 	agentTurns            int
 	frames                int
@@ -97,6 +99,7 @@ type results struct {
 	cold                 []coldResult
 	coldFloor            coldResult
 	refused              refusedResult
+	lagged               laggedResult
 	agents               []fleetResult
 	age                  []ageResult
 	ageSeeded            time.Duration
@@ -110,7 +113,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age", "phases to run, comma-separated (also: refused, agents)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age,lagged", "phases to run, comma-separated (also: refused, agents)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -123,6 +126,8 @@ func main() {
 	flag.IntVar(&o.floorEvents, "floor-events", 1000, "floor samples for the tail latency, interleaved with the fast path")
 	flag.IntVar(&o.turns, "turns", 2, "turns of each kind driven through the runtime")
 	flag.IntVar(&o.coldRuns, "cold-runs", 3, "cold starts per function (the median is reported)")
+	flag.IntVar(&o.laggedQueue, "lagged-queue", 16, "outbound_queue of the lagged phase's own stack")
+	flag.IntVar(&o.laggedEvents, "lagged-events", 400, "most events appended to the lagged phase's paused reader (a quarter of it to the reader that keeps up)")
 	flag.IntVar(&o.refused, "refused", 50, "connections with a wrong token in the refused phase")
 	flag.StringVar(&o.agents, "agents", "10,50,200", "fleet sizes of the agents phase: agents running turns at once, one client each")
 	flag.IntVar(&o.agentTurns, "agent-turns", 2, "counted turns of each agent in the agents phase (after one uncounted)")
@@ -255,6 +260,7 @@ func (b *bench) run() error {
 		{"storm", b.runStorm},
 		{"cold", b.runColdStart},
 		{"refused", b.runRefused},
+		{"lagged", b.runLagged},
 		{"agents", b.runAgents},
 		{"age", b.runAge},
 	}

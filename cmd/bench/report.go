@@ -43,7 +43,18 @@ var (
 	atMost = func(x float64) target {
 		return target{fmt.Sprintf("≤ %g", x), func(v, _ float64) bool { return v <= x+1e-9 }}
 	}
+	atLeast = func(x float64) target {
+		return target{fmt.Sprintf("≥ %g", x), func(v, _ float64) bool { return v >= x-1e-9 }}
+	}
 )
+
+// b2f is 1 for true, 0 for false: a yes/no figure.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 type phaseBreakdown struct {
 	Requests    []requestRow     `json:"requests"`
@@ -302,6 +313,16 @@ func (b *bench) report(lc *levelCounter) *report {
 			r.addBreakdown(b, strings.TrimPrefix(sec, "client frames: "), f.Cost, 0)
 			r.CostFigures[name] = costRowOf("frame", f.Cost, int64(f.Frames), "", 0)
 		}
+	}
+	if ran["lagged"] {
+		l := b.res.lagged
+		sec := fmt.Sprintf("slow readers (outbound_queue %d, events of %d KiB)", l.Queue, l.EventBytes>>10)
+		add(sec, "paused reader: events appended until it was dropped", "events", float64(l.Appended), nil, noTarget)
+		add(sec, "paused reader: events it received before lagged", "events", float64(l.Received), nil, noTarget)
+		add(sec, "paused reader: events behind (tip − last received) when lagged fired", "events", float64(l.Behind), fl(float64(l.Queue+1)), noTarget)
+		add(sec, "paused reader: sent lagged", "bool", b2f(l.GotLagged), fl(1), atLeast(1))
+		add(sec, fmt.Sprintf("keeping-up reader: events received of %d appended in bursts of %d", l.KeepUpEvents, l.Queue), "events", float64(l.KeepUpGot), fl(float64(l.KeepUpEvents)), atLeast(float64(l.KeepUpEvents)))
+		add(sec, "keeping-up reader: sent lagged", "bool", b2f(l.KeepUpLagged), fl(0), atMost(0))
 	}
 	if ran["refused"] {
 		rf := b.res.refused

@@ -39,6 +39,10 @@ import (
 var (
 	ErrGone = errors.New("delivery: connection gone")
 	ErrPost = errors.New("delivery: post failed")
+	// ErrFull (with ErrPost) is a post API Gateway kept refusing with
+	// LimitExceededException, which also means "the WebSocket client side buffer is
+	// full": the frame was not taken, and the client is counted as not having it.
+	ErrFull = errors.New("delivery: client buffer full")
 	// errDeadline stops a sender that must hand its work to a fresh invocation.
 	errDeadline = errors.New("delivery: invocation deadline near")
 	// errLagging stops posting a batch to a live reader found past the outbound-queue

@@ -5,6 +5,17 @@ import (
 	"time"
 )
 
+// A reader that stops reading shows in one of two ways, and both feed one rule: the
+// live tail more than OutboundQueue events ahead of the sender's cursor, the next event
+// the client has not been handed (laggingAt), closes it with lagged.
+//
+//   - The local gateway answers a post once its frame is written to a socket whose
+//     kernel send buffer is small (localgw.Config.SendBuffer), so posts slow down as
+//     soon as the client's own receive buffer is full (slowPost below).
+//   - API Gateway refuses a post with LimitExceededException when "the WebSocket client
+//     side buffer is full" (ErrFull, post.go): the frame is not taken and the cursor
+//     stays before it; a sender whose post is refused that way checks the bound.
+//
 // slowPost is how long a live post may take before the sender checks the
 // outbound-queue bound at once (laggingAt) rather than at its next read of the log. A
 // post waits for a slow reader only where the transport pushes back: the local

@@ -16,7 +16,10 @@ import (
 	"github.com/terret/terret-ws/internal/protocol"
 )
 
-// post sends one frame. It returns ErrGone if the connection no longer exists.
+// post sends one frame. It returns ErrGone if the connection no longer exists, and
+// ErrPost once five attempts failed — with ErrFull when the last was refused with
+// LimitExceededException (throttled, or the client's buffer full: API Gateway does not
+// say which).
 func (d *Deliverer) post(ctx context.Context, connID string, data []byte) error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -34,6 +37,10 @@ func (d *Deliverer) post(ctx context.Context, connID string, data []byte) error 
 		// Throttled (LimitExceeded) or a passing failure: back off and try again; the
 		// frame order is kept because nothing else is posted meanwhile.
 		time.Sleep(time.Duration(25<<attempt)*time.Millisecond + mrand.N(25*time.Millisecond))
+	}
+	var full *gwtypes.LimitExceededException
+	if errors.As(err, &full) {
+		return fmt.Errorf("%w: %w: %s: %v", ErrPost, ErrFull, connID, err)
 	}
 	return fmt.Errorf("%w: %s: %v", ErrPost, connID, err)
 }

@@ -384,6 +384,13 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		}
 		posted := time.Now()
 		if err := s.d.post(s.ctx, s.o.ConnID, b); err != nil {
+			if live && errors.Is(err, ErrFull) {
+				// API Gateway's shape of a reader that stopped (lagged.go): the frame was
+				// not taken, so the cursor stays before it. Past the bound, lagged.
+				if lag, lerr := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next); lerr == nil && lag {
+					return errLagging
+				}
+			}
 			return err
 		}
 		s.counted(batch[i : i+k])

@@ -58,6 +58,7 @@ const (
 	DefaultWriteTimeout   = 10 * time.Second
 	DefaultStallTimeout   = 60 * time.Second
 	DefaultOutboxBytes    = 16 << 20
+	DefaultSendBuffer     = 32 << 10
 	DefaultMaxConcurrency = 64
 	DefaultRetryBackoff   = time.Second
 )
@@ -122,6 +123,13 @@ type Config struct {
 	// OutboxBytes bounds the frames posted to one connection and not yet written
 	// (default 16 MiB); a post beyond it closes the socket and answers GoneException.
 	OutboxBytes int
+	// SendBuffer is the kernel send buffer (SO_SNDBUF) of every socket the gateway
+	// accepts (default 32 KiB; Linux doubles it for its own bookkeeping). A post is
+	// answered once its frame is written, and a written frame is counted as received
+	// by the sender's outbound-queue bound (lagged); left to the kernel, the buffer
+	// grows to megabytes on a fast link (4 MiB on Linux), where thousands of small
+	// events would wait for a slow reader unseen by that bound.
+	SendBuffer int
 	// MaxConcurrency bounds concurrent $default invocations over all connections
 	// (default 64). When it is reached, sockets stop being read until a slot frees.
 	MaxConcurrency int
@@ -211,6 +219,9 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.OutboxBytes <= 0 {
 		cfg.OutboxBytes = DefaultOutboxBytes
 	}
+	if cfg.SendBuffer <= 0 {
+		cfg.SendBuffer = DefaultSendBuffer
+	}
 	if cfg.MaxConcurrency <= 0 {
 		cfg.MaxConcurrency = DefaultMaxConcurrency
 	}
@@ -242,6 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Gateway, error) {
 		}
 		return nil, fmt.Errorf("localgw: listen for the internal APIs: %w", err)
 	}
+	ln = sendBufferListener{Listener: ln, size: cfg.SendBuffer}
 	// Invocations outlive the caller's ctx on purpose: shutting down must let them
 	// finish (bounded by their deadlines) rather than cancel them mid-write.
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))

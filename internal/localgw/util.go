@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 )
@@ -99,4 +100,19 @@ func writeJSONError(w http.ResponseWriter, status int, errorType, message string
 	w.Header().Set("X-Amzn-ErrorType", errorType)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"message": message})
+}
+
+// sendBufferListener sets the kernel send buffer of every TCP connection it accepts
+// (Config.SendBuffer). A connection whose buffer cannot be set keeps the kernel's.
+type sendBufferListener struct {
+	net.Listener
+	size int
+}
+
+func (l sendBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(l.size)
+	}
+	return c, err
 }
