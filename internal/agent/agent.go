@@ -41,6 +41,8 @@ type Log interface {
 	AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (sessionlog.Event, error)
 	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
 	Tip(ctx context.Context, sessionID string) (int64, error)
+	// Expire sets an event's TTL (retention: only for events the checkpoint passed).
+	Expire(ctx context.Context, sessionID string, seq, expiresAt int64) error
 }
 
 var _ Log = (*sessionlog.Log)(nil)
@@ -99,6 +101,10 @@ type Config struct {
 	MainModel   string // spec of role main when the agent set none; "": scripted
 	TitlerModel string // spec of role titler when the agent set none; "": scripted
 	Approvals   bool   // the approvals plugin row is mounted
+	// RetentionDays (the deployment's RETENTION_DAYS; a profile's retention_days wins)
+	// expires log events that many days after they were appended, once the checkpoint
+	// has passed them (retention.go); 0: keep them forever.
+	RetentionDays int
 
 	Now            func() time.Time // nil: time.Now
 	LeaseDuration  time.Duration    // a runner's lease, renewed every third of it; 0: DefaultLeaseDuration

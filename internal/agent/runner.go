@@ -117,6 +117,8 @@ type invocation struct {
 	// nothing else was to happen before it: one state write instead of two.
 	ended *endedTurn
 
+	expiredTo int64 // the seq below which this invocation's expire has given events a TTL
+
 	quotaRefused int64 // the stimulus count a quota refusal was logged at
 	progressed   bool  // a step ran: handing over now makes progress
 }
@@ -153,15 +155,20 @@ func (inv *invocation) run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			stopHeartbeat()
-			if _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil, nil, nil); rerr != nil {
+			if _, _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil, nil, nil); rerr != nil {
 				log.Error("release lease after failure", "error", rerr.Error())
 			}
 			return err
 		}
 		if out == outHandover {
 			stopHeartbeat()
-			if _, _, err := inv.c.store.release(ctx, inv.agent, inv.me, nil, inv.ended, inv.checkpoint(inv.ended)); err != nil {
+			ck := inv.checkpoint(inv.ended)
+			_, _, wrote, err := inv.c.store.release(ctx, inv.agent, inv.me, nil, inv.ended, ck)
+			if err != nil {
 				return err
+			}
+			if wrote {
+				inv.expire(ctx, ck, log)
 			}
 			log.Info("handing over before the deadline")
 			metrics.Add("RunnerHandovers", metrics.Count, 1)
@@ -170,9 +177,13 @@ func (inv *invocation) run(ctx context.Context) error {
 		if err := inv.crash(CrashBeforeRelease); err != nil {
 			return err
 		}
-		cur, released, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending, inv.ended, inv.checkpoint(inv.ended))
+		ck := inv.checkpoint(inv.ended)
+		cur, released, wrote, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending, inv.ended, ck)
 		if err != nil {
 			return err
+		}
+		if wrote {
+			inv.expire(ctx, ck, log)
 		}
 		if released {
 			return nil

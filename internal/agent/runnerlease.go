@@ -88,9 +88,10 @@ type endedTurn struct {
 // finishes that turn as finishTurn does, conditional on it still being recorded: a
 // release that does not happen finishes nothing. A lease that is not mine any more
 // counts as released. With ck set, the same write stores the runner's checkpoint
-// (checkpoint.go): a release that does not happen stores none. Cost: 1 write unit per
-// KB of the state item (the checkpoint adds its own size).
-func (st *store) release(ctx context.Context, agentID, me string, pending *int64, ended *endedTurn, ck *checkpoint) (state, bool, error) {
+// (checkpoint.go): a release that does not happen stores none; wrote reports whether
+// this write happened (and stored ck). Cost: 1 write unit per KB of the state item
+// (the checkpoint adds its own size).
+func (st *store) release(ctx context.Context, agentID, me string, pending *int64, ended *endedTurn, ck *checkpoint) (cur state, released, wrote bool, err error) {
 	cond := "#owner = :me"
 	vals := map[string]types.AttributeValue{":me": s(me)}
 	attrs := names(attrOwner, attrLeaseUntil)
@@ -111,13 +112,13 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 	if ck != nil {
 		v, err := attributevalue.Marshal(ck)
 		if err != nil {
-			return state{}, false, fmt.Errorf("agent: encode checkpoint of %s: %w", agentID, err)
+			return state{}, false, false, fmt.Errorf("agent: encode checkpoint of %s: %w", agentID, err)
 		}
 		expr.set = append(expr.set, "#ck = :ck")
 		attrs["#ck"] = ckAttr
 		vals[":ck"] = v
 	}
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+	_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String(expr.String()),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            attrs,
@@ -125,17 +126,17 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
-		cur, derr := decodeState(item)
-		if derr != nil {
-			return state{}, false, derr
+		var derr error
+		if cur, derr = decodeState(item); derr != nil {
+			return state{}, false, false, derr
 		}
 		if cur.Runner != me {
-			return cur, true, nil
+			return cur, true, false, nil
 		}
-		return cur, false, nil
+		return cur, false, false, nil
 	}
 	if err != nil {
-		return state{}, false, fmt.Errorf("agent: release lease of %s: %w", agentID, err)
+		return state{}, false, false, fmt.Errorf("agent: release lease of %s: %w", agentID, err)
 	}
-	return state{}, true, nil
+	return state{}, true, true, nil
 }

@@ -42,10 +42,15 @@ type Config struct {
 	MainModel            string // MAIN_MODEL, default "scripted"
 	TitlerModel          string // TITLER_MODEL, default "scripted"
 	AgentProfile         string // AGENT_PROFILE, optional
-	DynamoDBEndpoint     string // DYNAMODB_ENDPOINT, local only
-	LambdaEndpoint       string // LAMBDA_ENDPOINT, local only
-	LogLevel             string // LOG_LEVEL, default "info"
-	MetricsNamespace     string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
+	// RetentionDays (RETENTION_DAYS, default 0: keep forever, at most MaxRetentionDays)
+	// expires log events that many days after they were appended, once the runner's
+	// checkpoint has passed them; a profile's retention_days wins over it
+	// (docs/architecture.md, "Retention").
+	RetentionDays    int
+	DynamoDBEndpoint string // DYNAMODB_ENDPOINT, local only
+	LambdaEndpoint   string // LAMBDA_ENDPOINT, local only
+	LogLevel         string // LOG_LEVEL, default "info"
+	MetricsNamespace string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
 	// PauseEndpoint (PauseEndpointVar, tests only) is a test rig's pause server (package
 	// pausehook): the agent runtime posts each pause point there and waits for the
 	// answer. Load takes it only for a local stack: DYNAMODB_ENDPOINT set and the URL
@@ -72,16 +77,19 @@ const (
 	DefaultReplayLimit          = 10000
 	DefaultMaxConcurrentReplays = 4
 	DefaultOutboundQueue        = 1024
+	// MaxRetentionDays bounds RETENTION_DAYS, as the template's RetentionDays and a
+	// profile's retention_days are bounded (ten years).
+	MaxRetentionDays = 3650
 )
 
 // vars lists the environment each function reads; internal/stack checks that the
 // template sets every one of them.
 var vars = map[string][]string{
 	"connect":    {"LOG_TABLE", "CONNECTIONS_TABLE", "DELIVER_FUNCTION", "WS_MANAGEMENT_ENDPOINT", "ORIGIN_SECRET"},
-	"message":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE"},
+	"message":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
 	"disconnect": {"CONNECTIONS_TABLE"},
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
-	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE"},
+	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
 }
 
 // PauseEndpointVar names the test-only variable of Config.PauseEndpoint. No template
@@ -141,6 +149,13 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 	}
 	if c.OutboundQueue, err = positive(getenv, "OUTBOUND_QUEUE", DefaultOutboundQueue); err != nil {
 		return Config{}, err
+	}
+	if v := strings.TrimSpace(getenv("RETENTION_DAYS")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > MaxRetentionDays {
+			return Config{}, fmt.Errorf("%w: RETENTION_DAYS=%q, want a whole number of days from 0 (keep forever) to %d", ErrInvalid, v, MaxRetentionDays)
+		}
+		c.RetentionDays = n
 	}
 	if c.PauseEndpoint, err = pauseEndpoint(getenv(PauseEndpointVar), c.DynamoDBEndpoint); err != nil {
 		return Config{}, err

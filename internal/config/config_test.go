@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,6 +100,30 @@ func TestCallBudgets(t *testing.T) {
 		})
 		if err != nil || local.CallBudget != 0 {
 			t.Errorf("%s on a local stack: CallBudget %s (%v), want none", fn, local.CallBudget, err)
+		}
+	}
+}
+
+// TestRetentionDays: RETENTION_DAYS is optional (0: keep forever), a whole number of
+// days up to MaxRetentionDays; anything else fails the load naming the variable.
+func TestRetentionDays(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		v    string
+		want int
+		ok   bool
+	}{
+		{"", 0, true}, {"0", 0, true}, {"30", 30, true}, {" 7 ", 7, true}, {"3650", 3650, true},
+		{"3651", 0, false}, {"-1", 0, false}, {"1.5", 0, false}, {"forever", 0, false},
+	} {
+		env := map[string]string{"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "DELIVER_FUNCTION": "d",
+			"RUNNER_FUNCTION": "r", "WS_MANAGEMENT_ENDPOINT": "https://x", "RETENTION_DAYS": tc.v}
+		c, err := config.LoadFrom("runner", func(k string) string { return env[k] })
+		if gotOK := err == nil; gotOK != tc.ok || c.RetentionDays != tc.want {
+			t.Errorf("RETENTION_DAYS=%q: RetentionDays %d, error %v; want %d, ok %v", tc.v, c.RetentionDays, err, tc.want, tc.ok)
+		}
+		if err != nil && (!errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "RETENTION_DAYS")) {
+			t.Errorf("RETENTION_DAYS=%q: error %v, want config.ErrInvalid naming RETENTION_DAYS", tc.v, err)
 		}
 	}
 }

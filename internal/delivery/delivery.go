@@ -70,6 +70,9 @@ type LogReader interface {
 	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
 	Tip(ctx context.Context, sessionID string) (int64, error)
 	Epoch(ctx context.Context, sessionID string) (string, error)
+	// Retained is where a reader from seq from finds the retained log (from itself
+	// unless retention expired events there).
+	Retained(ctx context.Context, sessionID string, from int64) (int64, error)
 }
 
 var _ LogReader = (*sessionlog.Log)(nil)
@@ -258,8 +261,10 @@ type wake struct {
 }
 
 // Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
-// limit (pulling from forward and owing replay_truncated), pulls a fromSeq past the
-// log's tip back to tip+1 (owing replay_truncated as well) and moves the cursor. It
+// limit and retention (pulling from forward to the oldest seq both keep, owing
+// replay_truncated), pulls a fromSeq past the log's tip back to tip+1 (owing
+// replay_truncated as well) and moves the cursor. Cost: the tip's read, and for a
+// subscribe that replays anything one more read of one item (sessionlog.Retained). It
 // returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
 // Pump.
 //
@@ -283,6 +288,18 @@ func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromS
 	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key()}
 	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
 		sub.From, sub.Truncated = floor, true
+	}
+	if sub.From <= tip {
+		// Retention: events expired below the oldest retained one are gone, so the
+		// replay starts there, announced as the cap's floor is (docs/architecture.md,
+		// "Retention").
+		kept, err := d.log.Retained(ctx, agentID, sub.From)
+		if err != nil {
+			return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
+		}
+		if kept > sub.From {
+			sub.From, sub.Truncated = kept, true
+		}
 	}
 	if fromSeq > tip+1 {
 		// Past the tip: seqs tip+1 … from_seq-1 do not exist yet, so the client cannot

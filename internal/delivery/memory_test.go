@@ -53,6 +53,9 @@ func (l *memLog) Read(_ context.Context, _ string, from int64, limit int) ([]ses
 	return slices.Clone(l.evs[from:end]), nil
 }
 
+// Retained: nothing in memory expires.
+func (l *memLog) Retained(_ context.Context, _ string, from int64) (int64, error) { return from, nil }
+
 func (l *memLog) Tip(context.Context, string) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -18,8 +18,11 @@ const exportPage = 1000
 // line each: the envelope exactly as a subscriber receives it (sessionlog.Event's
 // MarshalJSON, the encoder delivery posts with). to < 0 means the tip when the export
 // starts, so an export of a live log ends. It returns the number of events written.
-// Cost: 1 read unit for the tip, then strongly consistent Query pages of 1,000
-// events — 1 read unit per 4 KB read.
+// Retention: an export from below the oldest retained event starts there, as a
+// subscribe's replay does (sessionlog.Retained), and an event expired but not yet
+// deleted by TTL is left out. Cost: 1 read unit for the tip, 1 for where the retained
+// log starts, then strongly consistent Query pages of 1,000 events — 1 read unit per
+// 4 KB read.
 func (st *Store) Export(ctx context.Context, agentID string, from, to int64, w io.Writer) (int64, error) {
 	if from < 0 {
 		return 0, fmt.Errorf("%w: from %d is negative", ErrInvalid, from)
@@ -34,6 +37,12 @@ func (st *Store) Export(ctx context.Context, agentID string, from, to int64, w i
 	if to < 0 || to > tip {
 		to = tip
 	}
+	if from <= tip {
+		if from, err = st.log.Retained(ctx, agentID, from); err != nil {
+			return 0, fmt.Errorf("sessiondata: export %s: %w", agentID, err)
+		}
+	}
+	now := st.now()
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var n int64
 	total := to - from + 1
@@ -49,6 +58,10 @@ func (st *Store) Export(ctx context.Context, agentID string, from, to int64, w i
 			if ev.Seq > to {
 				break
 			}
+			next = ev.Seq + 1
+			if ev.Expired(now) {
+				continue // TTL deletes lazily: gone for every reader
+			}
 			b, err := ev.MarshalJSON()
 			if err != nil {
 				return n, fmt.Errorf("sessiondata: export %s seq %d: %w", agentID, ev.Seq, err)
@@ -60,7 +73,6 @@ func (st *Store) Export(ctx context.Context, agentID string, from, to int64, w i
 			if n%int64(st.o.ProgressEvery) == 0 {
 				st.progress("exported %d of %d events (through seq %d)", n, total, ev.Seq)
 			}
-			next = ev.Seq + 1
 		}
 	}
 	if err := bw.Flush(); err != nil {

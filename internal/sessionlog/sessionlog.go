@@ -5,9 +5,10 @@
 // Gaplessness follows from one rule: a writer only ever puts seq n+1 after it has seen
 // seq n exist (read back from the table, or written by itself), and the put is
 // conditional on seq n+1 not existing yet. Events are never deleted (but all at once, by a
-// session reset or delete, package sessiondata, after which a new log starts at seq 0),
-// so a conflict only means another writer got n+1 first; the loser re-reads the tip and
-// tries again. A tip this Log remembers is lowered by every read that reaches the log's
+// session reset or delete, package sessiondata, after which a new log starts at seq 0,
+// and by retention, which expires a prefix of seqs 1 … n-1 and never seq 0 nor the
+// tip: Expire, docs/architecture.md "Retention"), so a conflict only means another
+// writer got n+1 first; the loser re-reads the tip and tries again. A tip this Log remembers is lowered by every read that reaches the log's
 // end, so a log started over is appended to at its own tip.
 //
 // Cost: one append of an event under 1 KB is one PutItem, 1 write request unit, when the
@@ -66,7 +67,17 @@ type Event struct {
 	// never sent: the stamp key of the client frame a policy/updated serves
 	// (AppendStamped). "" for an event appended without one.
 	Stamp string `json:"-"`
+	// Expires is the item's TTL attribute expires_at, unix seconds, set by Expire
+	// once retention applies to the event; 0: it never expires. Never sent.
+	Expires int64 `json:"-"`
 }
+
+// Expired reports whether the event has expired at now: DynamoDB TTL deletes such an
+// item lazily (within days), so every reader treats one still present as gone.
+func (e Event) Expired(now time.Time) bool { return e.Expires > 0 && e.Expires <= now.Unix() }
+
+// ExpiresAttr is the log items' TTL attribute (template.yaml, LogTable).
+const ExpiresAttr = "expires_at"
 
 // TimeFormat is the envelope's `at`: UTC, ISO 8601, always six fractional digits.
 const TimeFormat = "2006-01-02T15:04:05.000000Z"
@@ -75,6 +86,7 @@ const TimeFormat = "2006-01-02T15:04:05.000000Z"
 type API interface {
 	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 
 var _ API = (*dynamodb.Client)(nil)
@@ -316,6 +328,97 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 	return out, nil
 }
 
+// Retained returns where a reader from seq from finds the log it may read: from
+// itself unless retention has expired events there, else the lowest seq above them
+// whose event is retained. Seq 0 (session/created, which carries the epoch) never
+// expires, but a reader from 0 is pulled forward with the rest when seq 1 has expired:
+// the retained log has no gap. Expired events still present (TTL deletes lazily)
+// count as gone. Retention expires a prefix of seqs 1 … n, never the tip (Expire), so
+// the answer is at most the tip; from past the tip is returned as it is.
+//
+// Cost: one strongly consistent Query of one item, 1 read unit, when nothing has
+// expired at from (the common case); else pages over the expired events still present
+// (at most the few days TTL takes to delete them), 1 read unit per 4 KB.
+func (l *Log) Retained(ctx context.Context, sessionID string, from int64) (int64, error) {
+	first := max(from, 1)
+	var start map[string]types.AttributeValue
+	for limit := int32(1); ; limit = 100 {
+		page, err := l.api.Query(ctx, &dynamodb.QueryInput{
+			TableName:              aws.String(l.table),
+			KeyConditionExpression: aws.String("session_id = :s AND seq >= :f"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":s": &types.AttributeValueMemberS{Value: sessionID},
+				":f": &types.AttributeValueMemberN{Value: strconv.FormatInt(first, 10)},
+			},
+			ProjectionExpression:     aws.String("seq, #e"),
+			ExpressionAttributeNames: map[string]string{"#e": ExpiresAttr},
+			Limit:                    aws.Int32(limit),
+			ConsistentRead:           aws.Bool(true),
+			ExclusiveStartKey:        start,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("sessionlog: retained %s from %d: %w", sessionID, from, err)
+		}
+		now := l.now()
+		for _, item := range page.Items {
+			seq, err := numberAttr(item, "seq")
+			if err != nil {
+				return 0, err
+			}
+			var exp int64
+			if _, ok := item[ExpiresAttr]; ok {
+				if exp, err = numberAttr(item, ExpiresAttr); err != nil {
+					return 0, err
+				}
+			}
+			if (Event{Expires: exp}).Expired(now) {
+				continue
+			}
+			if seq == first {
+				return from, nil // nothing expired at from
+			}
+			return seq, nil
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return from, nil // nothing at or past first: from is past the tip
+		}
+		start = page.LastEvaluatedKey
+	}
+}
+
+// Expire sets the TTL of the event at seq to expiresAt (unix seconds): DynamoDB deletes
+// it some time after, and every reader treats it as gone from then on (Event.Expired).
+// Only the runner calls it, for events its checkpoint has passed, never for seq 0 nor
+// the tip (docs/architecture.md, "Retention"); an event no longer there (a reset or
+// delete meanwhile) is left alone. Cost: one UpdateItem, 1 write unit per 1 KB of the
+// item, for free deletion later.
+func (l *Log) Expire(ctx context.Context, sessionID string, seq, expiresAt int64) error {
+	if seq <= 0 {
+		return fmt.Errorf("%w: %s seq %d never expires", ErrInvalid, sessionID, seq)
+	}
+	_, err := l.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(l.table),
+		Key: map[string]types.AttributeValue{
+			"session_id": &types.AttributeValueMemberS{Value: sessionID},
+			"seq":        &types.AttributeValueMemberN{Value: strconv.FormatInt(seq, 10)},
+		},
+		UpdateExpression:         aws.String("SET #e = :e"),
+		ConditionExpression:      aws.String("attribute_exists(seq)"),
+		ExpressionAttributeNames: map[string]string{"#e": ExpiresAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":e": &types.AttributeValueMemberN{Value: strconv.FormatInt(expiresAt, 10)},
+		},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sessionlog: expire %s seq %d: %w", sessionID, seq, err)
+	}
+	return nil
+}
+
 // MarshalJSON writes the envelope with its fields in the spec's order.
 func (e Event) MarshalJSON() ([]byte, error) {
 	payload := e.Payload
@@ -356,6 +459,9 @@ func (e Event) Item() map[string]types.AttributeValue {
 	if e.Stamp != "" {
 		item["stamp"] = &types.AttributeValueMemberS{Value: e.Stamp}
 	}
+	if e.Expires > 0 {
+		item[ExpiresAttr] = &types.AttributeValueMemberN{Value: strconv.FormatInt(e.Expires, 10)}
+	}
 	return item
 }
 
@@ -380,6 +486,11 @@ func FromItem(item map[string]types.AttributeValue) (Event, error) {
 	ev.Payload = json.RawMessage(str("payload"))
 	if v, ok := item["stamp"].(*types.AttributeValueMemberS); ok {
 		ev.Stamp = v.Value
+	}
+	if _, ok := item[ExpiresAttr]; ok {
+		if ev.Expires, err = numberAttr(item, ExpiresAttr); err != nil {
+			return Event{}, err
+		}
 	}
 	if err != nil {
 		return Event{}, err

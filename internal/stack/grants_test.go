@@ -17,7 +17,8 @@ const (
 	executeAPIARN = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${WebSocketApi}/${Stage}/"
 )
 
-// The action sets per table. The log is append-only: nobody may update or delete an event.
+// The action sets per table. The log is append-only: nobody may update or delete an
+// event, but for the runner's expires_at (logExpiry).
 var (
 	logWriter   = []string{"dynamodb:PutItem", "dynamodb:Query"}
 	logReader   = []string{"dynamodb:Query"}
@@ -36,14 +37,17 @@ var (
 	tokenUse         = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokuse#*"}, nil}
 	sweepRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, nil}
 	sweepWrite       = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokens#*"}, tokenAttrs}
-	sweepBuckets     = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, []string{"tokexp#*"}, nil}
+	// Retention: the runner sets expires_at on events its checkpoint has passed, and
+	// no other attribute of the log (docs/architecture.md, "Retention").
+	logExpiry    = tableGrant{"LogTable", []string{"dynamodb:UpdateItem"}, nil, []string{"session_id", "seq", "expires_at"}}
+	sweepBuckets = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, []string{"tokexp#*"}, nil}
 
 	wantTableGrants = map[string][]tableGrant{
 		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse},
 		"MessageFunction":    {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 		"DisconnectFunction": {connsOwners},
 		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets},
-		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
+		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, logExpiry, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 	}
 	// Posting frames and closing connections; reading a connection's details (GET) is
 	// not needed by any function.
@@ -169,8 +173,10 @@ func TestGrants(t *testing.T) {
 					t.Errorf("%s: DynamoDB grant on %q, want a table's ${X.Arn}", f.LogicalID, g.Resource)
 					continue
 				}
-				tablesGot[table] = append(tablesGot[table], g.Actions...)
 				tg := tableGrantOf(t, f.LogicalID, table, g)
+				if tg.String() != logExpiry.String() { // expires_at only: the log stays append-only
+					tablesGot[table] = append(tablesGot[table], g.Actions...)
+				}
 				tableGrants = append(tableGrants, tg.String())
 				if table == "ConnectionsTable" && len(tg.Prefixes) == 0 {
 					t.Errorf("%s: connections table grant %v without dynamodb:LeadingKeys reaches the token items", f.LogicalID, g.Actions)
@@ -337,9 +343,12 @@ func itemScope(g grant) string {
 	for _, k := range keys {
 		parts = append(parts, "`"+k+"`")
 	}
-	out := "pk " + strings.Join(parts, ", ")
-	if len(attrs) > 0 {
-		out += "; attributes " + strings.Join(attrs, ", ")
+	var out []string
+	if len(parts) > 0 {
+		out = append(out, "pk "+strings.Join(parts, ", "))
 	}
-	return out
+	if len(attrs) > 0 {
+		out = append(out, "attributes "+strings.Join(attrs, ", "))
+	}
+	return strings.Join(out, "; ")
 }

@@ -13,6 +13,8 @@ import (
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/tables"
+	"github.com/terret/terret-ws/internal/tools"
 )
 
 const managementEndpoint = "https://${WebSocketApi}.execute-api.${AWS::Region}.amazonaws.com/${Stage}"
@@ -130,6 +132,7 @@ func TestEnvironment(t *testing.T) {
 		"MAIN_MODEL":             "${MainModel}",
 		"TITLER_MODEL":           "${TitlerModel}",
 		"AGENT_PROFILE":          "${AgentProfile}",
+		"RETENTION_DAYS":         "${RetentionDays}",
 		"LOG_LEVEL":              "${LogLevel}",
 		"METRICS_NAMESPACE":      emfNamespace,
 		"ORIGIN_SECRET":          "${OriginSecret}",
@@ -169,7 +172,7 @@ func TestEnvironment(t *testing.T) {
 	}
 	defaults := map[string]string{
 		"ReplayLimit": "10000", "MaxConcurrentReplays": "4", "OutboundQueue": "1024", "Approvals": "false",
-		"MainModel": "scripted", "TitlerModel": "scripted", "EnableCloudFront": "false", "AgentProfile": "", "LogLevel": "info",
+		"MainModel": "scripted", "TitlerModel": "scripted", "EnableCloudFront": "false", "AgentProfile": "", "LogLevel": "info", "RetentionDays": "0",
 		"Stage": "prod",
 	}
 	for p, d := range defaults {
@@ -550,4 +553,38 @@ func jsonScalar(v any) string {
 		return x
 	}
 	return fmt.Sprint(v)
+}
+
+// TestRetention: the RetentionDays parameter is bounded as RETENTION_DAYS and a
+// profile's retention_days are (0, the default, keeps events forever), reaches the
+// functions that run the agent (TestEnvironment), and the log table has TTL on
+// expires_at, which the local stack's table creation (internal/tables) enables too.
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	p, ok := s.Get("Parameters", "RetentionDays").(map[string]any)
+	if !ok {
+		t.Fatal("no parameter RetentionDays")
+	}
+	for k, want := range map[string]string{"Type": "Number", "Default": "0", "MinValue": "0", "MaxValue": strconv.Itoa(config.MaxRetentionDays)} {
+		if got := jsonScalar(p[k]); got != want {
+			t.Errorf("RetentionDays %s = %q, want %q", k, got, want)
+		}
+	}
+	if config.MaxRetentionDays != tools.MaxRetentionDays {
+		t.Errorf("config.MaxRetentionDays %d, tools.MaxRetentionDays %d: one bound for both", config.MaxRetentionDays, tools.MaxRetentionDays)
+	}
+	ttl, ok := s.Get("Resources", "LogTable", "Properties", "TimeToLiveSpecification").(map[string]any)
+	if !ok || jsonScalar(ttl["AttributeName"]) != "expires_at" || jsonScalar(ttl["Enabled"]) != "true" {
+		t.Errorf("LogTable TimeToLiveSpecification = %v, want expires_at enabled", ttl)
+	}
+	defs, err := tables.Parse(terretws.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range defs {
+		if d.LogicalID == "LogTable" && d.TTLAttr != "expires_at" {
+			t.Errorf("the local LogTable's TTL attribute = %q, want expires_at", d.TTLAttr)
+		}
+	}
 }

@@ -47,7 +47,14 @@ type Profile struct {
 	// "scripted" (nil: package profile's default, see profile.AllowsModel).
 	AllowedModels []string `json:"allowed_models,omitempty"`
 	Context       Context  `json:"context,omitzero"`
+	// RetentionDays expires the agent's log events that many days after they were
+	// appended, once the runner no longer needs them (docs/architecture.md,
+	// "Retention"); 0: the deployment's RETENTION_DAYS (0 there: keep forever).
+	RetentionDays int64 `json:"retention_days,omitempty"`
 }
+
+// MaxRetentionDays bounds retention_days (ten years).
+const MaxRetentionDays = 3650
 
 // Context bounds the history sent to the main model (docs/agents.md, "Long-lived
 // agents"): BudgetTokens is the most history tokens one model call sends; over it the
@@ -275,8 +282,12 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					pe.Add("quotas."+name, "must be 0 (no cap) or more, got %d", *dst)
 				}
 			}
+		case "retention_days":
+			if decodeInto(pe, k, v, &p.RetentionDays) && (p.RetentionDays < 1 || p.RetentionDays > MaxRetentionDays) {
+				pe.Add(k, "must be a whole number of days from 1 to %d, got %d", MaxRetentionDays, p.RetentionDays)
+			}
 		default:
-			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, quotas, context)")
+			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, quotas, context, retention_days)")
 		}
 	}
 	if err := pe.Err(); err != nil {
@@ -406,6 +417,9 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.Context.BudgetTokens != 0 {
 		out.Context.BudgetTokens = over.Context.BudgetTokens
+	}
+	if over.RetentionDays != 0 {
+		out.RetentionDays = over.RetentionDays
 	}
 	if over.Quotas.TurnsPerDay != 0 {
 		out.Quotas.TurnsPerDay = over.Quotas.TurnsPerDay

@@ -275,3 +275,42 @@ func TestProfileContext(t *testing.T) {
 		t.Errorf("merged %+v; want the override's budget and the default's compactor", got)
 	}
 }
+
+func TestProfileRetentionDays(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, json string
+		want       int64
+		problem    string // "" when valid
+	}{
+		{"set", `{"retention_days":30}`, 30, ""},
+		{"bound", `{"retention_days":3650}`, 3650, ""},
+		{"none", `{}`, 0, ""},
+		{"zero", `{"retention_days":0}`, 0, "retention_days: must be a whole number of days from 1 to 3650, got 0"},
+		{"negative", `{"retention_days":-1}`, 0, "retention_days: must be a whole number of days from 1 to 3650, got -1"},
+		{"too long", `{"retention_days":3651}`, 0, "retention_days: must be a whole number of days from 1 to 3650, got 3651"},
+		{"fraction", `{"retention_days":1.5}`, 0, "retention_days: want int64"},
+		{"text", `{"retention_days":"30"}`, 0, "retention_days: want int64"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tools.DecodeProfile([]byte(tc.json))
+			if tc.problem == "" {
+				if err != nil || p.RetentionDays != tc.want {
+					t.Fatalf("DecodeProfile(%s) = %d, %v; want %d", tc.json, p.RetentionDays, err, tc.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.problem) {
+				t.Fatalf("DecodeProfile(%s) error %v; want one containing %q", tc.json, err, tc.problem)
+			}
+		})
+	}
+	def := tools.Profile{RetentionDays: 90}
+	if got := def.Merge(tools.Profile{}).RetentionDays; got != 90 {
+		t.Errorf("an override without retention_days gives %d; want the default's 90", got)
+	}
+	if got := def.Merge(tools.Profile{RetentionDays: 7}).RetentionDays; got != 7 {
+		t.Errorf("an override with retention_days 7 gives %d; want 7", got)
+	}
+}

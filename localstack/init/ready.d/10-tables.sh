@@ -36,7 +36,7 @@ create_table terret-connections expires_at \
   --stream-specification StreamEnabled=true,StreamViewType=NEW_AND_OLD_IMAGES
 
 # LogTable (template.yaml)
-create_table terret-log - \
+create_table terret-log expires_at \
   --billing-mode PAY_PER_REQUEST \
   --attribute-definitions AttributeName=session_id,AttributeType=S AttributeName=seq,AttributeType=N \
   --key-schema AttributeName=session_id,KeyType=HASH AttributeName=seq,KeyType=RANGE \
