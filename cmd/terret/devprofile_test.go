@@ -58,7 +58,9 @@ func TestDevProfileRefusedBeforeStart(t *testing.T) {
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 				t.Fatalf("terret %s: %v, want exit 1\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 			}
-			if got, want := stderr.String(), "terret dev: "+tt.want+"\n"; got != want {
+			// The start's first step line, then the refusal; nothing after it.
+			step := "terret dev: reading the profile " + tt.args[len(tt.args)-1] + "\n"
+			if got, want := stderr.String(), step+"terret dev: "+tt.want+"\n"; got != want {
 				t.Errorf("stderr:\n%s\nwant:\n%s", got, want)
 			}
 			if stdout.Len() != 0 {

@@ -21,7 +21,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/terret/terret-ws/internal/invokesecret"
 )
 
 // ErrInvalid reports a missing or malformed setting.
@@ -97,6 +96,11 @@ var vars = map[string][]string{
 // the runtime at pause points.
 const PauseEndpointVar = "TERRET_TEST_PAUSE_ENDPOINT"
 
+// invokeSecretVar is invokesecret.EnvVar, spelled here so that the template's test
+// sees which variable is read (config_test.go sets it by invokesecret.EnvVar, so the
+// two cannot drift apart unnoticed).
+const invokeSecretVar = "TERRET_INVOKE_SECRET"
+
 // Vars returns the environment variables function reads (besides the optional
 // LOG_LEVEL, METRICS_NAMESPACE, DYNAMODB_ENDPOINT, LAMBDA_ENDPOINT and the test-only
 // PauseEndpointVar), or nil for an unknown function.
@@ -133,7 +137,7 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		LogLevel:           orDefault(getenv("LOG_LEVEL"), "info"),
 		MetricsNamespace:   strings.TrimSpace(getenv("METRICS_NAMESPACE")),
 		OriginSecret:       getenv("ORIGIN_SECRET"),
-		InvokeSecret:       getenv(invokesecret.EnvVar),
+		InvokeSecret:       getenv(invokeSecretVar),
 	}
 	if c.DynamoDBEndpoint == "" {
 		// Deployed only: DynamoDB Local on a loaded machine may stall for seconds, and
