@@ -76,7 +76,7 @@ func TestTurnWrites(t *testing.T) {
 	const (
 		queue   = "UpdateItem SET #inbox.#id = :it ADD #pending :one"
 		claim   = "UpdateItem SET #owner = :me, #lease_until = :until, #pending = if_not_exists(#pending, :zero), #turn_id = :t, #turn_seq = :seq, #turn_key = :k"
-		release = "UpdateItem REMOVE #owner, #lease_until, #turn_id"
+		release = "UpdateItem SET #ck = :ck REMOVE #owner, #lease_until, #turn_id" // the checkpoint rides the release
 	)
 	for _, tc := range []struct {
 		name string
