@@ -22,7 +22,6 @@ package delivery
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -31,7 +30,6 @@ import (
 
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/lease"
-	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -258,63 +256,6 @@ type wake struct {
 	// lease write of their own. Each batch it returns renews the budget.
 	more   func(time.Duration) []sessionlog.Event
 	budget time.Duration
-}
-
-// Subscribe starts connID's subscription of agentID from fromSeq: it applies the replay
-// limit and retention (pulling from forward to the oldest seq both keep, owing
-// replay_truncated), pulls a fromSeq past the log's tip back to tip+1 (owing
-// replay_truncated as well) and moves the cursor. Cost: the tip's read, and for a
-// subscribe that replays anything one more read of one item (sessionlog.Retained). It
-// returns connections.ErrNotOwner if connID does not own the agent. Frames follow from
-// Pump.
-//
-// The frame's protocol.Stamp (from ctx; the time of the call without one) orders
-// subscribes: one that finds a later subscribe of the same connection in force
-// changes nothing and returns nil, so the last subscribe the client sent is the one in
-// force (docs/protocol.md, "Ordering").
-func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64) error {
-	return d.subscribe(ctx, agentID, connID, fromSeq, false)
-}
-
-func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
-	tip, err := d.log.Tip(ctx, agentID)
-	if err != nil {
-		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
-	}
-	stamp, ok := protocol.StampFrom(ctx)
-	if !ok {
-		stamp = protocol.Stamp{At: time.Now().UnixMilli()}
-	}
-	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key()}
-	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
-		sub.From, sub.Truncated = floor, true
-	}
-	if sub.From <= tip {
-		// Retention: events expired below the oldest retained one are gone, so the
-		// replay starts there, announced as the cap's floor is (docs/architecture.md,
-		// "Retention").
-		kept, err := d.log.Retained(ctx, agentID, sub.From)
-		if err != nil {
-			return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
-		}
-		if kept > sub.From {
-			sub.From, sub.Truncated = kept, true
-		}
-	}
-	if fromSeq > tip+1 {
-		// Past the tip: seqs tip+1 … from_seq-1 do not exist yet, so the client cannot
-		// hold them. The stream starts at tip+1 instead, announced the way a moved
-		// replay start always is (replay_truncated, requested_from_seq > from_seq),
-		// never silently (docs/protocol.md, "subscribe").
-		sub.From, sub.Truncated = tip+1, true
-	}
-	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
-		if errors.Is(err, connections.ErrSuperseded) {
-			return nil
-		}
-		return err
-	}
-	return nil
 }
 
 // Pump sends whatever agentID's owner connection is owed, if no other sender is at it;
