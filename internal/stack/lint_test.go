@@ -3,6 +3,7 @@ package stack
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	terretws "github.com/terret/terret-ws"
+	"github.com/terret/terret-ws/internal/config"
 )
 
 // TestLint runs cfn-lint, AWS's CloudFormation linter, on template.yaml. cfn-lint works
@@ -150,5 +152,61 @@ func TestTransformedRoles(t *testing.T) {
 		if sqsSenders[id] != (sqs > 0) {
 			t.Errorf("%s: sqs:SendMessage on the dead-letter queue = %v, want %v", id, sqs > 0, sqsSenders[id])
 		}
+	}
+}
+
+// TestTransformedTemplate checks what SAM makes of the template's functions and routes,
+// which DynamoDB Local and the local gateway never see: every function, once the
+// Globals are merged in, has each variable internal/config needs for it, and
+// METRICS_NAMESPACE names the stack (two stacks in one account keep their metrics
+// apart); the keepalive route is served by a MOCK integration (no Lambda, no DynamoDB).
+func TestTransformedTemplate(t *testing.T) {
+	t.Parallel()
+	tool(t, "cfn-lint", "its SAM transform expands the functions")
+	py := tool(t, "python3", "runs cfn-lint's SAM transform")
+	out, err := runErr(repoRoot(t), nil, 2*time.Minute, py, "-c", samTranslate, "template.yaml")
+	if err != nil {
+		t.Fatalf("SAM transform: %v\n%s", err, out)
+	}
+	var doc struct {
+		Resources map[string]struct {
+			Type       string
+			Properties struct {
+				Environment struct {
+					Variables map[string]any
+				}
+				RouteKey        string
+				Target          map[string]string
+				IntegrationType string
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("transformed template: %v\n%.2000s", err, out)
+	}
+	for _, fn := range wantFunctions {
+		r, ok := doc.Resources[fn]
+		if !ok || r.Type != "AWS::Lambda::Function" {
+			t.Errorf("%s: %s after the transform, want AWS::Lambda::Function", fn, r.Type)
+			continue
+		}
+		vars := r.Properties.Environment.Variables
+		for _, v := range config.Vars(FunctionName(fn)) {
+			if _, ok := vars[v]; !ok {
+				t.Errorf("%s: no %s in its environment after the transform", fn, v)
+			}
+		}
+		if ns := fmt.Sprint(vars["METRICS_NAMESPACE"]); !strings.Contains(ns, "${AWS::StackName}") {
+			t.Errorf("%s: METRICS_NAMESPACE %s, want one naming the stack", fn, ns)
+		}
+	}
+	var keepalive string
+	for _, r := range doc.Resources {
+		if r.Type == "AWS::ApiGatewayV2::Route" && r.Properties.RouteKey == "keepalive" {
+			keepalive = strings.TrimSuffix(strings.TrimPrefix(r.Properties.Target["Fn::Sub"], "integrations/${"), "}")
+		}
+	}
+	if in, ok := doc.Resources[keepalive]; !ok || in.Properties.IntegrationType != "MOCK" {
+		t.Errorf("the keepalive route's integration %q is %q, want a MOCK integration", keepalive, in.Properties.IntegrationType)
 	}
 }
