@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -1010,7 +1011,7 @@ func TestEdgeFrames(t *testing.T) {
 	for i := range 128 {
 		patterns = append(patterns, fmt.Sprintf("%03d", i)+strings.Repeat("<", 253))
 	}
-	c.send(map[string]any{"type": "set_policy", "patterns": patterns})
+	c.send(unescaped(t, map[string]any{"type": "set_policy", "patterns": patterns}))
 	f := c.must(20 * time.Second)
 	if f.Type != "policy/updated" || f.Seq == nil || *f.Seq != 1 {
 		t.Fatalf("set_policy of 128 patterns of 256 characters answered %.200s, want policy/updated at seq 1", f)
@@ -1019,8 +1020,8 @@ func TestEdgeFrames(t *testing.T) {
 		t.Fatalf("policy/updated %.200s: want \"<\" unescaped", f)
 	}
 	// Numbered, so the steer is queued before the wake below starts the turn.
-	c.send(map[string]any{"type": "inject", "text": strings.Repeat("<", 10_923), "wake": false, "order": 1})
-	c.send(map[string]any{"type": "inject", "text": strings.Repeat("<", 64<<10), "wake": false, "order": 2})
+	c.send(unescaped(t, map[string]any{"type": "inject", "text": strings.Repeat("<", 10_923), "wake": false, "order": 1}))
+	c.send(unescaped(t, map[string]any{"type": "inject", "text": strings.Repeat("<", 64<<10), "wake": false, "order": 2}))
 	if f := c.expectError("bad_frame"); !strings.Contains(f.Msg, "65538 bytes JSON-encoded") {
 		t.Fatalf("inject over the bound answered %s, want bad_frame measuring 65538 bytes", f)
 	}
@@ -1039,6 +1040,20 @@ func TestEdgeFrames(t *testing.T) {
 			return
 		}
 	}
+}
+
+// unescaped encodes v as a client would send it, "<" as it is: escaped as \u003c
+// (encoding/json's default) a large frame of them passes API Gateway's 128 KB message
+// limit, and the gateway closes the socket with 1009.
+func unescaped(t *testing.T, v any) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // TestGatewayFrameLimits: with API Gateway's limits on, a frame over 32 KB or a message
