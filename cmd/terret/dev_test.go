@@ -23,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 var (
@@ -192,9 +193,20 @@ func TestDevCommand(t *testing.T) {
 	if !strings.Contains(reply.String(), `"status":"completed"`) {
 		t.Fatalf("turn did not complete: %s", reply.String())
 	}
-	out, errOut, code = p.run(t, "usage", "--agent", "a1")
-	if code != 0 || !regexp.MustCompile(`(?m)^turns\s+1$`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^turns today\s+1 \(\d{4}-\d\d-\d\d UTC, against turns_per_day\)$`).MatchString(out) {
+	// The turn is metered by the runner's release, the write after turn/end: the count
+	// shows once that write is in, which turn/end's arrival does not wait for.
+	counted := func(out string) bool {
+		return regexp.MustCompile(`(?m)^turns\s+1$`).MatchString(out) &&
+			regexp.MustCompile(`(?m)^turns today\s+1 \(\d{4}-\d\d-\d\d UTC, against turns_per_day\)$`).MatchString(out)
+	}
+	for until := time.Now().Add(hang.Bound()); ; {
+		out, errOut, code = p.run(t, "usage", "--agent", "a1")
+		if code != 0 || counted(out) || time.Now().After(until) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code != 0 || !counted(out) {
 		t.Fatalf("usage = %q (stderr %q, exit %d), want turns 1 and turns today 1", out, errOut, code)
 	}
 	out, _, code = p.run(t, "token", "rotate", "--agent", "a1")
