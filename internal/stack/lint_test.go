@@ -58,6 +58,18 @@ if matches:
 json.dump(t.template(), sys.stdout)
 `
 
+// transformed returns template.yaml as SAM's transform (cfn-lint's) expands it, as JSON.
+func transformed(t *testing.T) string {
+	t.Helper()
+	tool(t, "cfn-lint", "its SAM transform expands the template")
+	py := tool(t, "python3", "runs cfn-lint's SAM transform")
+	out, err := runErr(repoRoot(t), nil, 2*time.Minute, py, "-c", samTranslate, "template.yaml")
+	if err != nil {
+		t.Fatalf("SAM transform: %v\n%s", err, out)
+	}
+	return out
+}
+
 // TestTransformedRoles checks the execution roles SAM generates, which are what a
 // function can do in the end: the inline statements of the template, AWS's basic
 // execution policy (CloudWatch Logs) for every function, the DynamoDB streams policy for
@@ -65,12 +77,7 @@ json.dump(t.template(), sys.stdout)
 // dead-letter queue for the functions that fail into it, and nothing else.
 func TestTransformedRoles(t *testing.T) {
 	t.Parallel()
-	tool(t, "cfn-lint", "its SAM transform expands the roles")
-	py := tool(t, "python3", "runs cfn-lint's SAM transform")
-	out, err := runErr(repoRoot(t), nil, 2*time.Minute, py, "-c", samTranslate, "template.yaml")
-	if err != nil {
-		t.Fatalf("SAM transform: %v\n%s", err, out)
-	}
+	out := transformed(t)
 	var doc struct {
 		Resources map[string]struct {
 			Type       string
@@ -162,12 +169,7 @@ func TestTransformedRoles(t *testing.T) {
 // apart); the keepalive route is served by a MOCK integration (no Lambda, no DynamoDB).
 func TestTransformedTemplate(t *testing.T) {
 	t.Parallel()
-	tool(t, "cfn-lint", "its SAM transform expands the functions")
-	py := tool(t, "python3", "runs cfn-lint's SAM transform")
-	out, err := runErr(repoRoot(t), nil, 2*time.Minute, py, "-c", samTranslate, "template.yaml")
-	if err != nil {
-		t.Fatalf("SAM transform: %v\n%s", err, out)
-	}
+	out := transformed(t)
 	var doc struct {
 		Resources map[string]struct {
 			Type       string
