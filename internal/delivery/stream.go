@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -76,7 +74,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 		if r.EventName != string(events.DynamoDBOperationTypeInsert) {
 			continue // the log is append-only; nothing else is news
 		}
-		ev, err := eventFromImage(r.Change.NewImage)
+		ev, err := sessionlog.FromImage(r.Change.NewImage)
 		if err != nil {
 			d.logger.Error("undecodable log record", "sequence_number", id, "error", err)
 			continue // a poison record can never succeed; the log still has the event
@@ -142,40 +140,3 @@ func hashKeys(image map[string]events.DynamoDBAttributeValue) []string {
 	return out
 }
 
-// eventFromImage decodes a log table record's NewImage.
-func eventFromImage(img map[string]events.DynamoDBAttributeValue) (sessionlog.Event, error) {
-	get := func(k string) (string, error) {
-		v, ok := img[k]
-		if !ok || v.DataType() != events.DataTypeString {
-			return "", fmt.Errorf("%w: attribute %q", sessionlog.ErrInvalid, k)
-		}
-		return v.String(), nil
-	}
-	var ev sessionlog.Event
-	var err error
-	if ev.SessionID, err = get("session_id"); err != nil {
-		return ev, err
-	}
-	if ev.ID, err = get("id"); err != nil {
-		return ev, err
-	}
-	if ev.At, err = get("at"); err != nil {
-		return ev, err
-	}
-	if ev.Type, err = get("type"); err != nil {
-		return ev, err
-	}
-	payload, err := get("payload")
-	if err != nil {
-		return ev, err
-	}
-	ev.Payload = json.RawMessage(payload)
-	seq, ok := img["seq"]
-	if !ok || seq.DataType() != events.DataTypeNumber {
-		return ev, fmt.Errorf("%w: attribute \"seq\"", sessionlog.ErrInvalid)
-	}
-	if ev.Seq, err = strconv.ParseInt(strings.TrimSpace(seq.Number()), 10, 64); err != nil {
-		return ev, fmt.Errorf("%w: seq: %v", sessionlog.ErrInvalid, err)
-	}
-	return ev, nil
-}

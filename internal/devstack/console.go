@@ -12,6 +12,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // console adds what a person running the stack wants to see and the deployed functions
@@ -128,29 +129,19 @@ func (c *console) logTurns(ctx context.Context, payload []byte) {
 		if r.EventName != string(events.DynamoDBOperationTypeInsert) {
 			continue
 		}
-		img := r.Change.NewImage
-		typ, ok := img["type"]
-		if !ok || typ.DataType() != events.DataTypeString {
+		ev, err := sessionlog.FromImage(r.Change.NewImage)
+		if err != nil || (ev.Type != agent.TypeTurnStart && ev.Type != agent.TypeTurnEnd) {
 			continue
 		}
-		if typ.String() != agent.TypeTurnStart && typ.String() != agent.TypeTurnEnd {
-			continue
-		}
-		var session, body string
-		if v, ok := img["session_id"]; ok && v.DataType() == events.DataTypeString {
-			session = v.String()
-		}
-		if v, ok := img["payload"]; ok && v.DataType() == events.DataTypeString {
-			body = v.String()
-		}
+		session, body := ev.SessionID, ev.Payload
 		var p struct {
 			TurnID string `json:"turn_id"`
 			Status string `json:"status"`
 			Reason string `json:"reason"`
 		}
-		_ = json.Unmarshal([]byte(body), &p)
+		_ = json.Unmarshal(body, &p)
 		switch {
-		case typ.String() == agent.TypeTurnStart:
+		case ev.Type == agent.TypeTurnStart:
 			c.log.InfoContext(ctx, "turn started", "agent_id", session, "turn_id", p.TurnID)
 		case p.Status == agent.StatusFailed:
 			c.log.ErrorContext(ctx, "turn failed", "agent_id", session, "turn_id", p.TurnID, "reason", p.Reason)

@@ -487,13 +487,13 @@ func FromItem(item map[string]types.AttributeValue) (Event, error) {
 	if v, ok := item["stamp"].(*types.AttributeValueMemberS); ok {
 		ev.Stamp = v.Value
 	}
+	if err != nil {
+		return Event{}, err
+	}
 	if _, ok := item[ExpiresAttr]; ok {
 		if ev.Expires, err = numberAttr(item, ExpiresAttr); err != nil {
 			return Event{}, err
 		}
-	}
-	if err != nil {
-		return Event{}, err
 	}
 	if ev.Seq, err = numberAttr(item, "seq"); err != nil {
 		return Event{}, err
