@@ -398,14 +398,27 @@ func TestSizeBounds(t *testing.T) {
 	t.Run("inject text and reply", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, opts{})
-		e.inject(strings.Repeat("é\"", 40_000), true) // 120 KB of text, 200 KB escaped
+		// Over the bound by one byte: refused whole, nothing queued or logged.
+		over := strings.Repeat("é\"", 40_000) // 120 KB of text, 200 KB escaped
+		err := e.svc.Inject(e.ctx, e.agentID, over, true)
+		var long *agent.TextTooLongError
+		if !errors.As(err, &long) || !errors.Is(err, agent.ErrTextTooLong) || long.Bytes != agent.TextBytes(over) {
+			t.Fatalf("inject of %d bytes = %v, want a TextTooLongError", agent.TextBytes(over), err)
+		}
+		// At the bound exactly: taken whole, and the reply is the text.
+		at := strings.Repeat("é\"", (agent.MaxTextBytes-2)/4) + strings.Repeat("a", (agent.MaxTextBytes-2)%4) // é is 2 bytes, \" 2
+		if n := agent.TextBytes(at); n != agent.MaxTextBytes {
+			t.Fatalf("test text is %d bytes JSON-encoded, want %d", n, agent.MaxTextBytes)
+		}
+		e.inject(at, true)
 		evs := e.waitTurnEnds(1)
 		e.settle()
 		e.noErrors()
-		um := ofType(evs, agent.TypeUserMessage)[0]
-		if payload(um)["truncated"] != true || len(mustJSON(str(um, "text"))) > agent.MaxTextBytes {
-			t.Errorf("user/message not bounded: %d bytes, truncated %v", len(mustJSON(str(um, "text"))), payload(um)["truncated"])
+		ums := ofType(evs, agent.TypeUserMessage)
+		if len(ums) != 1 || str(ums[0], "text") != at || payload(ums[0])["truncated"] != nil {
+			t.Fatalf("user/message events %d, want one holding the text at the bound whole", len(ums))
 		}
+		um := ums[0]
 		for _, c := range ofType(evs, agent.TypeAssistantChunk) {
 			if len(mustJSON(str(c, "text"))) > agent.MaxChunkBytes {
 				t.Errorf("chunk of %d bytes", len(mustJSON(str(c, "text"))))

@@ -44,16 +44,14 @@ const (
 )
 
 type userMessage struct {
-	Text      string `json:"text"`
-	InboxID   string `json:"inbox_id,omitempty"`
-	TurnID    string `json:"turn_id,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"`
+	Text    string `json:"text"`
+	InboxID string `json:"inbox_id,omitempty"`
+	TurnID  string `json:"turn_id,omitempty"`
 }
 
 type contextInjected struct {
-	Text      string `json:"text"`
-	InboxID   string `json:"inbox_id,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"`
+	Text    string `json:"text"`
+	InboxID string `json:"inbox_id,omitempty"`
 }
 
 type turnStart struct {

@@ -22,11 +22,10 @@ import (
 // inboxItem is one queued inject: an attribute of the state item (inline) when its
 // text is at most InlineTextBytes, an item of its own otherwise.
 type inboxItem struct {
-	ID        string `dynamodbav:"id"`
-	Text      string `dynamodbav:"text,omitempty"`
-	Wake      bool   `dynamodbav:"wake"`
-	Truncated bool   `dynamodbav:"truncated"`
-	At        string `dynamodbav:"at"`
+	ID   string `dynamodbav:"id"`
+	Text string `dynamodbav:"text,omitempty"`
+	Wake bool   `dynamodbav:"wake"`
+	At   string `dynamodbav:"at"`
 	// Gz holds Text gzip-compressed, instead of Text, in an inbox item of its own
 	// whose text compresses (see compress).
 	Gz []byte `dynamodbav:"gz,omitempty"`

@@ -30,8 +30,8 @@ func New(cfg Config) (*Service, error) {
 	return &Service{c: c}, nil
 }
 
-// Inject queues text in the agent's inbox (cut to MaxTextBytes, marked truncated);
-// with wake it starts the runner, which starts a turn with the text as its
+// Inject queues text in the agent's inbox, or refuses text over MaxTextBytes
+// JSON-encoded with a *TextTooLongError and writes nothing; with wake it starts the runner, which starts a turn with the text as its
 // user/message if the agent is idle, or drains it into the running or open turn's
 // next step as context/injected. The inbox is keyed by the frame's
 // protocol.Stamp (from ctx), so steers drain in the order the client sent them
@@ -46,10 +46,12 @@ func New(cfg Config) (*Service, error) {
 // (1 write unit per KB), 1 read unit, 1 more write unit while a runner works. With
 // wake, one asynchronous invoke.
 func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) error {
-	text, cut := boundText(text, MaxTextBytes)
+	if n := TextBytes(text); n > MaxTextBytes {
+		return &TextTooLongError{Bytes: n}
+	}
 	now := s.c.now()
 	st := s.c.stamp(ctx)
-	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, Truncated: cut, At: now.UTC().Format(sessionlog.TimeFormat)}
+	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, At: now.UTC().Format(sessionlog.TimeFormat)}
 	counted, err := s.c.store.putInbox(ctx, agentID, it)
 	if err != nil {
 		return err

@@ -132,7 +132,7 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 		}
 		inv.st.CancelTurn, inv.st.CancelReason = id, inv.st.CancelAtReason
 	}
-	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, Truncated: it.Truncated}); err != nil {
+	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id}); err != nil {
 		return err
 	}
 	if err := inv.crash(CrashUserMessage); err != nil {
@@ -228,7 +228,7 @@ func (inv *invocation) drain(ctx context.Context) error {
 	}
 	for _, it := range inv.inbox {
 		if !inv.log.isLogged(it.ID) {
-			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, Truncated: it.Truncated}); err != nil {
+			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID}); err != nil {
 				return err
 			}
 		}

@@ -2,6 +2,7 @@ package socket
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/connections"
@@ -17,9 +18,12 @@ var ErrUnsupported = errors.New("socket: unsupported")
 // error text never reaches a client.
 func codeFor(err error) (protocol.Code, string) {
 	var bf *protocol.BadFrameError
+	var long *agent.TextTooLongError
 	switch {
 	case errors.As(err, &bf):
 		return protocol.CodeBadFrame, bf.Message
+	case errors.As(err, &long):
+		return protocol.CodeBadFrame, fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", long.Bytes, agent.MaxTextBytes)
 	case errors.Is(err, agent.ErrBadSpec):
 		return protocol.CodeBadFrame, "set_model: invalid role or model spec"
 	case errors.Is(err, sessionlog.ErrTooLarge):

@@ -402,9 +402,6 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 	}
 	switch f := frame.(type) {
 	case protocol.Inject:
-		if err := checkText(f.Text); err != nil {
-			return err
-		}
 		return s.agent.Inject(ctx, c.AgentID, f.Text, f.Wake)
 	case protocol.Cancel:
 		return s.agent.Cancel(ctx, c.AgentID, f.Reason)
@@ -418,17 +415,6 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 		return s.agent.SetPolicy(ctx, c.AgentID, f.Patterns)
 	}
 	return ErrUnsupported
-}
-
-// checkText refuses injected text longer than the runtime's bound for one event
-// (agent.MaxTextBytes of JSON-encoded text), so that nothing a client sent is cut: the
-// client learns it with bad_frame and nothing is logged.
-func checkText(text string) error {
-	if n := agent.TextBytes(text); n > agent.MaxTextBytes {
-		return &protocol.BadFrameError{FrameType: protocol.TypeInject, Field: "text",
-			Message: fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", n, agent.MaxTextBytes)}
-	}
-	return nil
 }
 
 // reply sends a protocol frame to an open connection, after hello: delivery owns that

@@ -280,7 +280,8 @@ func testMessage(t *testing.T, names tables.Names) {
 	}{
 		{name: "inject", frame: `{"type":"inject","text":"hi","wake":true`, wantCall: "Inject ID hi true"},
 		{name: "steer", frame: `{"type":"inject","text":"<b>","wake":false`, wantCall: "Inject ID <b> false"},
-		{name: "inject over the event bound", frame: `{"type":"inject","text":"` + long + `x","wake":false`, wantCode: protocol.CodeBadFrame,
+		{name: "inject over the event bound", frame: `{"type":"inject","text":"` + long + `x","wake":false`,
+			ctrlErr: &agent.TextTooLongError{Bytes: agent.MaxTextBytes + 3}, wantCall: "Inject ID " + long + "x false", wantCode: protocol.CodeBadFrame,
 			wantMsg: fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", agent.MaxTextBytes+3, agent.MaxTextBytes)},
 		{name: "cancel", frame: `{"type":"cancel","reason":"stop"`, wantCall: "Cancel ID stop"},
 		{name: "cancel with no turn", frame: `{"type":"cancel"`, ctrlErr: agent.ErrNotRunning, wantCall: "Cancel ID",
@@ -548,13 +549,7 @@ func testOrderGap(t *testing.T, names tables.Names) {
 		}
 		// The mark follows the Controller call; the next frame is sent once it shows, so
 		// that the short OrderWait is never what the next frame's outcome depends on.
-		until := time.Now().Add(hang.Bound())
-		for mark() < min(tc.order, 2) {
-			if time.Now().After(until) {
-				t.Fatalf("%s: turnstile mark %d, want %d", tc.name, mark(), min(tc.order, 2))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		hang.Until(t, fmt.Sprintf("%s: turnstile mark %d", tc.name, min(tc.order, 2)), func() bool { return mark() >= min(tc.order, 2) })
 	}
 	// The answer to a numbered bad frame comes once the frame before it took effect.
 	c.send(websocket.MessageText, []byte(`{"type":"barrier","order":4}`))
