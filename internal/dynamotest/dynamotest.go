@@ -1,8 +1,12 @@
 // Package dynamotest gives tests a real DynamoDB: DynamoDB Local, AWS's own emulator.
 //
-// The endpoint is TERRET_TEST_DYNAMODB_ENDPOINT when set (`make test` starts one shared
-// server and sets it); otherwise the first test that asks starts DynamoDB Local for the
-// test binary. Tests get tables under unique names, so packages and tests run in parallel.
+// The endpoint is TERRET_TEST_DYNAMODB_ENDPOINT when set. `make test` starts two
+// DynamoDB Locals and sets it to both, comma-separated: one server answers requests on
+// about one core, so the whole-stack tests would leave the machine's other core idle
+// while they wait on it (docs/performance.md, "Where the suite's time goes"). Each
+// top-level test gets one server, the next in turn, and keeps it for its subtests and
+// cleanups. Otherwise the first test that asks starts DynamoDB Local for the test
+// binary. Tests get tables under unique names, so packages and tests run in parallel.
 // When no DynamoDB can be had, tests are skipped — except under CI=true, where that is a
 // failure: CI never passes by skipping the store.
 package dynamotest
@@ -11,7 +15,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,21 +30,33 @@ import (
 	"github.com/terret/terret-ws/internal/tables"
 )
 
-// EnvEndpoint names the variable holding an already running DynamoDB endpoint.
+// EnvEndpoint names the variable holding already running DynamoDB endpoints: one, or
+// several separated by commas.
 const EnvEndpoint = "TERRET_TEST_DYNAMODB_ENDPOINT"
 
 var (
-	once     sync.Once
-	endpoint string
-	startErr error
+	once      sync.Once
+	endpoints []string
+	startErr  error
+
+	mu       sync.Mutex
+	assigned = map[string]string{} // top-level test name → its endpoint
 )
 
-// Endpoint returns the DynamoDB endpoint for tests, starting DynamoDB Local if needed.
+// Endpoint returns the DynamoDB endpoint of t's top-level test, starting DynamoDB
+// Local if there is none: the same endpoint for every call within one top-level test.
 func Endpoint(t testing.TB) string {
 	t.Helper()
 	once.Do(func() {
 		if e := os.Getenv(EnvEndpoint); e != "" {
-			endpoint = e
+			for ep := range strings.SplitSeq(e, ",") {
+				if ep = strings.TrimSpace(ep); ep != "" {
+					endpoints = append(endpoints, ep)
+				}
+			}
+			if len(endpoints) == 0 {
+				startErr = errNoEndpoint
+			}
 			return
 		}
 		// The start is bounded only by the test binary's deadline (go test -timeout),
@@ -57,9 +75,9 @@ func Endpoint(t testing.TB) string {
 			startErr = err
 			return
 		}
-		endpoint = srv.Endpoint()
+		endpoints = []string{srv.Endpoint()}
 		// Children of this test binary (multi-process tests) reuse this server.
-		os.Setenv(EnvEndpoint, endpoint)
+		os.Setenv(EnvEndpoint, srv.Endpoint())
 	})
 	if startErr != nil {
 		if os.Getenv("CI") == "true" {
@@ -67,8 +85,27 @@ func Endpoint(t testing.TB) string {
 		}
 		t.Skipf("dynamotest: no DynamoDB (%v); run `make test`", startErr)
 	}
-	return endpoint
+	return pick(endpoints, t.Name())
 }
+
+// pick gives the top-level test of name (a subtest's name starts with its parent's,
+// then "/") its endpoint: the one it was given before, or the next in turn.
+func pick(eps []string, name string) string {
+	if len(eps) == 1 {
+		return eps[0]
+	}
+	top, _, _ := strings.Cut(name, "/")
+	mu.Lock()
+	defer mu.Unlock()
+	ep, ok := assigned[top]
+	if !ok {
+		ep = eps[len(assigned)%len(eps)]
+		assigned[top] = ep
+	}
+	return ep
+}
+
+var errNoEndpoint = errors.New(EnvEndpoint + " names no endpoint")
 
 // Client returns a DynamoDB client for the test endpoint.
 func Client(t testing.TB) *dynamodb.Client {
