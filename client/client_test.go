@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/client"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 // TestReconnectAcrossDropExactlyOnce: the connection dies mid-turn; while it is down the
@@ -41,7 +42,7 @@ func TestReconnectAcrossDropExactlyOnce(t *testing.T) {
 	s.appendN(t, agent, "test/outage", 3)
 	// Reconnect attempts fail meanwhile: at least one reached the proxy and was
 	// refused, and the client reported reconnecting again after it.
-	waitFor(t, "a failed reconnect attempt", func() bool {
+	hang.Until(t, "a failed reconnect attempt", func() bool {
 		return p.accepted.Load() >= 2 && r.count(client.StateReconnecting) >= 2
 	})
 	p.restore()

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/terret/terret-ws/client"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/sessiondata"
 )
 
@@ -47,7 +48,7 @@ func (r *epochRecorder) add(v any) {
 // waitLen waits until the trail holds n entries and returns them.
 func (r *epochRecorder) waitLen(t *testing.T, n int) []any {
 	t.Helper()
-	waitFor(t, "callbacks", func() bool {
+	hang.Until(t, "callbacks", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return len(r.trail) >= n
@@ -93,7 +94,7 @@ func TestEpochChangeStartsOver(t *testing.T) {
 	}
 	s.appendN(t, agent, "test/event", 5)
 	rec.waitLen(t, 6)
-	waitFor(t, "cursor at seq 5", func() bool { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) == "5 "+first })
+	hang.Until(t, "cursor at seq 5", func() bool { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) == "5 "+first })
 
 	second, err := s.sessionOps().Reset(ctxT(t), agent)
 	if err != nil {
@@ -111,7 +112,7 @@ func TestEpochChangeStartsOver(t *testing.T) {
 	if c.Hello().Epoch != second {
 		t.Fatalf("client hello epoch %q, want %q", c.Hello().Epoch, second)
 	}
-	waitFor(t, "cursor at the new seq 0", func() bool { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) == "0 "+second })
+	hang.Until(t, "cursor at the new seq 0", func() bool { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) == "0 "+second })
 	// This test's Log appended to the old log and still remembers its tip; a read of
 	// the new tip (strongly consistent) sets it, as a fresh appender's first read does.
 	if tip, err := s.log.Tip(ctxT(t), agent); err != nil || tip != 0 {
@@ -165,7 +166,7 @@ func TestEpochSameKeepsCursor(t *testing.T) {
 	}
 	s.appendN(t, agent, "test/event", 3)
 	rec.waitLen(t, 4)
-	waitFor(t, "cursor at seq 3", func() bool { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) == "3 "+epoch })
+	hang.Until(t, "cursor at seq 3", func() bool { b, _ := os.ReadFile(path); return strings.TrimSpace(string(b)) == "3 "+epoch })
 	c.Close()
 	rec2 := newEpochRecorder()
 	c2 := dial(t, s.url(agent), tok, rec2.options(client.NewFileCursor(path)))

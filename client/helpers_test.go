@@ -23,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -269,28 +270,19 @@ func (r *recorder) count(state client.State) int {
 	return n
 }
 
-// waitFor waits, up to wait, until cond holds: a state the client reaches, not a time.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(wait); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not %s within %v", what, wait)
-		}
-	}
-}
-
 // waitNotice waits for the n-th notice (0-based).
 func (r *recorder) waitNotice(t *testing.T, n int) client.Notice {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ns := r.snapshotNotices(); len(ns) > n {
-			return ns[n]
+	var got client.Notice
+	hang.UntilNil(t, fmt.Sprintf("notice %d", n), func() error {
+		ns := r.snapshotNotices()
+		if len(ns) <= n {
+			return fmt.Errorf("trail %v", r.snapshotTrail())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no notice %d within 10s; trail %v", n, r.snapshotTrail())
-	return nil
+		got = ns[n]
+		return nil
+	})
+	return got
 }
 
 func dial(t *testing.T, url, token string, o client.Options) *client.Client {

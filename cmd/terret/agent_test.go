@@ -23,6 +23,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/model/openai/openaitest"
 )
 
@@ -62,16 +63,13 @@ func startOwnDev(t *testing.T, dir string, env []string, args ...string) *ownDev
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	hang.UntilNil(t, "terret dev's ready file", func() error {
 		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &p.ready) == nil {
-			return p
+			return nil
 		}
-		if cmd.ProcessState != nil || time.Now().After(deadline) {
-			t.Fatalf("terret dev not ready\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("not ready\nstdout:\n%s\nstderr:\n%s", p.stdout, p.stderr)
+	})
+	return p
 }
 
 // run runs a terret command in the working directory, against this terret dev.
@@ -405,11 +403,7 @@ func TestOwnAgent(t *testing.T) {
 	}
 	// terret dev is the server's parent: the pid is gone once it has reaped the
 	// process, which it does when it forgets the dead server's session.
-	for deadline := time.Now().Add(30 * time.Second); syscall.Kill(pid1, 0) == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the killed MCP server %d was never reaped", pid1)
-		}
-	}
+	hang.Until(t, fmt.Sprintf("the killed MCP server %d reaped", pid1), func() bool { return syscall.Kill(pid1, 0) != nil })
 	pid3 := whoami(t, a.turn(script))
 	if pid3 == pid1 || pid3 == 0 {
 		t.Errorf("after the kill the call was answered by pid %d, want a new server (old %d)", pid3, pid1)

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 func init() {
@@ -92,23 +93,19 @@ func (s *screen) read(master *os.File) {
 func (s *screen) waitFor(t *testing.T, re string) []string {
 	t.Helper()
 	rx := regexp.MustCompile(re)
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
+	var m []string
+	hang.UntilNil(t, "the terminal showing "+re, func() error {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		loc := rx.FindStringSubmatchIndex(s.text[s.seen:])
-		if loc != nil {
-			m := rx.FindStringSubmatch(s.text[s.seen:])
-			s.seen += loc[1]
-			s.mu.Unlock()
-			return m
+		if loc == nil {
+			return fmt.Errorf("it shows:\n%s", s.text)
 		}
-		s.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t.Fatalf("terminal never showed %s; it shows:\n%s", re, s.text)
-	return nil
+		m = rx.FindStringSubmatch(s.text[s.seen:])
+		s.seen += loc[1]
+		return nil
+	})
+	return m
 }
 
 // testChatTerminal drives `terret chat` on a pseudo-terminal as a person would: a

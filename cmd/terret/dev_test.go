@@ -73,23 +73,17 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // lines of turns come from the stream consumer, after the client saw the events.
 func (s *syncBuf) waitFor(t *testing.T, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		got, missing := s.String(), ""
+	var got string
+	hang.UntilNil(t, "console lines", func() error {
+		got = s.String()
 		for _, w := range want {
 			if !strings.Contains(got, w) {
-				missing = w
-				break
+				return fmt.Errorf("console lacks %q:\n%s", w, got)
 			}
 		}
-		if missing == "" {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("console lacks %q after %s:\n%s", missing, wait, got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return got
 }
 
 func startDev(t *testing.T, args ...string) *devProc {
@@ -112,16 +106,12 @@ func startDev(t *testing.T, args ...string) *devProc {
 			cmd.Wait()
 		}
 	})
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	hang.UntilNil(t, "terret dev's ready file", func() error {
 		if b, err := os.ReadFile(ready); err == nil && json.Unmarshal(b, &p.ready) == nil {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("terret dev not ready in time\nstdout:\n%s\nstderr:\n%s", p.stdout, stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("not ready\nstdout:\n%s\nstderr:\n%s", p.stdout, stderr)
+	})
 	return p
 }
 
@@ -199,13 +189,10 @@ func TestDevCommand(t *testing.T) {
 		return regexp.MustCompile(`(?m)^turns\s+1$`).MatchString(out) &&
 			regexp.MustCompile(`(?m)^turns today\s+1 \(\d{4}-\d\d-\d\d UTC, against turns_per_day\)$`).MatchString(out)
 	}
-	for until := time.Now().Add(hang.Bound()); ; {
+	hang.Until(t, "usage counting the turn", func() bool {
 		out, errOut, code = p.run(t, "usage", "--agent", "a1")
-		if code != 0 || counted(out) || time.Now().After(until) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return code != 0 || counted(out)
+	})
 	if code != 0 || !counted(out) {
 		t.Fatalf("usage = %q (stderr %q, exit %d), want turns 1 and turns today 1", out, errOut, code)
 	}
@@ -295,18 +282,14 @@ func TestDevStartsDynamoDBLocal(t *testing.T) {
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGINT: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	hang.Until(t, "DynamoDB Local stopping with terret dev", func() bool {
 		c, err := net.DialTimeout("tcp", host, 200*time.Millisecond)
 		if err != nil {
-			break
+			return true
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("DynamoDB Local still running after terret dev stopped")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestUsageErrors(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 // TestDevMetrics: `terret dev` serves the functions' metrics at /metrics in Prometheus
@@ -91,7 +93,7 @@ func TestDevMetrics(t *testing.T) {
 	// A sender reports its posts when it ends, just after its last one.
 	var body []byte
 	var missing []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	hang.UntilNil(t, "every figure in /metrics", func() error {
 		res, err := http.Get(base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -107,14 +109,9 @@ func TestDevMetrics(t *testing.T) {
 				missing = append(missing, want)
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
+		if len(missing) > 0 {
+			return fmt.Errorf("/metrics lacks %q:\n%s", missing, body)
 		}
-	}
-	for _, want := range missing {
-		t.Errorf("/metrics lacks %s", want)
-	}
-	if t.Failed() {
-		t.Logf("/metrics:\n%s", body)
-	}
+		return nil
+	})
 }

@@ -252,17 +252,14 @@ func (e *env) tip() int64 {
 // hang ends the wait (hang).
 func (e *env) waitFor(what string, cond func([]sessionlog.Event) bool) []sessionlog.Event {
 	e.t.Helper()
-	deadline := time.Now().Add(hang())
-	for {
-		evs := e.events()
-		if cond(evs) {
-			return evs
+	var evs []sessionlog.Event
+	hangbound.UntilNil(e.t, what, func() error {
+		if evs = e.events(); cond(evs) {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s (runner errors %v); log:\n%s", what, e.inv.errors(), dump(evs))
-		}
-		time.Sleep(40 * time.Millisecond)
-	}
+		return fmt.Errorf("runner errors %v; log:\n%s", e.inv.errors(), dump(evs))
+	})
+	return evs
 }
 
 func (e *env) waitTurnEnds(n int) []sessionlog.Event {

@@ -34,6 +34,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/gatewaytest"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/history"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -107,19 +108,14 @@ func (k *kickTracker) done() {
 // handed-over sender is still at work.
 func (k *kickTracker) settled(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
+	hang.UntilNil(t, "every deliver invocation finished", func() error {
 		k.mu.Lock()
-		n := k.inflight
-		k.mu.Unlock()
-		if n == 0 {
-			return
+		defer k.mu.Unlock()
+		if k.inflight > 0 {
+			return fmt.Errorf("%d still running", k.inflight)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d deliver invocations still running", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type rigConfig struct {
@@ -466,18 +462,14 @@ func TestFaultPostGone(t *testing.T) {
 	r.appendN(t, r.log, agent, 3, "after") // 6..8: the first post answers Gone
 	// The sender may be the fast path or, on a loaded machine, the deliver invocation it
 	// handed over to: wait for the outcome rather than for one of them.
-	deadline := time.Now().Add(patience)
-	for {
+	hang.UntilNil(t, "the gone connection's records deleted", func() error {
 		_, cerr := r.conns.Conn(ctx, o.ConnID)
 		cur, oerr := r.conns.Owner(ctx, agent)
 		if errors.Is(cerr, connections.ErrNotFound) && errors.Is(oerr, connections.ErrNotFound) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("records of the gone connection kept: conn# %v, agent# %+v (%v)", cerr, cur, oerr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("kept: conn# %v, agent# %+v (%v)", cerr, cur, oerr)
+	})
 	r.appendN(t, r.log, agent, 2, "later")
 	r.fast.FlushAll()
 	r.kicks.settled(t) // a handed-over sender, if any, has found no owner
@@ -663,20 +655,16 @@ func TestFaultDynamoDBLocalRestart(t *testing.T) {
 // idle waits until no sender holds agent's lease and none is owed a look.
 func idle(t *testing.T, conns *connections.Store, agent string) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
+	hang.UntilNil(t, "no sender holding "+agent, func() error {
 		o, err := conns.Owner(context.Background(), agent)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if o.Lease == "" && !o.Pending {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a sender still holds %s: %+v", agent, o)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("held: %+v", o)
+	})
 }
 
 func freePort(t *testing.T) int {

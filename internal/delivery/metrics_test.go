@@ -3,14 +3,15 @@ package delivery_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/service"
 )
@@ -108,18 +109,16 @@ func TestDeliveryMetrics(t *testing.T) {
 	// it: a hand-over still on its way then finds nothing owed.
 	caughtUp := func(upTo int64) {
 		t.Helper()
-		for deadline := time.Now().Add(patience); ; time.Sleep(20 * time.Millisecond) {
+		hang.UntilNil(t, fmt.Sprintf("the cursor past %d with the lease let go", upTo), func() error {
 			o, err := r.conns.Owner(ctx, agent)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if o.Next > upTo && o.Lease == "" && !o.Pending {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("cursor not past %d with the lease let go: %+v", upTo, o)
-			}
-		}
+			return fmt.Errorf("owner %+v", o)
+		})
 	}
 	appendLog := func(n int) {
 		t.Helper()
@@ -189,7 +188,7 @@ func TestDeliveryMetrics(t *testing.T) {
 	// A sender reports when it ends, which may be just after its last post.
 	var got map[string]*series
 	var wrong []string
-	for deadline := time.Now().Add(patience); ; time.Sleep(20 * time.Millisecond) {
+	hang.UntilNil(t, "the metrics of every post", func() error {
 		got, wrong = out.readEMF(t), nil
 		for _, w := range want {
 			s := got[w.key]
@@ -205,13 +204,11 @@ func TestDeliveryMetrics(t *testing.T) {
 			total(fast) < 1 || total(stream) < 2 || total(fast)+total(stream) != 5 {
 			wrong = append(wrong, fmt.Sprintf("EventsDelivered fast %+v, stream %+v: want Counts, at least 1 fast and 2 stream, 5 in all", fast, stream))
 		}
-		if len(wrong) == 0 || time.Now().After(deadline) {
-			break
+		if len(wrong) > 0 {
+			return errors.New(strings.Join(wrong, "; "))
 		}
-	}
-	for _, w := range wrong {
-		t.Error(w)
-	}
+		return nil
+	})
 	// One lag per live event posted (fast 3, stream 2; none for replayed events, nor
 	// for the lagged tail, dropped before any post), by function alone.
 	lag := got["DeliveryLag{function=deliver}"]

@@ -22,6 +22,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstack"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
+	hangbound "github.com/terret/terret-ws/internal/hang"
 )
 
 // emulatorEnv, set to 1, makes the test rig start every stack in emulated mode: the
@@ -85,20 +86,13 @@ func TestDisconnectForgetsConnection(t *testing.T) {
 		t.Fatalf("connection %s after hello: %v", owner.ConnID, err)
 	}
 	c.c.CloseNow()
-	deadline := time.Now().Add(hang())
-	for {
+	hangbound.Until(t, "a1's ownership record deleted after its socket closed", func() bool {
 		_, err := store.Owner(ctx, "a1")
-		if errors.Is(err, connections.ErrNotFound) {
-			break
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, connections.ErrNotFound) {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a1 still owned by %s long after its socket closed", owner.ConnID)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.Is(err, connections.ErrNotFound)
+	})
 	if _, err := store.Conn(ctx, owner.ConnID); !errors.Is(err, connections.ErrNotFound) {
 		t.Fatalf("connection %s after $disconnect: %v, want not found", owner.ConnID, err)
 	}
@@ -158,19 +152,18 @@ func TestEmulatorRunnerKilledMidInvocation(t *testing.T) {
 // which is not what a runner crash test is about.
 func (a *agentConn) delivered() {
 	store := connStore(a.e)
-	deadline := time.Now().Add(hang())
-	for {
+	err := hangbound.Wait("delivery of "+a.agent+" settled", func() error {
 		o, err := store.Owner(context.Background(), a.agent)
 		if err != nil {
-			a.failf("owner of %s: %v", a.agent, err)
+			return fmt.Errorf("owner: %w", err)
 		}
-		if tip := a.tip(); o.Next > tip && o.Lease == "" {
-			return
+		if tip := a.tip(); o.Next <= tip || o.Lease != "" {
+			return fmt.Errorf("cursor %d, lease %q, tip %d", o.Next, o.Lease, tip)
 		}
-		if time.Now().After(deadline) {
-			a.failf("delivery of %s never settled: cursor %d, lease %q", a.agent, o.Next, o.Lease)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		a.failf("%v", err)
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/eventsource"
+	hangbound "github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/history"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -301,18 +302,16 @@ func killSender(t *testing.T, e env, agent string, n int, batch bool) *killedSen
 	conns := connStore(e)
 	// The stack's sender of hello lets the lease go before the child starts.
 	var o connections.Owner
-	for deadline := time.Now().Add(hang()); ; {
-		if o, err = conns.Owner(ctx, agent); err != nil {
+	hangbound.UntilNil(t, "the hello sender letting the lease go", func() error {
+		o, err = conns.Owner(ctx, agent)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if o.HelloSent && o.Lease == "" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hello sender still holds the lease: %+v", o)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("owner %+v", o)
+	})
 	cfg, _ := json.Marshal(e.stack.Config)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperSenderProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envSenderHelper+"=1", envSenderConfig+"="+string(cfg),
@@ -678,18 +677,14 @@ func TestFaultClientNeverReads(t *testing.T) {
 	t.Logf("the other client's events arrived %v after their appends (worst %v)", latency[1:], slices.Max(latency[1:]))
 
 	// The stuck client is gone: its records are deleted.
-	deadline := time.Now().Add(hang())
-	for {
+	hangbound.UntilNil(t, "the client that never reads disconnected", func() error {
 		_, cerr := conns.Conn(ctx, stuckConn)
 		cur, oerr := conns.Owner(ctx, "stuck")
 		if errors.Is(cerr, connections.ErrNotFound) && (errors.Is(oerr, connections.ErrNotFound) || cur.ConnID != stuckConn) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the client that never reads is still connected: conn# %v, agent# %+v", cerr, cur)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("still connected: conn# %v, agent# %+v", cerr, cur)
+	})
 	// What it was sent, read at last: an exact prefix, then lagged or the close.
 	var end string
 	for end == "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/emulator"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/invokesecret"
 	"github.com/terret/terret-ws/internal/localgw"
 )
@@ -239,18 +240,6 @@ func (b *barrier) count() int {
 	return b.arrived
 }
 
-// waitFor polls cond (a state the code reaches) for up to a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after a minute", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 type probeResult struct {
 	PID int `json:"pid"`
 }
@@ -279,7 +268,7 @@ func TestPoolGrowsToItsLimit(t *testing.T) {
 			pids <- r.PID
 		}()
 	}
-	waitFor(t, "two invocations inside and one waiting", func() bool { return b.count() == 2 && em.Stats()["probe"].Waits == 1 })
+	hang.Until(t, "two invocations inside and one waiting", func() bool { return b.count() == 2 && em.Stats()["probe"].Waits == 1 })
 	close(b.release)
 	wg.Wait()
 	close(pids)
@@ -292,7 +281,7 @@ func TestPoolGrowsToItsLimit(t *testing.T) {
 		t.Fatalf("%d environments served 3 invocations (peak %d, %d cold, %d warm); want 2, 2 cold and 1 warm", len(distinct), st.Peak, len(st.ColdStarts), len(st.Warm))
 	}
 	// One console line per cold start, with its init time, written once init ended.
-	waitFor(t, "two cold start lines", func() bool { return strings.Count(con.String(), "\n") >= 2 })
+	hang.Until(t, "two cold start lines", func() bool { return strings.Count(con.String(), "\n") >= 2 })
 	lines := strings.Split(strings.TrimSpace(con.String()), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("console:\n%s\nwant one line per cold start (2)", con)
@@ -350,7 +339,7 @@ func TestPoolReplacesFailedEnvironments(t *testing.T) {
 			done <- err
 		}()
 		if tc.kill {
-			waitFor(t, "a busy environment", func() bool { return em.Kill("probe") })
+			hang.Until(t, "a busy environment", func() bool { return em.Kill("probe") })
 		}
 		err := <-done
 		if !errors.Is(err, tc.is) || !errors.As(err, &fe) || fe.Type != tc.fnType {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/eventsource"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 func TestDeliversEveryRecordInStreamOrder(t *testing.T) {
@@ -101,19 +102,11 @@ func TestRecordShape(t *testing.T) {
 	}
 	tb.start(t, eventsource.Mapping{Function: "shape", Handler: h}, eventsource.Options{})
 
-	deadline := time.Now().Add(waitTimeout)
-	for {
+	hang.Until(t, "three records", func() bool {
 		mu.Lock()
-		n := len(recs)
-		mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d records, want 3", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(recs) >= 3
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	ins, mod, rem := recs[0], recs[1], recs[2]

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/coder/websocket"
 
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/localgw"
 )
 
@@ -294,13 +295,7 @@ func TestPingFrames(t *testing.T) {
 		readCtx, stop := context.WithCancel(context.Background())
 		defer stop()
 		go func() { _, _, _ = c.Read(readCtx) }()
-		deadline := time.Now().Add(waitTimeout)
-		for pings.Load() < 5 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if n := pings.Load(); n < 5 {
-			t.Fatalf("client saw %d pings, want at least 5", n)
-		}
+		hang.Until(t, "five pings", func() bool { return pings.Load() >= 5 })
 		if n := len(rec.get(localgw.RouteDisconnect)); n != 0 {
 			t.Fatalf("answered pings closed the socket (%d disconnects)", n)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/protocol"
 )
 
@@ -205,15 +206,12 @@ func TestRouteFunctionsUnderRIE(t *testing.T) {
 	// (CloudWatch Logs extracts it; no API call).
 	// The emulator relays the function's stdout on its own: the line may land just after
 	// the invocation's response.
-	var got []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if got = emfMetrics(outputs["ConnectFunction"].String()); contains(got, "terret/rie/Connections Count function=connect") || time.Now().After(deadline) {
-			break
+	hang.UntilNil(t, "connect's EMF metric line", func() error {
+		if got := emfMetrics(outputs["ConnectFunction"].String()); !contains(got, "terret/rie/Connections Count function=connect") {
+			return fmt.Errorf("metrics %v, want terret/rie/Connections Count function=connect", got)
 		}
-	}
-	if !contains(got, "terret/rie/Connections Count function=connect") {
-		t.Errorf("connect's EMF metrics = %v, want terret/rie/Connections Count function=connect", got)
-	}
+		return nil
+	})
 
 	kicks := lam.requests()
 	if len(kicks) != 1 {
@@ -295,7 +293,7 @@ func startRIE(t *testing.T, name, rie, bootstrap string, env []string) (int, *sy
 			t.Logf("%s under the emulator:\n%s", name, logs.String())
 		}
 	})
-	waitListening(t, port, 30*time.Second)
+	waitListening(t, port)
 	return port, logs
 }
 
@@ -352,20 +350,15 @@ func invokeRoute(ctx context.Context, t *testing.T, name string, port int, event
 	}
 }
 
-func waitListening(t *testing.T, port int, within time.Duration) {
+func waitListening(t *testing.T, port int) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	hang.Until(t, fmt.Sprintf("a listener on %d", port), func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %d after %v", port, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // syncBuffer is a bytes.Buffer safe for the process's two output pipes.
