@@ -224,7 +224,8 @@ func (l *frameTrack) observe(msg string, vals map[string]slog.Value) {
 	case strings.HasPrefix(msg, "frame order gap"):
 		l.update(func() { l.overran[conn]++ })
 	}
-	if e, ok := vals["error"]; ok && conn != "" {
+	// Only lines that carry an error: "sender done" logs its error even when it is nil.
+	if e, ok := vals["error"]; ok && conn != "" && e.String() != "<nil>" {
 		l.mu.Lock()
 		if len(l.errs[conn]) < 3 {
 			l.errs[conn] = append(l.errs[conn], msg+": "+e.String())
