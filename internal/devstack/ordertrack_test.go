@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go/middleware"
+	"github.com/terret/terret-ws/internal/config"
 )
 
 // frameTrack follows what the local gateway did with each connection's frames: the
@@ -152,7 +153,7 @@ func (l *frameTrack) wrap(name string, h lambda.Handler) lambda.Handler {
 	if name == "connect" {
 		return invokeFunc(func(ctx context.Context, payload []byte) ([]byte, error) {
 			out, err := h.Invoke(ctx, payload)
-			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl.Add(-config.RouteMargin)) { // see below
 				var ev struct {
 					RequestContext struct {
 						ConnectionID string `json:"connectionId"`
@@ -178,8 +179,11 @@ func (l *frameTrack) wrap(name string, h lambda.Handler) lambda.Handler {
 		out, err := h.Invoke(ctx, payload)
 		now := time.Now()
 		at := now.UnixMilli()
+		// The route's own context ends config.RouteMargin before Lambda's deadline, so
+		// that it answers (internal, when its work did not finish) in time: a handler
+		// that returns after that point ran to its deadline.
 		dl, ok := ctx.Deadline()
-		late := ok && !now.Before(dl)
+		late := ok && !now.Before(dl.Add(-config.RouteMargin))
 		var ev struct {
 			RequestContext struct {
 				ConnectionID string `json:"connectionId"`

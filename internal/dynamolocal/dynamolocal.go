@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
@@ -348,7 +350,15 @@ func Config() aws.Config {
 		Region:      Region,
 		Credentials: credentials.NewStaticCredentialsProvider(AccessKey, SecretKey, ""),
 		// DynamoDB Local answers quickly; a test under heavy contention must not give up.
-		RetryMaxAttempts: 10,
+		// Nor may the client-side retry budget (the standard retryer's token bucket,
+		// which guards a shared remote service against retry storms) turn a busy moment
+		// of the one local server into failed requests: no budget here.
+		Retryer: func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = 10
+				o.RateLimiter = ratelimit.None
+			})
+		},
 	}
 }
 
