@@ -139,4 +139,3 @@ func hashKeys(image map[string]events.DynamoDBAttributeValue) []string {
 	}
 	return out
 }
-
