@@ -125,8 +125,18 @@ type Store struct {
 	now   func() time.Time
 }
 
-// New returns a Store over the connections table.
-func New(api API, table string) *Store { return &Store{api: api, table: table, now: time.Now} }
+// New returns a Store over the connections table, on the wall clock.
+func New(api API, table string) *Store { return NewWithClock(api, table, time.Now) }
+
+// NewWithClock is New with the clock every lease rule of the store reads (lease.LiveCond
+// and lease.ExpiredCond's now, the ends of the leases and claims it writes, a
+// connection's timestamps) taken from now: the one clock seam of the ownership record's
+// rules. A test drives it, and the in-memory double of delivery.Records, with one fake
+// clock, so that a lease's expiry is exact to the millisecond and nothing sleeps.
+// Production uses New.
+func NewWithClock(api API, table string, now func() time.Time) *Store {
+	return &Store{api: api, table: table, now: now}
+}
 
 func connKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: s(connPrefix + id)}

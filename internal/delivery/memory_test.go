@@ -3,8 +3,10 @@ package delivery
 // In-memory test doubles of the delivery core's own interfaces (LogReader, Records,
 // ReplaySlots, PostAPI), so that the pump and sender algorithm can be tested in
 // milliseconds. They are not a DynamoDB fake: the store's conditional writes are
-// modelled at the level of connections.Store's contracts, and the tests against
-// DynamoDB Local (faults_test.go, linger_test.go, batch_test.go) stay the real check.
+// modelled at the level of connections.Store's contracts, and contract_test.go holds
+// the double to them — one table of scenarios run against memRecords and against the
+// store on DynamoDB Local, on one fake clock. The tests against DynamoDB Local
+// (faults_test.go, linger_test.go, batch_test.go) stay the real check of the algorithm.
 
 import (
 	"context"
@@ -72,30 +74,69 @@ func (l *memLog) Epoch(context.Context, string) (string, error) {
 	return l.evs[0].ID, nil
 }
 
-// memRecords holds ownership records as connections.Store documents them.
+// memRecords holds ownership and connection records as connections.Store documents
+// them: each method is the store's conditional write, taken under one lock, on the same
+// clock seam (now, as connections.NewWithClock takes it). contract_test.go runs one table
+// of scenarios against it and against the store on DynamoDB Local, with one fake clock.
 type memRecords struct {
 	mu     sync.Mutex
+	now    func() time.Time
 	owners map[string]connections.Owner
+	conns  map[string]connections.Conn
 	stamps map[string]string // agent → the subscription in force's stamp
+	// watchers: agent → the watcher whose claim (ClaimWatch) the record carries.
+	watchers map[string]string
 	// onRelease, if set, runs as a Release begins: a test's way to act at the moment a
 	// sender has found nothing more to send.
 	onRelease func()
 }
 
-func newMemRecords() *memRecords {
-	return &memRecords{owners: map[string]connections.Owner{}, stamps: map[string]string{}}
+// newMemRecords returns records on the wall clock.
+func newMemRecords() *memRecords { return newMemRecordsAt(time.Now) }
+
+// newMemRecordsAt returns records whose every lease rule reads the clock now.
+func newMemRecordsAt(now func() time.Time) *memRecords {
+	return &memRecords{
+		now: now, owners: map[string]connections.Owner{}, conns: map[string]connections.Conn{},
+		stamps: map[string]string{}, watchers: map[string]string{},
+	}
 }
 
+// claim is connections.Store.Claim with a current token: connID owns agentID, in a
+// fresh ownership record, and has a record of its own; a replaced owner connection is
+// marked superseded and, if its hello was not recorded, owed closing under the replaced
+// record's sender lease (TakeClose).
 func (m *memRecords) claim(agentID, connID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	prev, had := m.owners[agentID]
 	m.owners[agentID] = connections.Owner{AgentID: agentID, ConnID: connID}
+	delete(m.stamps, agentID)
+	delete(m.watchers, agentID)
+	m.conns[connID] = connections.Conn{ID: connID, AgentID: agentID, State: connections.StateAuthorized, ConnectedAt: m.now()}
+	if !had || prev.ConnID == connID {
+		return
+	}
+	c := m.conns[prev.ConnID]
+	c.ID, c.State = prev.ConnID, connections.StateSuperseded
+	if !prev.HelloSent {
+		c.Unwelcomed = true
+		if prev.Lease != "" {
+			c.Closer, c.CloserUntil = prev.Lease, prev.LeaseUntil
+		}
+	}
+	m.conns[prev.ConnID] = c
 }
 
+// set replaces agentID's record with o (a test's way to a state no method writes) and
+// gives o's connection a record if it has none.
 func (m *memRecords) set(o connections.Owner) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.owners[o.AgentID] = o
+	if _, ok := m.conns[o.ConnID]; !ok {
+		m.conns[o.ConnID] = connections.Conn{ID: o.ConnID, AgentID: o.AgentID, State: connections.StateAuthorized}
+	}
 }
 
 func (m *memRecords) Owner(_ context.Context, agentID string) (connections.Owner, error) {
@@ -109,7 +150,13 @@ func (m *memRecords) Owner(_ context.Context, agentID string) (connections.Owner
 }
 
 func (m *memRecords) Conn(_ context.Context, connID string) (connections.Conn, error) {
-	return connections.Conn{ID: connID, State: connections.StateAuthorized}, nil
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.conns[connID]
+	if !ok {
+		return connections.Conn{}, connections.ErrNotFound
+	}
+	return c, nil
 }
 
 func (m *memRecords) Subscribe(_ context.Context, agentID, connID string, sub connections.Subscription) (connections.Owner, error) {
@@ -133,7 +180,7 @@ func (m *memRecords) Subscribe(_ context.Context, agentID, connID string, sub co
 func (m *memRecords) Acquire(_ context.Context, agentID string, h connections.Holder, ttl time.Duration, upTo int64) (connections.AcquireResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
+	now := m.now()
 	o, ok := m.owners[agentID]
 	switch {
 	case !ok:
@@ -143,7 +190,7 @@ func (m *memRecords) Acquire(_ context.Context, agentID string, h connections.Ho
 	case o.HelloSent && o.Sub == 0, upTo >= 0 && o.HelloSent && o.Next > upTo && !o.Pending:
 		return connections.AcquireResult{Owner: o, Outcome: connections.NothingOwed}, nil
 	}
-	o.Lease, o.LeaseKind, o.LeaseUntil, o.Pending, o.PendingTo = h.ID, h.Kind, now.Add(ttl), false, 0
+	o.Lease, o.LeaseKind, o.LeaseUntil, o.Pending, o.PendingTo = h.ID, h.Kind, msTime(now.Add(ttl)), false, 0
 	m.owners[agentID] = o
 	return connections.AcquireResult{Owner: o, Outcome: connections.Acquired}, nil
 }
@@ -152,10 +199,13 @@ func (m *memRecords) MarkPending(_ context.Context, agentID string, upTo int64) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, ok := m.owners[agentID]
-	if !ok || o.Lease == "" || !lease.Live(o.LeaseUntil, time.Now()) {
-		return false, nil
-	}
 	switch {
+	case !ok:
+		return false, nil
+	case o.Lease == "" || !lease.Live(o.LeaseUntil, m.now()):
+		// Let go (or run out) with the cursor past upTo: nothing is owed, as Acquire
+		// would find.
+		return upTo >= 0 && o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending, nil
 	case upTo < 0:
 		o.Pending, o.PendingTo = true, 0
 	case o.Next <= upTo && !o.MarkReaches(upTo):
@@ -167,7 +217,7 @@ func (m *memRecords) MarkPending(_ context.Context, agentID string, upTo int64) 
 
 // write is connections.Store's write: progress under the lease for subscription o.Sub;
 // a resubscribe is adopted under the same lease, and a release with Pending set keeps
-// the lease and clears the mark.
+// the lease and clears the mark. A checkpoint leaves the mark as it is.
 func (m *memRecords) write(o connections.Owner, holder string, p connections.Progress, ttl time.Duration, release bool) (connections.Owner, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -175,23 +225,28 @@ func (m *memRecords) write(o connections.Owner, holder string, p connections.Pro
 	if !ok || cur.Lease != holder || cur.ConnID != o.ConnID {
 		return cur, connections.ErrLeaseLost
 	}
-	if ttl <= 0 {
-		ttl = connections.DefaultLease
+	floor := ttl
+	if floor <= 0 {
+		floor = connections.DefaultLease
 	}
 	if cur.Sub != o.Sub {
 		cur.HelloSent = cur.HelloSent || p.HelloSent
-		cur.LeaseUntil, cur.Pending, cur.PendingTo = time.Now().Add(ttl), false, 0
+		cur.LeaseUntil, cur.Pending, cur.PendingTo = msTime(m.now().Add(floor)), false, 0
 		m.owners[o.AgentID] = cur
 		return cur, nil
 	}
-	if release && cur.Pending && cur.PendingTo > p.Next && o.Sub != 0 {
+	switch {
+	case !release:
+		cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
+		cur.LeaseUntil = msTime(m.now().Add(ttl))
+	case cur.Pending && cur.PendingTo > p.Next && o.Sub != 0:
 		return cur, nil // a mark ahead of the progress: look again, the mark kept (not subscribed: owed nothing)
-	}
-	cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
-	if release && (!cur.Pending || cur.PendingTo > 0) {
+	case !cur.Pending || cur.PendingTo > 0:
+		cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
 		cur.Lease, cur.LeaseKind, cur.LeaseUntil, cur.Pending, cur.PendingTo, cur.Released = "", "", time.Time{}, false, 0, holder
-	} else {
-		cur.LeaseUntil, cur.Pending, cur.PendingTo = time.Now().Add(ttl), false, 0
+	default: // a mark without a seq: cleared, the lease kept, so that the holder looks again
+		cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
+		cur.LeaseUntil, cur.Pending, cur.PendingTo = msTime(m.now().Add(floor)), false, 0
 	}
 	m.owners[o.AgentID] = cur
 	return cur, nil
@@ -222,33 +277,73 @@ func (m *memRecords) Abandon(_ context.Context, o connections.Owner, holder stri
 	if cur.Sub == o.Sub {
 		cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
 	}
-	cur.Lease, cur.LeaseKind, cur.LeaseUntil = "", "", time.Time{}
+	cur.Lease, cur.LeaseKind, cur.LeaseUntil, cur.Released = "", "", time.Time{}, holder
 	m.owners[o.AgentID] = cur
 	return nil
 }
 
-func (m *memRecords) ClaimWatch(context.Context, string, string, time.Time) (bool, error) {
-	return false, nil // the tests' wake-ups are not backstops: nobody watches
-}
-
-func (m *memRecords) EndWatch(context.Context, connections.Owner, string, bool) (bool, error) {
+func (m *memRecords) ClaimWatch(_ context.Context, agentID, watcher string, until time.Time) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.owners[agentID]
+	if !ok || !o.WatchUntil.IsZero() && lease.Live(o.WatchUntil, m.now()) && m.watchers[agentID] != watcher {
+		return false, nil
+	}
+	o.WatchUntil = msTime(until)
+	m.watchers[agentID] = watcher
+	m.owners[agentID] = o
 	return true, nil
 }
 
-func (m *memRecords) SetState(context.Context, string, connections.State) error { return nil }
+func (m *memRecords) EndWatch(_ context.Context, seen connections.Owner, watcher string, force bool) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.owners[seen.AgentID]
+	if !ok || m.watchers[seen.AgentID] != watcher {
+		return true, nil // not watcher's claim
+	}
+	if !force && (o.Pending || o.Lease != "" || o.Released != seen.Released) {
+		return false, nil // moved since the watcher's look: the claim kept
+	}
+	o.WatchUntil = time.Time{}
+	delete(m.watchers, seen.AgentID)
+	m.owners[seen.AgentID] = o
+	return true, nil
+}
+
+func (m *memRecords) SetState(_ context.Context, connID string, state connections.State) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.conns[connID]; ok {
+		c.State = state
+		m.conns[connID] = c
+	}
+	return nil
+}
 
 func (m *memRecords) Disown(_ context.Context, agentID, connID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.owners[agentID].ConnID == connID {
+	if o, ok := m.owners[agentID]; ok && o.ConnID == connID {
 		delete(m.owners, agentID)
+		delete(m.stamps, agentID)
+		delete(m.watchers, agentID)
 	}
 	return nil
 }
 
 func (m *memRecords) Forget(ctx context.Context, connID, agentID string) error {
+	m.mu.Lock()
+	delete(m.conns, connID)
+	m.mu.Unlock()
+	if agentID == "" {
+		return nil
+	}
 	return m.Disown(ctx, agentID, connID)
 }
+
+// msTime is t as the store keeps a lease's end: to the millisecond.
+func msTime(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()) }
 
 // memSlots never runs out of replay slots.
 type memSlots struct{}

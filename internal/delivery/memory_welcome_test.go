@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/protocol"
 )
 
 // The hello-first records of memRecords (connections.Store's OweReply, TakeReplies,
-// TakeClose and Settle). Its connections are never superseded, so no closing is owed.
+// TakeClose and Settle). A connection is owed closing when claim supersedes it before
+// its hello was recorded.
 
 func (m *memRecords) OweReply(_ context.Context, agentID, connID string, frame []byte) error {
 	m.mu.Lock()
@@ -46,11 +48,34 @@ func (m *memRecords) TakeReplies(_ context.Context, agentID, connID string) ([][
 	return taken, nil
 }
 
-func (m *memRecords) TakeClose(_ context.Context, connID, _ string, _ time.Duration, _ bool) (connections.Conn, bool, error) {
-	return connections.Conn{ID: connID, State: connections.StateAuthorized}, false, nil
+func (m *memRecords) TakeClose(_ context.Context, connID, holder string, ttl time.Duration, helloPosted bool) (connections.Conn, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	c, ok := m.conns[connID]
+	switch {
+	case !ok:
+		return connections.Conn{}, false, connections.ErrNotFound
+	case !c.Unwelcomed, c.Closer != "" && c.Closer != holder && lease.Live(c.CloserUntil, now):
+		return c, false, nil
+	}
+	c.Closer, c.CloserUntil = holder, msTime(now.Add(ttl))
+	c.HelloPosted = c.HelloPosted || helloPosted
+	m.conns[connID] = c
+	return c, true, nil
 }
 
-func (m *memRecords) Settle(context.Context, string, string) error { return nil }
+func (m *memRecords) Settle(_ context.Context, connID, holder string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.conns[connID]
+	if !ok || c.Closer != holder {
+		return connections.ErrLeaseLost
+	}
+	c.Unwelcomed, c.Closer, c.CloserUntil, c.HelloPosted = false, "", time.Time{}, false
+	m.conns[connID] = c
+	return nil
+}
 
 // TestReplyAfterHelloInMemory: an error reply (Reply) reaches the connection after
 // hello, whenever it is made — before any sender is at work, while a sender is posting
