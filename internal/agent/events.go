@@ -47,11 +47,15 @@ type userMessage struct {
 	Text    string `json:"text"`
 	InboxID string `json:"inbox_id,omitempty"`
 	TurnID  string `json:"turn_id,omitempty"`
+	// Truncated is never set now (Inject refuses text over MaxTextBytes); it stays in
+	// the schema because logs written before may carry it.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 type contextInjected struct {
-	Text    string `json:"text"`
-	InboxID string `json:"inbox_id,omitempty"`
+	Text      string `json:"text"`
+	InboxID   string `json:"inbox_id,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"` // as userMessage's
 }
 
 type turnStart struct {
