@@ -73,6 +73,9 @@ ts_start=$SECONDS
 go_rc=0
 go test -race -count=1 -parallel 4 -timeout 50m "$@" ./... || go_rc=$?
 took "go test ./..."
+# Each server's CPU time so far: how the two shared the run's store work
+# (docs/performance.md, "Where the suite's time goes").
+echo "test: DynamoDB Local CPU time: $(ps -o cputime= -p "${ddbs[0]}" | tr -d ' ') and $(ps -o cputime= -p "${ddbs[1]}" | tr -d ' ')"
 ts_rc=0
 wait $ts || ts_rc=$?
 cat "$bin/client-ts.log"
