@@ -103,7 +103,7 @@ type Owner struct {
 	// WatchUntil is when the watcher's claim (ClaimWatch) runs out; zero: none.
 	WatchUntil time.Time
 	// Replies are error replies owed to the connection right after hello (OweReply).
-	Replies [][]byte
+	Replies []Reply
 }
 
 // API is the part of the DynamoDB client the store uses.

@@ -56,7 +56,7 @@ var (
 // posted straight away, as hello went out before it was recorded —, ErrNotOwner if
 // connID does not own agentID (superseded or gone: it is being closed), and
 // ErrRepliesFull at the bound. Cost: 1 write unit.
-func (st *Store) OweReply(ctx context.Context, agentID, connID string, frame []byte) error {
+func (st *Store) OweReply(ctx context.Context, agentID, connID string, r Reply) error {
 	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(st.table),
 		Key:                 ownerKey(agentID),
@@ -65,7 +65,7 @@ func (st *Store) OweReply(ctx context.Context, agentID, connID string, frame []b
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":c": s(connID), ":false": &types.AttributeValueMemberBOOL{Value: false},
 			":none": &types.AttributeValueMemberL{}, ":max": n(MaxReplies),
-			":r": &types.AttributeValueMemberL{Value: []types.AttributeValue{s(string(frame))}},
+			":r": &types.AttributeValueMemberL{Value: []types.AttributeValue{r.item()}},
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -88,7 +88,7 @@ func (st *Store) OweReply(ctx context.Context, agentID, connID string, frame []b
 // the order they were owed; none if there are none or connID no longer owns the agent.
 // Taking is one atomic write, so each reply is posted by one taker at most. Cost: 1
 // write unit; the sender calls it only when its record shows replies.
-func (st *Store) TakeReplies(ctx context.Context, agentID, connID string) ([][]byte, error) {
+func (st *Store) TakeReplies(ctx context.Context, agentID, connID string) ([]Reply, error) {
 	out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       ownerKey(agentID),
@@ -106,15 +106,38 @@ func (st *Store) TakeReplies(ctx context.Context, agentID, connID string) ([][]b
 	return replies(out.Attributes), nil
 }
 
-func replies(item map[string]types.AttributeValue) [][]byte {
+// Reply is a frame owed to a connection right after its hello (OweReply), stored with
+// what the connection does after it: Close is the close code of a frame after which
+// the connection is closed (an internal error, Fail), "" for one it stays open after.
+// The sender that takes it acts on Close without decoding the frame.
+type Reply struct {
+	Frame []byte
+	Close string
+}
+
+// Attributes of a reply in the replies list.
+const (
+	replyFrame = "f"
+	replyClose = "c"
+)
+
+func (r Reply) item() types.AttributeValue {
+	m := map[string]types.AttributeValue{replyFrame: s(string(r.Frame))}
+	if r.Close != "" {
+		m[replyClose] = s(r.Close)
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+func replies(item map[string]types.AttributeValue) []Reply {
 	l, ok := item[attrReplies].(*types.AttributeValueMemberL)
 	if !ok {
 		return nil
 	}
-	out := make([][]byte, 0, len(l.Value))
+	out := make([]Reply, 0, len(l.Value))
 	for _, v := range l.Value {
-		if sv, ok := v.(*types.AttributeValueMemberS); ok {
-			out = append(out, []byte(sv.Value))
+		if m, ok := v.(*types.AttributeValueMemberM); ok {
+			out = append(out, Reply{Frame: []byte(str(m.Value, replyFrame)), Close: str(m.Value, replyClose)})
 		}
 	}
 	return out

@@ -11,7 +11,8 @@ import (
 )
 
 // TestOweReply: a reply is recorded only while hello is not recorded and the connection
-// owns the agent, up to MaxReplies; TakeReplies hands them out once, in order.
+// owns the agent, up to MaxReplies; TakeReplies hands them out once, in order, each
+// with the close code it was stored with.
 func TestOweReply(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -24,33 +25,33 @@ func TestOweReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, tc := range []struct {
-		conn, frame string
-		want        error
+		conn, frame, close string
+		want               error
 	}{
-		{"c1", "r1", nil},
-		{"c1", "r2", nil},
-		{"c0", "r3", connections.ErrNotOwner},
+		{"c1", "r1", "", nil},
+		{"c1", "r2", "internal", nil},
+		{"c0", "r3", "", connections.ErrNotOwner},
 	} {
-		if err := f.conns.OweReply(ctx, "a", tc.conn, []byte(tc.frame)); !errors.Is(err, tc.want) && (err != nil || tc.want != nil) {
+		if err := f.conns.OweReply(ctx, "a", tc.conn, connections.Reply{Frame: []byte(tc.frame), Close: tc.close}); !errors.Is(err, tc.want) && (err != nil || tc.want != nil) {
 			t.Fatalf("owe reply %d to %s = %v, want %v", i, tc.conn, err, tc.want)
 		}
 	}
 	o, err := f.conns.Owner(ctx, "a")
-	if got := strs(o.Replies); err != nil || !slices.Equal(got, []string{"r1", "r2"}) {
-		t.Fatalf("record's replies = %v, %v; want [r1 r2]", got, err)
+	if got := strs(o.Replies); err != nil || !slices.Equal(got, []string{"r1", "r2 closes internal"}) {
+		t.Fatalf("record's replies = %v, %v; want [r1, r2 closes internal]", got, err)
 	}
-	if got, err := f.conns.TakeReplies(ctx, "a", "c1"); err != nil || !slices.Equal(strs(got), []string{"r1", "r2"}) {
-		t.Fatalf("take = %v, %v; want [r1 r2]", strs(got), err)
+	if got, err := f.conns.TakeReplies(ctx, "a", "c1"); err != nil || !slices.Equal(strs(got), []string{"r1", "r2 closes internal"}) {
+		t.Fatalf("take = %v, %v; want [r1, r2 closes internal]", strs(got), err)
 	}
 	if got, err := f.conns.TakeReplies(ctx, "a", "c1"); err != nil || len(got) != 0 {
 		t.Fatalf("take again = %v, %v; want none", strs(got), err)
 	}
 	for i := range connections.MaxReplies {
-		if err := f.conns.OweReply(ctx, "a", "c1", []byte("r")); err != nil {
+		if err := f.conns.OweReply(ctx, "a", "c1", connections.Reply{Frame: []byte("r")}); err != nil {
 			t.Fatalf("owe reply %d: %v", i, err)
 		}
 	}
-	if err := f.conns.OweReply(ctx, "a", "c1", []byte("r")); !errors.Is(err, connections.ErrRepliesFull) {
+	if err := f.conns.OweReply(ctx, "a", "c1", connections.Reply{Frame: []byte("r")}); !errors.Is(err, connections.ErrRepliesFull) {
 		t.Fatalf("owe reply past the bound = %v, want %v", err, connections.ErrRepliesFull)
 	}
 	// Hello recorded: nothing is recorded any more, the reply goes out at once.
@@ -64,15 +65,20 @@ func TestOweReply(t *testing.T) {
 	if _, err := f.conns.TakeReplies(ctx, "a", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.conns.OweReply(ctx, "a", "c1", []byte("late")); !errors.Is(err, connections.ErrHelloSent) {
+	if err := f.conns.OweReply(ctx, "a", "c1", connections.Reply{Frame: []byte("late")}); !errors.Is(err, connections.ErrHelloSent) {
 		t.Fatalf("owe reply after hello = %v, want %v", err, connections.ErrHelloSent)
 	}
 }
 
-func strs(bs [][]byte) []string {
+// strs shows replies as "frame" or "frame closes code".
+func strs(rs []connections.Reply) []string {
 	out := []string{}
-	for _, b := range bs {
-		out = append(out, string(b))
+	for _, r := range rs {
+		if r.Close != "" {
+			out = append(out, string(r.Frame)+" closes "+r.Close)
+			continue
+		}
+		out = append(out, string(r.Frame))
 	}
 	return out
 }

@@ -486,16 +486,17 @@ var contractScenarios = []struct {
 	// Replies owed before hello.
 	{"replies taken in order, once", func(t *testing.T, e *contractEnv) {
 		ctx := context.Background()
-		for _, r := range []string{"r1", "r2", "r3"} {
-			wantErr(t, "owe "+r, e.OweReply(ctx, e.A, e.C1, []byte(r)), nil)
+		owed := []connections.Reply{{Frame: []byte("r1")}, {Frame: []byte("r2")}, {Frame: []byte("r3"), Close: "internal"}}
+		for _, r := range owed {
+			wantErr(t, "owe "+string(r.Frame), e.OweReply(ctx, e.A, e.C1, r), nil)
 		}
-		wantErr(t, "owe to a non-owner", e.OweReply(ctx, e.A, e.C2, []byte("x")), connections.ErrNotOwner)
+		wantErr(t, "owe to a non-owner", e.OweReply(ctx, e.A, e.C2, connections.Reply{Frame: []byte("x")}), connections.ErrNotOwner)
 		if got, err := e.TakeReplies(ctx, e.A, e.C2); err != nil || len(got) != 0 {
 			t.Fatalf("take by a non-owner = %q, %v; want none", got, err)
 		}
 		got, err := e.TakeReplies(ctx, e.A, e.C1)
-		if err != nil || !slices.EqualFunc(got, [][]byte{[]byte("r1"), []byte("r2"), []byte("r3")}, slices.Equal) {
-			t.Fatalf("take = %q, %v; want r1 r2 r3", got, err)
+		if err != nil || !slices.EqualFunc(got, owed, func(a, b connections.Reply) bool { return string(a.Frame) == string(b.Frame) && a.Close == b.Close }) {
+			t.Fatalf("take = %q, %v; want r1 r2 r3, r3 closing with internal", got, err)
 		}
 		if got, err := e.TakeReplies(ctx, e.A, e.C1); err != nil || len(got) != 0 {
 			t.Fatalf("second take = %q, %v; want none", got, err)
@@ -504,15 +505,15 @@ var contractScenarios = []struct {
 	{"replies bounded, and refused once hello is recorded", func(t *testing.T, e *contractEnv) {
 		ctx := context.Background()
 		for i := range connections.MaxReplies {
-			wantErr(t, fmt.Sprint("owe ", i), e.OweReply(ctx, e.A, e.C1, []byte("r")), nil)
+			wantErr(t, fmt.Sprint("owe ", i), e.OweReply(ctx, e.A, e.C1, connections.Reply{Frame: []byte("r")}), nil)
 		}
-		wantErr(t, "owe past the bound", e.OweReply(ctx, e.A, e.C1, []byte("r")), connections.ErrRepliesFull)
+		wantErr(t, "owe past the bound", e.OweReply(ctx, e.A, e.C1, connections.Reply{Frame: []byte("r")}), connections.ErrRepliesFull)
 		if v := e.owner(t); v.Replies != connections.MaxReplies {
 			t.Fatalf("%d replies owed; want %d", v.Replies, connections.MaxReplies)
 		}
 		o := e.acquire(t, "h1", -1, connections.Acquired)
 		e.release(t, o, "h1", connections.Progress{HelloSent: true}, true)
-		wantErr(t, "owe after hello", e.OweReply(ctx, e.A, e.C1, []byte("r")), connections.ErrHelloSent)
+		wantErr(t, "owe after hello", e.OweReply(ctx, e.A, e.C1, connections.Reply{Frame: []byte("r")}), connections.ErrHelloSent)
 	}},
 
 	// Closing a connection superseded before its hello: one closer at a time.

@@ -154,8 +154,8 @@ type Records interface {
 	Disown(ctx context.Context, agentID, connID string) error
 	Forget(ctx context.Context, connID, agentID string) error
 	// Hello first (welcome.go).
-	OweReply(ctx context.Context, agentID, connID string, frame []byte) error
-	TakeReplies(ctx context.Context, agentID, connID string) ([][]byte, error)
+	OweReply(ctx context.Context, agentID, connID string, r connections.Reply) error
+	TakeReplies(ctx context.Context, agentID, connID string) ([]connections.Reply, error)
 	TakeClose(ctx context.Context, connID, holder string, ttl time.Duration, helloPosted bool) (connections.Conn, bool, error)
 	Settle(ctx context.Context, connID, holder string) error
 }

@@ -18,7 +18,7 @@ import (
 // TakeClose and Settle). A connection is owed closing when claim supersedes it before
 // its hello was recorded.
 
-func (m *memRecords) OweReply(_ context.Context, agentID, connID string, frame []byte) error {
+func (m *memRecords) OweReply(_ context.Context, agentID, connID string, r connections.Reply) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, ok := m.owners[agentID]
@@ -30,12 +30,12 @@ func (m *memRecords) OweReply(_ context.Context, agentID, connID string, frame [
 	case len(o.Replies) >= connections.MaxReplies:
 		return connections.ErrRepliesFull
 	}
-	o.Replies = append(append([][]byte(nil), o.Replies...), frame)
+	o.Replies = append(slices.Clone(o.Replies), r)
 	m.owners[agentID] = o
 	return nil
 }
 
-func (m *memRecords) TakeReplies(_ context.Context, agentID, connID string) ([][]byte, error) {
+func (m *memRecords) TakeReplies(_ context.Context, agentID, connID string) ([]connections.Reply, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, ok := m.owners[agentID]

@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -47,15 +46,15 @@ const replyBudget = time.Second
 // being closed (superseded, lagged or gone) and gets no reply; nor does one with
 // connections.MaxReplies replies already owed. Nothing here waits for hello.
 func (d *Deliverer) Reply(ctx context.Context, c connections.Conn, frame []byte) error {
-	return d.afterHello(ctx, c.AgentID, c.ID, frame, func() error { return d.post(ctx, c.ID, frame) })
+	return d.afterHello(ctx, c.AgentID, c.ID, connections.Reply{Frame: frame}, func() error { return d.post(ctx, c.ID, frame) })
 }
 
-// afterHello delivers frame to connID, which owns agentID, after its hello: at once by
-// now when hello is recorded (also when it is recorded while the frame is being owed),
-// else owed on the ownership record (OweReply) and sent by the sender that posts hello,
-// woken here. A connection that no longer owns the agent, or that already owes
+// afterHello delivers r to connID, which owns agentID, after its hello: at once by now
+// when hello is recorded (also when it is recorded while the frame is being owed), else
+// owed on the ownership record (OweReply), with the close code it ends the connection
+// with if any, and sent by the sender that posts hello, woken here. A connection that no longer owns the agent, or that already owes
 // MaxReplies frames, gets nothing (logged).
-func (d *Deliverer) afterHello(ctx context.Context, agentID, connID string, frame []byte, now func() error) error {
+func (d *Deliverer) afterHello(ctx context.Context, agentID, connID string, r connections.Reply, now func() error) error {
 	o, err := d.store.Owner(ctx, agentID)
 	switch {
 	case errors.Is(err, connections.ErrNotFound) || err == nil && o.ConnID != connID:
@@ -65,7 +64,7 @@ func (d *Deliverer) afterHello(ctx context.Context, agentID, connID string, fram
 	case o.HelloSent:
 		return now()
 	default:
-		err = d.store.OweReply(ctx, agentID, connID, frame)
+		err = d.store.OweReply(ctx, agentID, connID, r)
 	}
 	switch {
 	case err == nil:
@@ -105,8 +104,8 @@ func (d *Deliverer) Fail(ctx context.Context, connID string) error {
 	case c.State != connections.StateAuthorized:
 		return nil
 	}
-	frame := protocol.Marshal(protocol.Refusal(protocol.CodeInternal))
-	return d.afterHello(ctx, c.AgentID, connID, frame, func() error {
+	r := connections.Reply{Frame: protocol.Marshal(protocol.Refusal(protocol.CodeInternal)), Close: string(protocol.CodeInternal)}
+	return d.afterHello(ctx, c.AgentID, connID, r, func() error {
 		return d.Drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
 	})
 }
@@ -114,9 +113,9 @@ func (d *Deliverer) Fail(ctx context.Context, connID string) error {
 // postReplies posts the error replies recorded for the connection before its hello
 // (Reply, Fail), right after hello. Taking them is one atomic write, so a reply is
 // posted once at most: a sender that dies between taking and posting loses it, as a
-// message function that dies before posting its reply would. A reply whose code
-// closes the connection (Fail's internal) is the last: the sender closes the
-// connection after it and reports closed.
+// message function that dies before posting its reply would. A reply stored with a
+// close code (Fail's internal) is the last: the sender closes the connection after it
+// with that code and reports closed.
 func (s *sender) postReplies() (closed bool, err error) {
 	replies, err := s.d.store.TakeReplies(s.ctx, s.o.AgentID, s.o.ConnID)
 	s.o.Replies = nil
@@ -124,27 +123,18 @@ func (s *sender) postReplies() (closed bool, err error) {
 		return false, err
 	}
 	for _, r := range replies {
-		if err := s.d.post(s.ctx, s.o.ConnID, r); err != nil {
+		if err := s.d.post(s.ctx, s.o.ConnID, r.Frame); err != nil {
 			return false, err
 		}
-		if code, ok := closingCode(r); ok {
+		if r.Close != "" {
 			if err := s.join(); err != nil {
 				return false, err
 			}
 			s.released = true
-			return true, s.d.shut(s.ctx, s.o, code)
+			return true, s.d.shut(s.ctx, s.o, protocol.Code(r.Close))
 		}
 	}
 	return false, nil
-}
-
-// closingCode reports the code of frame, a reply, if it closes the connection.
-func closingCode(frame []byte) (protocol.Code, bool) {
-	var f protocol.Error
-	if json.Unmarshal(frame, &f) != nil || f.Type != protocol.TypeError || !f.Code.Closes() {
-		return "", false
-	}
-	return f.Code, true
 }
 
 // unwelcomed finishes a sender that lost its lease (cause) while hello was owed: if the
