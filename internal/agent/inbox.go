@@ -236,8 +236,9 @@ func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state,
 
 // deleteInbox takes drained injects off the inbox: one DeleteItem per inbox item, and
 // one write for all those queued on the state item (a recorded turn's wake goes with
-// the turn). Removing a missing one is no error, so a repeated drain is harmless.
-func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxItem) error {
+// the turn). Removing a missing one is no error, so a repeated drain is harmless. When
+// it wrote the state item (wrote), cur is the state after that write.
+func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxItem) (cur state, wrote bool, err error) {
 	var remove []string
 	attrs := map[string]string{"#inbox": inboxAttr}
 	for _, it := range items {
@@ -245,7 +246,7 @@ func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxI
 		case turnWakeAttr:
 		case "":
 			if _, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: key(agentID, inboxPrefix+it.ID)}); err != nil {
-				return fmt.Errorf("agent: delete drained inbox item %s of %s: %w", it.ID, agentID, err)
+				return state{}, false, fmt.Errorf("agent: delete drained inbox item %s of %s: %w", it.ID, agentID, err)
 			}
 		default:
 			ph := fmt.Sprintf("#q%d", len(remove))
@@ -254,13 +255,16 @@ func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxI
 		}
 	}
 	if len(remove) == 0 {
-		return nil
+		return state{}, false, nil
 	}
-	if _, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:         aws.String("REMOVE " + strings.Join(remove, ", ")),
 		ExpressionAttributeNames: attrs,
-	}); err != nil {
-		return fmt.Errorf("agent: remove drained injects of %s: %w", agentID, err)
+		ReturnValues:             types.ReturnValueAllNew,
+	})
+	if err != nil {
+		return state{}, false, fmt.Errorf("agent: remove drained injects of %s: %w", agentID, err)
 	}
-	return nil
+	cur, err = decodeState(out.Attributes)
+	return cur, err == nil, err
 }

@@ -31,15 +31,11 @@ func (inv *invocation) quotaReason(ctx context.Context) (string, error) {
 	now := inv.c.now().UTC()
 	day, month := now.Format(time.DateOnly), now.Format("2006-01")
 	if inv.st.QuotaDay != day || inv.st.QuotaMonth != month {
-		if err := inv.c.store.rollQuota(ctx, inv.agent, inv.me, inv.st, day, month); err != nil {
+		st, err := inv.c.store.rollQuota(ctx, inv.agent, inv.me, inv.st, day, month)
+		if err != nil {
 			return "", err
 		}
-		if inv.st.QuotaDay != day {
-			inv.st.QuotaDay, inv.st.QuotaTurns = day, 0
-		}
-		if inv.st.QuotaMonth != month {
-			inv.st.QuotaMonth, inv.st.QuotaTokens = month, 0
-		}
+		inv.adopt(st)
 	}
 	prof, err := inv.c.agentProfile(inv.profileJSON)
 	if err != nil {
@@ -84,7 +80,7 @@ func quotaText(turnsPerDay, tokensPerMonth, turns, tokens int64, now time.Time) 
 // per stimulus that finds the agent over quota, so a client sending into a capped
 // agent sees why nothing runs, and a runner going round does not repeat it.
 func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error {
-	if inv.quotaRefused == inv.seenPending {
+	if inv.quotaRefused.ok && inv.quotaRefused == inv.seenPending {
 		return nil
 	}
 	// The marker first: a runner that dies after it leaves at worst a wake the sweep
@@ -124,8 +120,9 @@ func (inv *invocation) endRefused(ctx context.Context, turnID string) error {
 func isQuotaTurn(turnID string) bool { return strings.HasPrefix(turnID, quotaTurnPrefix) }
 
 // rollQuota starts the counters of a new day and/or month: the one whose period
-// changed is set to 0. Cost: 1 write unit (state items are small), once per period.
-func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, day, month string) error {
+// changed is set to 0. It returns the state after the write. Cost: 1 write unit (state
+// items are small), once per period.
+func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, day, month string) (state, error) {
 	set := []string{}
 	vals := map[string]types.AttributeValue{":me": s(me), ":zero": n(0)}
 	attrs := []string{attrOwner}
@@ -139,17 +136,18 @@ func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, d
 		vals[":m"] = s(month)
 		attrs = append(attrs, "quota_month", "quota_tokens")
 	}
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),
 		ConditionExpression:       aws.String("#owner = :me"),
 		ExpressionAttributeNames:  names(attrs...),
 		ExpressionAttributeValues: vals,
+		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if dynamoerr.CondFailed(err) {
-		return errLeaseLost
+		return state{}, errLeaseLost
 	}
 	if err != nil {
-		return fmt.Errorf("agent: roll quota counters of %s: %w", agentID, err)
+		return state{}, fmt.Errorf("agent: roll quota counters of %s: %w", agentID, err)
 	}
-	return nil
+	return decodeState(out.Attributes)
 }

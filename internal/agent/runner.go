@@ -62,9 +62,14 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 // next stimulus. Model and tool failures are not errors: they end the turn failed.
 func (r *Runner) Run(ctx context.Context, agentID string) error {
 	defer r.c.pause(PauseReturned, agentID)
-	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8),
-		log: &logWindow{log: r.c.log, agentID: agentID, last: -1, logged: map[string]int64{}}, seenPending: -1, quotaRefused: -2}
-	return inv.run(ctx)
+	return r.invocation(agentID).run(ctx)
+}
+
+// invocation returns a new invocation of r for agentID, with a lease owner id of its
+// own.
+func (r *Runner) invocation(agentID string) *invocation {
+	return &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8),
+		log: &logWindow{log: r.c.log, agentID: agentID, last: -1, logged: map[string]int64{}}}
 }
 
 // set returns the built tool set of a profile, building it once per Runner.
@@ -98,8 +103,9 @@ const (
 
 // invocation is one Run. It holds the agent as it last read it: the state item, the
 // log from its checkpoint on and the inbox. The state is read at the start of each pass (the lease
-// write returns it) and at each step boundary; the log and the inbox are read again
-// only when the state's stimulus count moved since they were last read.
+// write returns it) and at each step boundary, and every write of the invocation's own
+// returns it (adopt); the log and the inbox are read again only when the state's
+// stimulus count moved since they were last read.
 type invocation struct {
 	r      *Runner
 	c      *core
@@ -107,11 +113,11 @@ type invocation struct {
 	me     string        // lease owner id of this invocation
 	budget time.Duration // time left when the invocation started
 
-	st          state      // the state item as last read, with this invocation's own writes applied
+	st          state      // the state item as last read or written, set by adopt only
 	profileJSON string     // the agent's profile override, read with the lease
 	log         *logWindow // the log from the checkpoint on, kept current
 	inbox       []inboxItem
-	seenPending int64 // the stimulus count the log and inbox were last read at (-1: never)
+	seenPending optional[int64] // the stimulus count the log and inbox were last read at
 
 	// ended is the ended turn that reconcile left for the lease release to finish, when
 	// nothing else was to happen before it: one state write instead of two.
@@ -119,9 +125,26 @@ type invocation struct {
 
 	expiredTo int64 // the seq below which this invocation's expire has given events a TTL
 
-	quotaRefused int64 // the stimulus count a quota refusal was logged at
-	progressed   bool  // a step ran: handing over now makes progress
+	quotaRefused optional[int64] // the stimulus count a quota refusal was logged at
+	progressed   bool            // a step ran: handing over now makes progress
 }
+
+// optional is a value that may be absent: none is the zero optional, not a value of T
+// set aside to mean it.
+type optional[T comparable] struct {
+	v  T
+	ok bool
+}
+
+func some[T comparable](v T) optional[T] { return optional[T]{v: v, ok: true} }
+
+// is reports whether o holds v.
+func (o optional[T]) is(v T) bool { return o.ok && o.v == v }
+
+// adopt makes st the invocation's state: the item as a read found it, or as one of the
+// invocation's own writes left it (each asks for the item back, at no cost: see
+// store.update). It is the only way inv.st changes.
+func (inv *invocation) adopt(st state) { inv.st = st }
 
 func (inv *invocation) run(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
@@ -155,7 +178,7 @@ func (inv *invocation) run(ctx context.Context) error {
 			return nil
 		case err != nil:
 			stopHeartbeat()
-			if _, _, _, rerr := inv.c.store.release(ctx, inv.agent, inv.me, nil, nil, nil); rerr != nil {
+			if _, _, rerr := inv.release(ctx, optional[int64]{}, nil, nil); rerr != nil {
 				log.Error("release lease after failure", "error", rerr.Error())
 			}
 			return err
@@ -163,7 +186,7 @@ func (inv *invocation) run(ctx context.Context) error {
 		if out == outHandover {
 			stopHeartbeat()
 			ck := inv.checkpoint(inv.ended)
-			_, _, wrote, err := inv.c.store.release(ctx, inv.agent, inv.me, nil, inv.ended, ck)
+			_, wrote, err := inv.release(ctx, optional[int64]{}, inv.ended, ck)
 			if err != nil {
 				return err
 			}
@@ -178,7 +201,7 @@ func (inv *invocation) run(ctx context.Context) error {
 			return err
 		}
 		ck := inv.checkpoint(inv.ended)
-		cur, released, wrote, err := inv.c.store.release(ctx, inv.agent, inv.me, &inv.seenPending, inv.ended, ck)
+		released, wrote, err := inv.release(ctx, inv.seenPending, inv.ended, ck)
 		if err != nil {
 			return err
 		}
@@ -188,8 +211,19 @@ func (inv *invocation) run(ctx context.Context) error {
 		if released {
 			return nil
 		}
-		st = cur // a stimulus arrived meanwhile: go round again
+		st = inv.st // a stimulus arrived meanwhile: go round again
 	}
+}
+
+// release gives the lease up (store.release) and adopts the state as the write left it,
+// or as it was found when the write did not happen.
+func (inv *invocation) release(ctx context.Context, pending optional[int64], ended *endedTurn, ck *checkpoint) (released, wrote bool, err error) {
+	cur, released, wrote, err := inv.c.store.release(ctx, inv.agent, inv.me, pending, ended, ck)
+	if err != nil {
+		return false, false, err
+	}
+	inv.adopt(cur)
+	return released, wrote, nil
 }
 
 // acquire takes the lease, waiting for a live holder to prove itself or a dead one's
@@ -328,14 +362,14 @@ func (inv *invocation) deadlineNear(ctx context.Context) bool {
 }
 
 // apply takes in a state read: a stimulus counted since the last one makes the
-// invocation read the log tail and the inbox. The first apply reads both (the count
-// starts at -1).
+// invocation read the log tail and the inbox. The first apply reads both (no count
+// seen yet).
 func (inv *invocation) apply(ctx context.Context, st state) error {
 	if st.Runner != inv.me {
 		return errLeaseLost
 	}
-	inv.st = st
-	if st.Stimuli == inv.seenPending {
+	inv.adopt(st)
+	if inv.seenPending.is(st.Stimuli) {
 		return nil
 	}
 	inv.log.begin(st)
@@ -346,7 +380,7 @@ func (inv *invocation) apply(ctx context.Context, st state) error {
 	if err != nil {
 		return err
 	}
-	inv.seenPending = st.Stimuli
+	inv.seenPending = some(st.Stimuli)
 	inv.setInbox(items)
 	return nil
 }

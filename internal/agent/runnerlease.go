@@ -58,7 +58,9 @@ func (st *store) acquire(ctx context.Context, agentID, me string, now, until tim
 	return got, err == nil, err
 }
 
-// renew extends my lease. It returns errLeaseLost if the lease is no longer mine.
+// renew extends my lease. It returns errLeaseLost if the lease is no longer mine. It
+// asks for nothing back: the heartbeat runs beside the runner's loop, which does not
+// read the lease's end from its state.
 func (st *store) renew(ctx context.Context, agentID, me string, until time.Time) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #lease_until = :until"),
@@ -84,20 +86,21 @@ type endedTurn struct {
 
 // release gives my lease up. With pending set, only if no stimulus arrived since the
 // runner saw that pending count: otherwise it keeps the lease and returns the current
-// state and false, and the runner goes round again. With ended set, the same write
+// state and false, and the runner goes round again. A release that happened returns
+// the state after its write. With ended set, the same write
 // finishes that turn as finishTurn does, conditional on it still being recorded: a
 // release that does not happen finishes nothing. A lease that is not mine any more
 // counts as released. With ck set, the same write stores the runner's checkpoint
 // (checkpoint.go): a release that does not happen stores none; wrote reports whether
 // this write happened (and stored ck). Cost: 1 write unit per KB of the state item
 // (the checkpoint adds its own size).
-func (st *store) release(ctx context.Context, agentID, me string, pending *int64, ended *endedTurn, ck *checkpoint) (cur state, released, wrote bool, err error) {
+func (st *store) release(ctx context.Context, agentID, me string, pending optional[int64], ended *endedTurn, ck *checkpoint) (cur state, released, wrote bool, err error) {
 	cond := "#owner = :me"
 	vals := map[string]types.AttributeValue{":me": s(me)}
 	attrs := names(attrOwner, attrLeaseUntil)
-	if pending != nil {
+	if pending.ok {
 		cond += " AND #pending = :p"
-		vals[":p"] = n(*pending)
+		vals[":p"] = n(pending.v)
 		attrs["#pending"] = attrPending
 	}
 	expr := clauses{remove: []string{"#owner", "#lease_until"}}
@@ -118,11 +121,12 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 		attrs["#ck"] = ckAttr
 		vals[":ck"] = v
 	}
-	_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String(expr.String()),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            attrs,
 		ExpressionAttributeValues:           vals,
+		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
@@ -138,5 +142,8 @@ func (st *store) release(ctx context.Context, agentID, me string, pending *int64
 	if err != nil {
 		return state{}, false, false, fmt.Errorf("agent: release lease of %s: %w", agentID, err)
 	}
-	return state{}, true, true, nil
+	if cur, err = decodeState(out.Attributes); err != nil {
+		return state{}, false, false, err
+	}
+	return cur, true, true, nil
 }

@@ -54,6 +54,11 @@ func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
 
+// update writes the agent's state item. The runner's writes ask for the item back
+// (ReturnValues ALL_NEW, and ALL_OLD when a condition fails) and adopt it: "There is no
+// additional cost associated with requesting a return value aside from the small network
+// and processing overhead of receiving a larger response. No read capacity units are
+// consumed." (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateItem.html)
 func (st *store) update(ctx context.Context, agentID string, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
 	in.TableName = aws.String(st.table)
 	in.Key = key(agentID, skState)

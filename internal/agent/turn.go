@@ -68,10 +68,11 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 			return inv.endRefused(ctx, t.turnID)
 		}
 		if inv.st.TurnID != t.turnID {
-			if err := inv.c.store.setTurn(ctx, inv.agent, inv.me, t.turnID, t.seq); err != nil {
+			st, err := inv.c.store.setTurn(ctx, inv.agent, inv.me, t.turnID, t.seq)
+			if err != nil {
 				return err
 			}
-			inv.st.TurnID, inv.st.TurnSeq = t.turnID, t.seq
+			inv.adopt(st)
 		}
 		return nil
 	}
@@ -99,10 +100,11 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 		return err
 	}
 	if inv.oldestWake() == nil {
-		if err := inv.c.store.clearTurn(ctx, inv.agent, inv.me, id); err != nil {
+		st, err := inv.c.store.clearTurn(ctx, inv.agent, inv.me, id)
+		if err != nil {
 			return err
 		}
-		inv.st.TurnID = ""
+		inv.adopt(st)
 	}
 	return nil
 }
@@ -120,17 +122,17 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 		if err != nil {
 			return err
 		}
+		inv.adopt(st)
 		id = c.turnID
-		inv.st.TurnID, inv.st.TurnSeq, inv.st.TurnKey, inv.st.CancelTurn = id, c.seq, it.key(), ""
-		inv.st.CancelAt, inv.st.CancelAtReason = st.CancelAt, st.CancelAtReason
 	}
 	if inv.st.CancelAt != "" && it.key() <= inv.st.CancelAt && inv.st.CancelTurn != id {
 		// A cancel sent after this wake was served before the claim: the turn the wake
 		// starts is the one that cancel stops.
-		if err := inv.c.store.cancelClaimed(ctx, inv.agent, inv.me, id, inv.st.CancelAtReason); err != nil {
+		st, err := inv.c.store.cancelClaimed(ctx, inv.agent, inv.me, id, inv.st.CancelAtReason)
+		if err != nil {
 			return err
 		}
-		inv.st.CancelTurn, inv.st.CancelReason = id, inv.st.CancelAtReason
+		inv.adopt(st)
 	}
 	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id}); err != nil {
 		return err
@@ -139,7 +141,7 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 		return err
 	}
 	if it.attr == "" {
-		if err := inv.c.store.deleteInbox(ctx, inv.agent, []inboxItem{it}); err != nil {
+		if err := inv.deleteInbox(ctx, []inboxItem{it}); err != nil {
 			return err
 		}
 	}
@@ -236,10 +238,23 @@ func (inv *invocation) drain(ctx context.Context) error {
 	if err := inv.crash(CrashInboxLogged); err != nil {
 		return err
 	}
-	if err := inv.c.store.deleteInbox(ctx, inv.agent, inv.inbox); err != nil {
+	if err := inv.deleteInbox(ctx, inv.inbox); err != nil {
 		return err
 	}
 	inv.inbox = nil
+	return nil
+}
+
+// deleteInbox takes items off the inbox (store.deleteInbox) and adopts the state item
+// when that wrote it.
+func (inv *invocation) deleteInbox(ctx context.Context, items []inboxItem) error {
+	st, wrote, err := inv.c.store.deleteInbox(ctx, inv.agent, items)
+	if err != nil {
+		return err
+	}
+	if wrote {
+		inv.adopt(st)
+	}
 	return nil
 }
 
@@ -639,12 +654,11 @@ func (inv *invocation) endTurn(ctx context.Context, p *turnView, status, reason 
 // finishTurn meters the ended turn and clears it from the state item, then names the
 // session if it has no title yet.
 func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsage) error {
-	if err := inv.c.store.finishTurn(ctx, inv.agent, inv.me, turnID, u); err != nil {
+	st, err := inv.c.store.finishTurn(ctx, inv.agent, inv.me, turnID, u)
+	if err != nil {
 		return err
 	}
-	inv.st.TurnID, inv.st.CancelTurn = "", ""
-	inv.st.QuotaTurns++ // as finishTurn's write did, when it was the one that metered
-	inv.st.QuotaTokens += u.InputTokens + u.OutputTokens
+	inv.adopt(st)
 	inv.title(ctx)
 	return nil
 }
@@ -703,9 +717,10 @@ func (inv *invocation) title(ctx context.Context) {
 		log.Warn("append session/titled", "error", err.Error())
 		return
 	}
-	if err := inv.c.store.addUsage(ctx, inv.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens); err != nil {
+	st, err := inv.c.store.addUsage(ctx, inv.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens)
+	if err != nil {
 		log.Warn("meter titler call", "error", err.Error())
 		return
 	}
-	inv.st.QuotaTokens += resp.Usage.InputTokens + resp.Usage.OutputTokens
+	inv.adopt(st)
 }

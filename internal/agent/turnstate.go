@@ -47,22 +47,23 @@ func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, val
 	return nil
 }
 
-// setTurn records turnID as the agent's turn (claimed, open or ending) and clears a
-// cancel aimed at another turn. turnSeq is a lower bound of the turn's first seq.
-func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+// setTurn records turnID as the agent's turn (claimed, open or ending). turnSeq is a
+// lower bound of the turn's first seq. It returns the state after the write.
+func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64) (state, error) {
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq"),
 		ConditionExpression:       aws.String("#owner = :me"),
 		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "turn_seq"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
+		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if dynamoerr.CondFailed(err) {
-		return errLeaseLost
+		return state{}, errLeaseLost
 	}
 	if err != nil {
-		return fmt.Errorf("agent: set turn of %s: %w", agentID, err)
+		return state{}, fmt.Errorf("agent: set turn of %s: %w", agentID, err)
 	}
-	return nil
+	return decodeState(out.Attributes)
 }
 
 // claimTurn is setTurn for a new turn c, started by a waking inject: any cancel
@@ -94,52 +95,55 @@ func (st *store) claimTurn(ctx context.Context, agentID, me string, c claim) (st
 }
 
 // cancelClaimed marks the turn just claimed cancelled: a cancel sent after its wake was
-// recorded before the claim (CancelAt).
-func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason string) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+// recorded before the claim (CancelAt). It returns the state after the write.
+func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason string) (state, error) {
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #cancel_turn = :t, #cancel_reason = :r"),
 		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
 		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "cancel_turn", "cancel_reason"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":r": s(reason)},
+		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if dynamoerr.CondFailed(err) {
-		return errLeaseLost
+		return state{}, errLeaseLost
 	}
 	if err != nil {
-		return fmt.Errorf("agent: cancel claimed turn of %s: %w", agentID, err)
+		return state{}, fmt.Errorf("agent: cancel claimed turn of %s: %w", agentID, err)
 	}
-	return nil
+	return decodeState(out.Attributes)
 }
 
 // finishTurn clears the ended turn turnID from the state item and adds its usage to
 // the counters, in one write conditional on the turn still being recorded — so a
 // turn is metered exactly once however often a runner dies around its end. A turn
-// already cleared is no error.
-func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) error {
+// already cleared is no error. It returns the state after the write, or as found when
+// the turn was already cleared.
+func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) (state, error) {
 	f := finishing(turnID, u)
 	f.names["#owner"] = attrOwner
 	f.vals[":me"] = s(me)
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String(f.expr.String()),
 		ConditionExpression:                 aws.String("#owner = :me AND " + f.cond),
 		ExpressionAttributeNames:            f.names,
 		ExpressionAttributeValues:           f.vals,
+		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		cur, derr := decodeState(item)
 		if derr != nil {
-			return derr
+			return state{}, derr
 		}
 		if cur.Runner != me {
-			return errLeaseLost
+			return state{}, errLeaseLost
 		}
-		return nil // already finished
+		return cur, nil // already finished
 	}
 	if err != nil {
-		return fmt.Errorf("agent: finish turn %s of %s: %w", turnID, agentID, err)
+		return state{}, fmt.Errorf("agent: finish turn %s of %s: %w", turnID, agentID, err)
 	}
-	return nil
+	return decodeState(out.Attributes)
 }
 
 // finish is the update that clears an ended turn and meters its usage, by its parts,
@@ -172,34 +176,47 @@ func finishing(turnID string, u TurnUsage) finish {
 	}
 }
 
-// clearTurn forgets a claimed turn that never started.
-func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason"),
-		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
+// clearTurn forgets a claimed turn that never started. It returns the state after the
+// write, or as found when that turn was no longer recorded (no error), and
+// errLeaseLost when the lease is not mine.
+func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) (state, error) {
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:                    aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason"),
+		ConditionExpression:                 aws.String("#owner = :me AND #turn_id = :t"),
+		ExpressionAttributeNames:            names(attrOwner, attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if dynamoerr.CondFailed(err) {
-		return nil
+	if item, ok := dynamoerr.CondFailedItem(err); ok {
+		cur, derr := decodeState(item)
+		if derr != nil {
+			return state{}, derr
+		}
+		if cur.Runner != me {
+			return state{}, errLeaseLost
+		}
+		return cur, nil
 	}
 	if err != nil {
-		return fmt.Errorf("agent: clear turn of %s: %w", agentID, err)
+		return state{}, fmt.Errorf("agent: clear turn of %s: %w", agentID, err)
 	}
-	return nil
+	return decodeState(out.Attributes)
 }
 
-// addUsage adds usage outside a turn (the titler's model call) to the counters.
-func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+// addUsage adds usage outside a turn (the titler's model call) to the counters. It
+// returns the state after the write.
+func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) (state, error) {
+	res, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("ADD #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :one, #quota_tokens :tok"),
 		ExpressionAttributeNames:  names("usage_input_tokens", "usage_output_tokens", "usage_model_calls", "quota_tokens"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":in": n(in), ":out": n(out), ":one": n(1), ":tok": n(in + out)},
+		ReturnValues:              types.ReturnValueAllNew,
 	})
 	if err != nil {
-		return fmt.Errorf("agent: add usage of %s: %w", agentID, err)
+		return state{}, fmt.Errorf("agent: add usage of %s: %w", agentID, err)
 	}
-	return nil
+	return decodeState(res.Attributes)
 }
 
 // bump counts a stimulus, so a runner about to release its lease goes round again.
