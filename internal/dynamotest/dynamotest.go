@@ -1,11 +1,11 @@
 // Package dynamotest gives tests a real DynamoDB: DynamoDB Local, AWS's own emulator.
 //
-// The endpoint is TERRET_TEST_DYNAMODB_ENDPOINT when set. `make test` starts two
-// DynamoDB Locals and sets it to both, comma-separated: one server answers requests on
-// about one core, so the whole-stack tests would leave the machine's other core idle
-// while they wait on it (docs/performance.md, "Where the suite's time goes"). Each
-// top-level test gets one server, the next in turn, and keeps it for its subtests and
-// cleanups. Otherwise the first test that asks starts DynamoDB Local for the test
+// The endpoint is TERRET_TEST_DYNAMODB_ENDPOINT when set. `make test` starts three
+// DynamoDB Locals and sets it to all of them, comma-separated: one server answers
+// requests on about one core, so with one the whole-stack tests would queue on it and
+// leave the machine's other core idle (docs/performance.md, "Where the suite's time
+// goes"). Each top-level test gets one server, the next in turn, and keeps it for its
+// subtests and cleanups. Otherwise the first test that asks starts DynamoDB Local for the test
 // binary. Tests get tables under unique names, so packages and tests run in parallel.
 // When no DynamoDB can be had, tests are skipped — except under CI=true, where that is a
 // failure: CI never passes by skipping the store.
@@ -16,7 +16,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"hash/fnv"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -89,7 +91,9 @@ func Endpoint(t testing.TB) string {
 }
 
 // pick gives the top-level test of name (a subtest's name starts with its parent's,
-// then "/") its endpoint: the one it was given before, or the next in turn.
+// then "/") its endpoint: the one it was given before, or the next in turn. Each test
+// binary starts its turns at a place of its own (a hash of its name), so that the
+// first test of every package does not land on the same server.
 func pick(eps []string, name string) string {
 	if len(eps) == 1 {
 		return eps[0]
@@ -99,10 +103,17 @@ func pick(eps []string, name string) string {
 	defer mu.Unlock()
 	ep, ok := assigned[top]
 	if !ok {
-		ep = eps[len(assigned)%len(eps)]
+		ep = eps[(binaryOffset()+len(assigned))%len(eps)]
 		assigned[top] = ep
 	}
 	return ep
+}
+
+// binaryOffset is where this test binary starts its turns.
+func binaryOffset() int {
+	h := fnv.New32a()
+	h.Write([]byte(filepath.Base(os.Args[0])))
+	return int(h.Sum32() % 1024)
 }
 
 var errNoEndpoint = errors.New(EnvEndpoint + " names no endpoint")
