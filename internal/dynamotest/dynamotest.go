@@ -42,7 +42,9 @@ var (
 	startErr  error
 
 	mu       sync.Mutex
-	assigned = map[string]string{} // top-level test name → its endpoint
+	assigned = map[string]int{} // top-level test name → its endpoint's index
+	running  []int              // by endpoint index: this binary's tests holding it, not ended
+
 )
 
 // Endpoint returns the DynamoDB endpoint of t's top-level test, starting DynamoDB
@@ -87,26 +89,43 @@ func Endpoint(t testing.TB) string {
 		}
 		t.Skipf("dynamotest: no DynamoDB (%v); run `make test`", startErr)
 	}
-	return pick(endpoints, t.Name())
+	return pick(t, endpoints)
 }
 
-// pick gives the top-level test of name (a subtest's name starts with its parent's,
-// then "/") its endpoint: the one it was given before, or the next in turn. Each test
-// binary starts its turns at a place of its own (a hash of its name), so that the
-// first test of every package does not land on the same server.
-func pick(eps []string, name string) string {
+// pick gives t's top-level test (a subtest's name starts with its parent's, then "/")
+// its endpoint: the one it was given before, or the one fewest of this binary's running
+// tests hold — so that a long test (a whole stack playing rounds) does not have the
+// next ones queue behind it on the same server. Ties go in turn from a place of the
+// binary's own (a hash of its name), so that the first test of every package does not
+// land on the same server.
+func pick(t testing.TB, eps []string) string {
 	if len(eps) == 1 {
 		return eps[0]
 	}
-	top, _, _ := strings.Cut(name, "/")
+	top, _, _ := strings.Cut(t.Name(), "/")
 	mu.Lock()
 	defer mu.Unlock()
-	ep, ok := assigned[top]
-	if !ok {
-		ep = eps[(binaryOffset()+len(assigned))%len(eps)]
-		assigned[top] = ep
+	if i, ok := assigned[top]; ok {
+		return eps[i]
 	}
-	return ep
+	if running == nil {
+		running = make([]int, len(eps))
+	}
+	best := -1
+	for k := range eps {
+		i := (binaryOffset() + len(assigned) + k) % len(eps)
+		if best < 0 || running[i] < running[best] {
+			best = i
+		}
+	}
+	assigned[top] = best
+	running[best]++
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		running[best]--
+	})
+	return eps[best]
 }
 
 // binaryOffset is where this test binary starts its turns.
