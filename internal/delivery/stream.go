@@ -108,8 +108,8 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 func (d *Deliverer) revoke(ctx context.Context, agentID string, r events.DynamoDBEventRecord) error {
 	dropped := auth.Dropped(hashKeys(r.Change.OldImage), hashKeys(r.Change.NewImage))
 	if len(dropped) == 0 {
-		if wasReset(r) {
-			return d.closeReset(ctx, agentID)
+		if m, ok := wasReset(r); ok {
+			return d.closeReset(ctx, agentID, m)
 		}
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 // The connections table's per-agent items (internal/connections, internal/auth).
 const (
 	ownerPrefix   = "agent#"  // the ownership record: owner connection, delivery cursor
+	ownerConnAttr = "conn"    // the ownership record's owner connection id
 	tokenUsePrefx = "tokuse#" // the tokens' last use
 )
 

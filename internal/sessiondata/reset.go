@@ -18,6 +18,13 @@ import (
 // error{internal} (docs/protocol.md, "Session reset").
 const ResetAttr = "reset"
 
+// ResetConnAttr is written with ResetAttr: the connection that owned the agent when the
+// marker was written, after the new log's seq 0 ("" when none did). Only that
+// connection can have been sent a hello of the old log — one that claims the agent
+// later reads the new epoch for its hello — so the deliver function closes the owner
+// only while it is still that connection, never one that connected after the reset.
+const ResetConnAttr = "reset_conn"
+
 // Reset starts agentID's session over: a new log from seq 0 (session/created, a new
 // epoch), the runtime state cleared (inbox, open turn, cancel marks, policy claim,
 // model roles, checkpoint: every state item attribute but the profile and the usage
@@ -29,7 +36,7 @@ const ResetAttr = "reset"
 // reset is finished by running it again.
 //
 // Cost: per event of the old log 1 write unit (its delete) and a share of a Query
-// page; 1 write unit per other item; about 8 more write units and 3 read units.
+// page; 1 write unit per other item; about 8 more write units and 4 read units.
 func (st *Store) Reset(ctx context.Context, agentID string) (epoch string, err error) {
 	lg := st.o.Logger.With("agent_id", agentID, "operation", "reset")
 	f, until, err := st.takeFence(ctx, agentID)
@@ -71,15 +78,31 @@ func (st *Store) Reset(ctx context.Context, agentID string) (epoch string, err e
 }
 
 // closeLive writes the reset marker on agentID's token item, if it has one (without
-// a token nobody can be connected). Cost: 1 write unit.
+// a token nobody can be connected), naming the connection that owns the agent now
+// (ResetConnAttr). Cost: 1 read unit (the ownership record's owner, strongly
+// consistent: it must see a claim made before the new seq 0), 1 write unit.
 func (st *Store) closeLive(ctx context.Context, agentID, epoch string) error {
-	_, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	owner, err := st.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(st.t.Connections),
+		Key:                      map[string]types.AttributeValue{"pk": str(ownerPrefix + agentID)},
+		ProjectionExpression:     aws.String("#c"),
+		ExpressionAttributeNames: map[string]string{"#c": ownerConnAttr},
+		ConsistentRead:           aws.Bool(true),
+	})
+	if err != nil {
+		return fmt.Errorf("sessiondata: read the owner of %s: %w", agentID, err)
+	}
+	conn := "" // nobody connected
+	if c, ok := owner.Item[ownerConnAttr].(*types.AttributeValueMemberS); ok {
+		conn = c.Value
+	}
+	_, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.t.Connections),
 		Key:                       map[string]types.AttributeValue{"pk": str(auth.Key(agentID))},
-		UpdateExpression:          aws.String("SET #r = :e"),
+		UpdateExpression:          aws.String("SET #r = :e, #rc = :c"),
 		ConditionExpression:       aws.String("attribute_exists(pk)"),
-		ExpressionAttributeNames:  map[string]string{"#r": ResetAttr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":e": str(epoch)},
+		ExpressionAttributeNames:  map[string]string{"#r": ResetAttr, "#rc": ResetConnAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":e": str(epoch), ":c": str(conn)},
 	})
 	if dynamoerr.CondFailed(err) {
 		return nil

@@ -145,10 +145,23 @@ func TestReset(t *testing.T) {
 	if m, ok := ti[sessiondata.ResetAttr].(*types.AttributeValueMemberS); !ok || m.Value != epoch {
 		t.Fatalf("token item reset marker %v, want %q", ti[sessiondata.ResetAttr], epoch)
 	}
-	// Again: another epoch, another marker (the deliver function closes on a change).
+	// Nobody owned the agent: the marker says so, and a connection made later stays open.
+	if c, ok := ti[sessiondata.ResetConnAttr].(*types.AttributeValueMemberS); !ok || c.Value != "" {
+		t.Fatalf("token item reset_conn %v, want \"\" (nobody connected)", ti[sessiondata.ResetConnAttr])
+	}
+	// Again, with c7 owning the agent: another epoch, another marker (the deliver
+	// function closes on a change), naming c7, the one connection it may close.
+	if _, err := r.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &r.tables.Connections,
+		Item: map[string]types.AttributeValue{"pk": s("agent#a1"), "conn": s("c7")}}); err != nil {
+		t.Fatal(err)
+	}
 	again, err := ops.Reset(ctx, "a1")
 	if err != nil || again == epoch {
 		t.Fatalf("second reset: epoch %q (first %q), %v", again, epoch, err)
+	}
+	ti = getItem(t, r.db, r.tables.Connections, map[string]types.AttributeValue{"pk": s(auth.Key("a1"))})
+	if c, ok := ti[sessiondata.ResetConnAttr].(*types.AttributeValueMemberS); !ok || c.Value != "c7" {
+		t.Fatalf("token item reset_conn %v after a reset with c7 connected, want c7", ti[sessiondata.ResetConnAttr])
 	}
 }
 
