@@ -131,14 +131,7 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
-		cur, derr := decodeState(item)
-		if derr != nil {
-			return state{}, derr
-		}
-		if cur.Runner != me {
-			return state{}, errLeaseLost
-		}
-		return cur, nil // already finished
+		return foundMine(item, me) // already finished, or the lease lost
 	}
 	if err != nil {
 		return state{}, fmt.Errorf("agent: finish turn %s of %s: %w", turnID, agentID, err)
@@ -189,14 +182,7 @@ func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) (sta
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
-		cur, derr := decodeState(item)
-		if derr != nil {
-			return state{}, derr
-		}
-		if cur.Runner != me {
-			return state{}, errLeaseLost
-		}
-		return cur, nil
+		return foundMine(item, me) // no longer recorded, or the lease lost
 	}
 	if err != nil {
 		return state{}, fmt.Errorf("agent: clear turn of %s: %w", agentID, err)
@@ -336,4 +322,17 @@ func (st *store) claimPolicy(ctx context.Context, agentID, key string, seq int64
 		return state{}, false, fmt.Errorf("agent: claim policy of %s at seq %d: %w", agentID, seq, err)
 	}
 	return state{}, true, nil
+}
+
+// foundMine is the state item a write whose turn condition failed found (ALL_OLD):
+// the caller's to adopt while me still holds the lease, errLeaseLost otherwise.
+func foundMine(item map[string]types.AttributeValue, me string) (state, error) {
+	cur, err := decodeState(item)
+	if err != nil {
+		return state{}, err
+	}
+	if cur.Runner != me {
+		return state{}, errLeaseLost
+	}
+	return cur, nil
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/delivery"
@@ -310,12 +309,7 @@ func checkStreamEvent(t *testing.T, name string, ev events.DynamoDBEvent) {
 		if r.EventName != "INSERT" || c.OldImage != nil {
 			t.Errorf("%s: the log only ever inserts, got %s", where, r.EventName)
 		}
-		item, err := toItem(c.NewImage)
-		if err != nil {
-			t.Errorf("%s: %v", where, err)
-			continue
-		}
-		e, err := sessionlog.FromItem(item)
+		e, err := sessionlog.FromImage(c.NewImage)
 		if err != nil {
 			t.Errorf("%s: the session log cannot decode NewImage: %v", where, err)
 			continue
@@ -353,21 +347,4 @@ func hashKeys(img map[string]events.DynamoDBAttributeValue) []string {
 		return nil
 	}
 	return keys(h.Map())
-}
-
-// toItem converts a stream image of the log table (strings and numbers only) to the
-// SDK's item type.
-func toItem(img map[string]events.DynamoDBAttributeValue) (map[string]types.AttributeValue, error) {
-	out := map[string]types.AttributeValue{}
-	for k, v := range img {
-		switch v.DataType() {
-		case events.DataTypeString:
-			out[k] = &types.AttributeValueMemberS{Value: v.String()}
-		case events.DataTypeNumber:
-			out[k] = &types.AttributeValueMemberN{Value: v.Number()}
-		default:
-			return nil, fmt.Errorf("attribute %s of type %v in a log item", k, v.DataType())
-		}
-	}
-	return out, nil
 }
