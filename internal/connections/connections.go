@@ -138,6 +138,11 @@ func NewWithClock(api API, table string, now func() time.Time) *Store {
 	return &Store{api: api, table: table, now: now}
 }
 
+// Now reads the clock the store's lease rules read. A reader of a record that tests a
+// lease itself (delivery) reads this clock too, so that it and the store's conditions
+// agree to the millisecond.
+func (s *Store) Now() time.Time { return s.now() }
+
 func connKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: s(connPrefix + id)}
 }
@@ -161,7 +166,7 @@ const (
 // and only that item's failure means ErrTokenGone. It returns the ownership record it
 // replaced (ConnID "" when there was none, or when connID already owned the agent),
 // exactly as it stood when replaced: whether hello went out to the superseded
-// connection and who held its sender lease (see delivery.Deliverer.Supersede).
+// connection and who held its sender lease (see delivery.Deliverer.Welcome).
 func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck *types.ConditionCheck) (superseded Owner, err error) {
 	if tokenCheck == nil {
 		return Owner{}, fmt.Errorf("connections: claim %s for %s: no token check", agentID, connID)

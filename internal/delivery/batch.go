@@ -1,7 +1,6 @@
 package delivery
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -21,14 +20,6 @@ const (
 	// Gateway's frame limit is 32 KB per frame, 128 KB per message).
 	MaxBatchBytes = 128 << 10
 )
-
-// SubscribeBatch is Subscribe for a client that chose whether it takes batched event
-// frames (batch). The choice is stored with the subscription, so every sender of the
-// connection — the fast path, the stream consumer, a watcher, an asynchronous deliver
-// invocation — honours it; a resubscribe may change it.
-func (d *Deliverer) SubscribeBatch(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
-	return d.subscribe(ctx, agentID, connID, fromSeq, batch)
-}
 
 // EncodeFrame is frame, for measuring a floor that posts what delivery posts.
 func EncodeFrame(evs []sessionlog.Event, batch bool, room int) ([]byte, int, error) {

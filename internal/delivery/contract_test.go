@@ -11,14 +11,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // fakeClock is the one clock both implementations read; only a scenario moves it.
@@ -28,8 +32,9 @@ type fakeClock struct {
 }
 
 // contractT0 is where every scenario's clock starts: a whole millisecond, as the
-// stores keep a lease's end.
-var contractT0 = time.UnixMilli(1_900_000_000_000)
+// stores keep a lease's end. It is years in the past, so that a rule that read the wall
+// clock instead of the fake one would find every lease a scenario writes run out.
+var contractT0 = time.UnixMilli(1_600_000_000_000)
 
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
@@ -568,6 +573,45 @@ var contractScenarios = []struct {
 		e.wantOwner(t, ownerView{}) // a fresh record for C2
 	}},
 
+	// Delivery's own lease checks read the records' clock (Records.Now), so that they
+	// agree with the store's conditions to the millisecond.
+	{"a wake-up meets a lease at its last millisecond: it marks and does not try the lease", func(t *testing.T, e *contractEnv) {
+		e.subscribe(t, 0, "1")
+		o := e.acquire(t, "h1", -1, connections.Acquired)
+		e.release(t, o, "h1", connections.Progress{HelloSent: true}, true)
+		e.acquire(t, "h2", 3, connections.Acquired)
+		e.clock.advance(contractTTL)
+		rec := &acquireCount{Records: e.Records}
+		d := newDeliverer(Config{Logger: discardLogger()}, nil, rec, nil, nil, nil)
+		// Not a backstop: a fast-path wake-up, which marks and returns.
+		if _, err := d.pump(context.Background(), e.A, []sessionlog.Event{{Seq: 3}}, wake{preRead: true}); err != nil {
+			t.Fatalf("pump: %v", err)
+		}
+		if rec.n.Load() != 0 {
+			t.Fatalf("%d acquires; want none: the lease is live through its last millisecond", rec.n.Load())
+		}
+		e.wantOwner(t, ownerView{Lease: "h2", Kind: connections.HolderOnce, Until: contractTTL, Pending: true, PendingTo: 4, Sub: 1, Hello: true, Released: "h1"})
+	}},
+	{"a retried holder at its lease's last millisecond needs no watcher", func(t *testing.T, e *contractEnv) {
+		e.subscribe(t, 0, "1")
+		res, err := e.Acquire(context.Background(), e.A, connections.Holder{ID: "r1", Kind: connections.HolderRetried}, contractTTL, -1)
+		if err != nil || res.Outcome != connections.Acquired {
+			t.Fatalf("acquire = %v, %v", res.Outcome, err)
+		}
+		e.mark(t, 3, true)
+		e.clock.advance(contractTTL)
+		o, err := e.Owner(context.Background(), e.A)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// No invoker: a watcher's kick would fail the call.
+		d := newDeliverer(Config{Logger: discardLogger()}, nil, e.Records, nil, nil, nil)
+		if err := d.watch(context.Background(), o, 3, nil); err != nil {
+			t.Fatalf("watch: %v; want none needed (covered)", err)
+		}
+		e.wantOwner(t, ownerView{Lease: "r1", Kind: connections.HolderRetried, Until: contractTTL, Pending: true, PendingTo: 4, Sub: 1})
+	}},
+
 	// The records' lifetime.
 	{"set state, disown, forget", func(t *testing.T, e *contractEnv) {
 		ctx := context.Background()
@@ -591,6 +635,19 @@ var contractScenarios = []struct {
 		wantErr(t, "conn after forget", err, connections.ErrNotFound)
 	}},
 }
+
+// acquireCount counts the lease acquires made through it.
+type acquireCount struct {
+	Records
+	n atomic.Int64
+}
+
+func (r *acquireCount) Acquire(ctx context.Context, agentID string, h connections.Holder, ttl time.Duration, upTo int64) (connections.AcquireResult, error) {
+	r.n.Add(1)
+	return r.Records.Acquire(ctx, agentID, h, ttl, upTo)
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // contractImpls open one scenario's records on clock: the double, and the store on
 // DynamoDB Local (its tables made once per run, each scenario on ids of its own).

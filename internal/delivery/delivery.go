@@ -158,6 +158,10 @@ type Records interface {
 	TakeReplies(ctx context.Context, agentID, connID string) ([]connections.Reply, error)
 	TakeClose(ctx context.Context, connID, holder string, ttl time.Duration, helloPosted bool) (connections.Conn, bool, error)
 	Settle(ctx context.Context, connID, holder string) error
+	// Now is the clock the records' lease rules read (connections.NewWithClock): every
+	// lease this package tests itself (lease.Live, covered) is tested at this time, so
+	// that it agrees with the store's conditional writes to the millisecond.
+	Now() time.Time
 }
 
 var _ Records = (*connections.Store)(nil)
@@ -300,7 +304,7 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 			if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
 				return o.Sub == 0, nil
 			}
-			now := time.Now()
+			now := d.store.Now()
 			if o.Lease == "" || !lease.Live(o.LeaseUntil, now) {
 				break // let go or run out: try the lease
 			}

@@ -43,8 +43,8 @@ type Kick struct {
 	Hello bool `json:"hello,omitempty"`
 }
 
-// Kick invokes the deliver function asynchronously with k.
-func (d *Deliverer) Kick(ctx context.Context, k Kick) error {
+// kick invokes the deliver function asynchronously with k.
+func (d *Deliverer) kick(ctx context.Context, k Kick) error {
 	if d.invoke == nil {
 		return errors.New("delivery: no invoker configured")
 	}
@@ -70,13 +70,13 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 	case KickWatch:
 		return d.runWatch(ctx, k)
 	case KickFail:
-		return d.Fail(ctx, k.ConnectionID)
+		return d.fail(ctx, k.ConnectionID)
 	case KickDrop:
 		if k.Hello {
 			return d.runClose(ctx, k) // superseded before hello (welcome.go)
 		}
 		if k.Code != protocol.CodeSuperseded {
-			d.dropped(k.Code) // Supersede counted its own
+			d.dropped(k.Code) // supersede counted its own
 		}
 		// The connection may still be finishing $connect: allow it the hello grace. A
 		// refused connection has no conn# record to end the loop early (recorded false).

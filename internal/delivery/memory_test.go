@@ -139,6 +139,9 @@ func (m *memRecords) set(o connections.Owner) {
 	}
 }
 
+// Now is the clock every rule of the double reads.
+func (m *memRecords) Now() time.Time { return m.now() }
+
 func (m *memRecords) Owner(_ context.Context, agentID string) (connections.Owner, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -356,9 +359,10 @@ func (memSlots) Release(context.Context, string, int) error           { return n
 // each post, outside the lock, on the poster's goroutine: a test's way to act at an
 // exact point of a sender's work.
 type memSocket struct {
-	mu     sync.Mutex
-	frames map[string][][]byte
-	onPost func(connID string, f frameSeen)
+	mu      sync.Mutex
+	frames  map[string][][]byte
+	deleted []string // the connections deleted, in order
+	onPost  func(connID string, f frameSeen)
 }
 
 // frameSeen is a posted frame as a test looks at it.
@@ -386,7 +390,10 @@ func (s *memSocket) PostToConnection(_ context.Context, in *apigatewaymanagement
 	return &apigatewaymanagementapi.PostToConnectionOutput{}, nil
 }
 
-func (s *memSocket) DeleteConnection(context.Context, *apigatewaymanagementapi.DeleteConnectionInput, ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.DeleteConnectionOutput, error) {
+func (s *memSocket) DeleteConnection(_ context.Context, in *apigatewaymanagementapi.DeleteConnectionInput, _ ...func(*apigatewaymanagementapi.Options)) (*apigatewaymanagementapi.DeleteConnectionOutput, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleted = append(s.deleted, aws.ToString(in.ConnectionId))
 	return &apigatewaymanagementapi.DeleteConnectionOutput{}, nil
 }
 
@@ -586,7 +593,7 @@ func TestSenderInMemory(t *testing.T) {
 func subscribe(t *testing.T, d *Deliverer, from int64) {
 	t.Helper()
 	ctx := protocol.WithStamp(context.Background(), protocol.Stamp{At: time.Now().UnixMilli()})
-	if err := d.Subscribe(ctx, "a", "c1", from); err != nil {
+	if err := d.Subscribe(ctx, "a", "c1", from, false); err != nil {
 		t.Fatalf("subscribe from %d: %v", from, err)
 	}
 }

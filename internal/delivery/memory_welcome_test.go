@@ -84,7 +84,7 @@ func (m *memRecords) Settle(_ context.Context, connID, holder string) error {
 func TestReplyAfterHelloInMemory(t *testing.T) {
 	t.Parallel()
 	const agent, conn = "a", "c1"
-	reply := protocol.Marshal(protocol.NewError(protocol.CodeBadFrame, "bad"))
+	reply := protocol.NewError(protocol.CodeBadFrame, "bad")
 	tests := []struct {
 		name string
 		run  func(t *testing.T, d *Deliverer, s *memSocket)
@@ -130,7 +130,7 @@ func TestReplyAfterHelloInMemory(t *testing.T) {
 	}
 }
 
-func replyTo(t *testing.T, d *Deliverer, connID string, frame []byte) {
+func replyTo(t *testing.T, d *Deliverer, connID string, frame protocol.Error) {
 	t.Helper()
 	if err := d.Reply(context.Background(), connections.Conn{ID: connID, AgentID: "a"}, frame); err != nil {
 		t.Errorf("reply to %s: %v", connID, err)

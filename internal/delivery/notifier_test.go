@@ -26,7 +26,7 @@ func TestFlushPerInvocation(t *testing.T) {
 	d := newDeliverer(cfg, log, records, memSlots{}, socket, nil)
 	for agent, conn := range map[string]string{"a": "ca", "b": "cb"} {
 		records.claim(agent, conn)
-		if err := d.Subscribe(context.Background(), agent, conn, 0); err != nil {
+		if err := d.Subscribe(context.Background(), agent, conn, 0, false); err != nil {
 			t.Fatalf("subscribe %s: %v", agent, err)
 		}
 	}

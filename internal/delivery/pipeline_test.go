@@ -125,7 +125,7 @@ func TestCursorBoundWithBatches(t *testing.T) {
 	cfg := Config{CheckpointEvery: every, ReplayPage: 50, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	d := newDeliverer(cfg, log, records, memSlots{}, socket, nil)
 	ctx := protocol.WithStamp(context.Background(), protocol.Stamp{At: time.Now().UnixMilli()})
-	if err := d.SubscribeBatch(ctx, agent, conn, 0, true); err != nil {
+	if err := d.Subscribe(ctx, agent, conn, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	pump(t, d, nil, wake{})

@@ -112,7 +112,7 @@ func (d *Deliverer) Close(ctx context.Context, o connections.Owner, code protoco
 	if err := d.disown(ctx, o, code); err != nil {
 		return err
 	}
-	return d.Drop(ctx, o.ConnID, code, msg)
+	return d.drop(ctx, o.ConnID, code, msg)
 }
 
 // shut is Close for a connection that was already sent its error frame with code (a
@@ -135,11 +135,11 @@ func (d *Deliverer) disown(ctx context.Context, o connections.Owner, code protoc
 	return d.store.Disown(ctx, o.AgentID, o.ConnID)
 }
 
-// Supersede drops prev, the ownership record a connect has just replaced (see
+// supersede drops prev, the ownership record a connect has just replaced (see
 // connections.Store.Claim), with superseded — hello first if the connection was never
 // sent it, since hello comes before anything else (docs/protocol.md):
 //
-//   - hello went out (the common case): Drop — one post and one DeleteConnection, as
+//   - hello went out (the common case): drop — one post and one DeleteConnection, as
 //     for any drop;
 //   - no hello yet: the claim marked the connection's record unwelcomed and carried the
 //     replaced record's sender lease over as its closing lease. An asynchronous deliver
@@ -148,7 +148,7 @@ func (d *Deliverer) disown(ctx context.Context, o connections.Owner, code protoc
 //     sender was posting hello, after that sender has closed the connection itself
 //     (sender.unwelcomed) or died and its lease run out. One closer at a time posts, so
 //     two never race on the socket (welcome.go).
-func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error {
+func (d *Deliverer) supersede(ctx context.Context, prev connections.Owner) error {
 	if prev.ConnID != "" {
 		d.dropped(protocol.CodeSuperseded) // here, once, whichever way it goes
 	}
@@ -156,18 +156,18 @@ func (d *Deliverer) Supersede(ctx context.Context, prev connections.Owner) error
 	case prev.ConnID == "":
 		return nil
 	case prev.HelloSent:
-		return d.Drop(ctx, prev.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
+		return d.drop(ctx, prev.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
 	default:
-		if prev.Lease != "" && lease.Live(prev.LeaseUntil, time.Now()) {
+		if prev.Lease != "" && lease.Live(prev.LeaseUntil, d.store.Now()) {
 			d.logger.Info("superseded before hello with its sender at work: it or the closer closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
 		}
-		return d.Kick(ctx, Kick{Kind: KickDrop, AgentID: prev.AgentID, ConnectionID: prev.ConnID, Code: protocol.CodeSuperseded, Hello: true})
+		return d.kick(ctx, Kick{Kind: KickDrop, AgentID: prev.AgentID, ConnectionID: prev.ConnID, Code: protocol.CodeSuperseded, Hello: true})
 	}
 }
 
-// Drop posts an error frame with code to connID and closes it. A connection already
+// drop posts an error frame with code to connID and closes it. A connection already
 // gone is not an error.
-func (d *Deliverer) Drop(ctx context.Context, connID string, code protocol.Code, msg string) error {
+func (d *Deliverer) drop(ctx context.Context, connID string, code protocol.Code, msg string) error {
 	err := d.post(ctx, connID, protocol.Marshal(protocol.NewError(code, msg)))
 	if err != nil && !errors.Is(err, ErrGone) {
 		d.logger.Warn("post error frame", "connection_id", connID, "code", string(code), "error", err)

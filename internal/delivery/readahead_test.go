@@ -220,7 +220,7 @@ func TestReadAheadDroppedOnResubscribe(t *testing.T) {
 		}
 		<-gate.reached[agent]
 		ctx := protocol.WithStamp(context.Background(), protocol.Stamp{At: time.Now().UnixMilli() + 1000})
-		if err := r.d.Subscribe(ctx, agent, connID, froms[agent]); err != nil {
+		if err := r.d.Subscribe(ctx, agent, connID, froms[agent], false); err != nil {
 			t.Errorf("resubscribe %s from %d: %v", agent, froms[agent], err)
 		}
 	}

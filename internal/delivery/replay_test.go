@@ -182,7 +182,7 @@ func TestReadAheadSlots(t *testing.T) {
 	d := newDeliverer(cfg, log, records, slots, socket, nil)
 	var wg sync.WaitGroup
 	for _, a := range agents {
-		if err := d.Subscribe(context.Background(), a, "c-"+a, 0); err != nil {
+		if err := d.Subscribe(context.Background(), a, "c-"+a, 0, false); err != nil {
 			t.Fatal(err)
 		}
 		wg.Add(1)

@@ -15,10 +15,12 @@ import (
 	"github.com/terret/terret-ws/internal/connections"
 )
 
-// kickLog records the deliver invocations asked for.
+// kickLog records the deliver invocations asked for; with err set, it refuses them all
+// (Lambda unreachable) and records none.
 type kickLog struct {
 	mu    sync.Mutex
 	kicks []Kick
+	err   error
 }
 
 func (k *kickLog) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
@@ -28,6 +30,9 @@ func (k *kickLog) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*l
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if k.err != nil {
+		return nil, k.err
+	}
 	k.kicks = append(k.kicks, kick)
 	return &lambda.InvokeOutput{StatusCode: 202}, nil
 }

@@ -231,6 +231,9 @@ func (s *sender) checkpoint() error {
 	return nil
 }
 
+// leaseLeft is how long the lease runs on, on the records' clock.
+func (s *sender) leaseLeft() time.Duration { return s.o.LeaseUntil.Sub(s.d.store.Now()) }
+
 // renew readies the lease and the cursor for the next post. A sender never posts on a
 // lease with less than half its term left, so a slow sender stops (ErrLeaseLost)
 // rather than overlapping the next one; and never more than CheckpointEvery events
@@ -250,15 +253,15 @@ func (s *sender) renew() error {
 		return err
 	}
 	lease, every := s.d.cfg.Lease, int64(s.d.cfg.CheckpointEvery)
-	if time.Until(s.o.LeaseUntil) <= lease/2 || s.p.Next-s.stored >= every {
+	if s.leaseLeft() <= lease/2 || s.p.Next-s.stored >= every {
 		if err := s.join(); err != nil {
 			return err
 		}
-		if time.Until(s.o.LeaseUntil) <= lease/2 || s.p.Next-s.stored >= every {
+		if s.leaseLeft() <= lease/2 || s.p.Next-s.stored >= every {
 			return s.checkpoint()
 		}
 	}
-	if s.inflight == nil && s.unrecorded > 0 && (s.writeDue() || time.Until(s.o.LeaseUntil) <= lease*3/4) {
+	if s.inflight == nil && s.unrecorded > 0 && (s.writeDue() || s.leaseLeft() <= lease*3/4) {
 		s.inflight, s.unrecorded = s.checkpointAsync(), 0
 	}
 	return nil
@@ -514,7 +517,7 @@ func (s *sender) handover() error {
 		return err
 	}
 	s.released = true
-	return s.d.Kick(s.ctx, Kick{Kind: KickPump, AgentID: s.o.AgentID})
+	return s.d.kick(s.ctx, Kick{Kind: KickPump, AgentID: s.o.AgentID})
 }
 
 // lagging reports whether the live tail is more than OutboundQueue events behind.

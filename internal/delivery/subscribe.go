@@ -22,11 +22,12 @@ import (
 // subscribes: one that finds a later subscribe of the same connection in force
 // changes nothing and returns nil, so the last subscribe the client sent is the one in
 // force (docs/protocol.md, "Ordering").
-func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64) error {
-	return d.subscribe(ctx, agentID, connID, fromSeq, false)
-}
-
-func (d *Deliverer) subscribe(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
+//
+// batch is whether the client takes batched event frames. The choice is stored with
+// the subscription, so every sender of the connection — the fast path, the stream
+// consumer, a watcher, an asynchronous deliver invocation — honours it; a resubscribe
+// may change it.
+func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
 	tip, err := d.log.Tip(ctx, agentID)
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)

@@ -46,7 +46,7 @@ func covered(o connections.Owner, now time.Time) bool {
 // claim only while no mark is set (connections.EndWatch).
 func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, looks []time.Duration) error {
 	for _, pause := range looks {
-		if covered(o, time.Now()) {
+		if covered(o, d.store.Now()) {
 			return nil
 		}
 		select {
@@ -60,19 +60,19 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, 
 		} else if err != nil {
 			return err
 		}
-		if lease.Live(o.WatchUntil, time.Now()) {
+		if lease.Live(o.WatchUntil, d.store.Now()) {
 			// A watcher's claim, read after the mark was left: the watcher keeps it
 			// while a mark is set (EndWatch), so a claim of our own — a failed write
 			// most of the time — adds nothing.
 			return nil
 		}
 	}
-	if covered(o, time.Now()) {
+	if covered(o, d.store.Now()) {
 		return nil
 	}
 	id := connections.NewHolder(connections.HolderRetried).ID
 	until := o.LeaseUntil
-	if now := time.Now(); until.Before(now) {
+	if now := d.store.Now(); until.Before(now) {
 		until = now
 	}
 	// The claim runs to the lease's end and twice the slack past it, as the watcher's
@@ -82,7 +82,7 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, 
 	if err != nil || !claimed {
 		return err
 	}
-	if err := d.Kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id, ClaimedUntil: claimUntil.UnixMilli()}); err != nil {
+	if err := d.kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id, ClaimedUntil: claimUntil.UnixMilli()}); err != nil {
 		// Nobody is watching: give the claim back so that the retried wake-up can claim.
 		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o, id, true); eerr != nil {
 			d.logger.Error("end watch", "agent_id", o.AgentID, "error", eerr)
@@ -119,7 +119,7 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 		if err != nil {
 			return err
 		}
-		now := time.Now()
+		now := d.store.Now()
 		live := o.Lease != "" && lease.Live(o.LeaseUntil, now)
 		switch {
 		case o.HelloSent && o.Sub == 0:
@@ -168,7 +168,7 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 				if !claimedUntil.IsZero() {
 					k.ClaimedUntil = claimedUntil.Add(watchSlack).UnixMilli()
 				}
-				return d.Kick(ctx, k) // carry on in a fresh invocation, under the same claim
+				return d.kick(ctx, k) // carry on in a fresh invocation, under the same claim
 			}
 			if wake.After(claimedUntil) {
 				claimed, err := d.store.ClaimWatch(ctx, k.AgentID, k.Watcher, wake.Add(watchSlack))

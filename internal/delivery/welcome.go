@@ -38,14 +38,14 @@ const (
 // else owed) before it hands the rest over, as a subscribe's does.
 const replyBudget = time.Second
 
-// Reply posts frame, an error reply to a frame c sent, after hello. The common case,
+// reply posts frame, an error reply to a frame c sent, after hello. The common case,
 // hello recorded, costs what a reply always did: one strongly consistent read of the
 // ownership record, then the post. Before hello, the reply is recorded for the sender
 // that posts hello, which posts it right after (1 write unit), and a wake-up sends
 // hello here if no sender is at work. A connection that no longer owns its agent is
 // being closed (superseded, lagged or gone) and gets no reply; nor does one with
 // connections.MaxReplies replies already owed. Nothing here waits for hello.
-func (d *Deliverer) Reply(ctx context.Context, c connections.Conn, frame []byte) error {
+func (d *Deliverer) reply(ctx context.Context, c connections.Conn, frame []byte) error {
 	return d.afterHello(ctx, c.AgentID, c.ID, connections.Reply{Frame: frame}, func() error { return d.post(ctx, c.ID, frame) })
 }
 
@@ -80,7 +80,7 @@ func (d *Deliverer) afterHello(ctx context.Context, agentID, connID string, r co
 	}
 }
 
-// Fail answers an unexpected error serving a frame of connID: error{internal}, then
+// fail answers an unexpected error serving a frame of connID: error{internal}, then
 // the close — after hello, like any frame the connection receives (docs/protocol.md,
 // "Errors before hello"). hello recorded (the common case), it posts the frame and
 // deletes the connection at once: 1 read of conn#, 1 of agent#, as a reply costs.
@@ -91,9 +91,9 @@ func (d *Deliverer) afterHello(ctx context.Context, agentID, connID string, r co
 // or is gone, and hello can never reach it: it is closed without an error frame. One
 // that no longer owns its agent, or may send nothing more, is being closed by whoever
 // took it over (superseded, lagged, revoked) and gets nothing from here. An error
-// means nothing was owed or sent: the caller hands Fail to an asynchronous invocation
+// means nothing was owed or sent: the caller (Fail) hands it to an asynchronous invocation
 // (KickFail), which Lambda retries.
-func (d *Deliverer) Fail(ctx context.Context, connID string) error {
+func (d *Deliverer) fail(ctx context.Context, connID string) error {
 	c, err := d.store.Conn(ctx, connID)
 	switch {
 	case errors.Is(err, connections.ErrNotFound):
@@ -106,7 +106,7 @@ func (d *Deliverer) Fail(ctx context.Context, connID string) error {
 	}
 	r := connections.Reply{Frame: protocol.Marshal(protocol.Refusal(protocol.CodeInternal)), Close: string(protocol.CodeInternal)}
 	return d.afterHello(ctx, c.AgentID, connID, r, func() error {
-		return d.Drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
+		return d.drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
 	})
 }
 
@@ -199,7 +199,7 @@ func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, 
 	}
 	d.gate(GateCloseSuperseded, c.AgentID)
 	lg.Info("closing a connection superseded before its hello")
-	if err := d.Drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded)); err != nil {
+	if err := d.drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded)); err != nil {
 		return time.Time{}, err
 	}
 	return time.Time{}, d.settle(ctx, connID, holder)
@@ -215,7 +215,7 @@ func (d *Deliverer) settle(ctx context.Context, connID, holder string) error {
 }
 
 // runClose serves a KickDrop with Hello, which a connect sends for a connection it
-// superseded before its hello went out (Supersede): it closes the connection
+// superseded before its hello went out (supersede): it closes the connection
 // (closeUnwelcomed) as soon as it can take the closing lease. While another closer
 // holds it — the sender that was posting hello when the connection was superseded —
 // it looks at the record (1 read unit) with a growing pause, at most until that lease
@@ -233,7 +233,7 @@ func (d *Deliverer) runClose(ctx context.Context, k Kick) error {
 		for {
 			wake := busyUntil.Add(watchSlack)
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < time.Until(wake)+d.cfg.HandoverMargin {
-				return d.Kick(ctx, k)
+				return d.kick(ctx, k)
 			}
 			select {
 			case <-ctx.Done():
@@ -251,7 +251,7 @@ func (d *Deliverer) runClose(ctx context.Context, k Kick) error {
 			if !c.Unwelcomed {
 				return nil
 			}
-			if !lease.Live(c.CloserUntil, time.Now()) || c.Closer == "" {
+			if !lease.Live(c.CloserUntil, d.store.Now()) || c.Closer == "" {
 				break // free, or run out: try to take it
 			}
 			busyUntil = c.CloserUntil
@@ -259,12 +259,12 @@ func (d *Deliverer) runClose(ctx context.Context, k Kick) error {
 	}
 }
 
-// RefuseSuperseded answers a frame from connID, a connection that was superseded:
+// refuseSuperseded answers a frame from connID, a connection that was superseded:
 // superseded and the close — after hello, for a connection superseded before its hello
 // went out. Its closer sends those; this tries once to be that closer (should the
 // kicked one be lost) and otherwise leaves it to the closer at work. Cost: 1 read unit,
 // and for such a connection 1 write unit.
-func (d *Deliverer) RefuseSuperseded(ctx context.Context, connID string) error {
+func (d *Deliverer) refuseSuperseded(ctx context.Context, connID string) error {
 	c, err := d.store.Conn(ctx, connID)
 	if err == nil && c.Unwelcomed {
 		_, err = d.closeUnwelcomed(ctx, connID, connections.NewHolder(connections.HolderOnce).ID, false)
@@ -273,5 +273,5 @@ func (d *Deliverer) RefuseSuperseded(ctx context.Context, connID string) error {
 	if err != nil && !errors.Is(err, connections.ErrNotFound) {
 		return err
 	}
-	return d.Drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
+	return d.drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
 }

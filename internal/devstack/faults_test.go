@@ -185,7 +185,7 @@ func TestHelperSenderProcess(t *testing.T) {
 	}, sessionlog.New(db, cfg.LogTable), connections.New(db, cfg.ConnectionsTable), slowPosts{cfg.Management(awsCfg)}, nil)
 	ctx := context.Background()
 	agent, conn := os.Getenv(envSenderAgent), os.Getenv(envSenderConn)
-	if err := d.SubscribeBatch(ctx, agent, conn, 0, os.Getenv(envSenderBatch) == "1"); err != nil {
+	if err := d.Subscribe(ctx, agent, conn, 0, os.Getenv(envSenderBatch) == "1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Pump(ctx, agent, nil); err != nil {

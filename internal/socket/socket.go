@@ -50,9 +50,31 @@ type Controller interface {
 
 var _ Controller = (*agent.Service)(nil)
 
-// subscribeBudget is how long a subscribe's own invocation sends before it hands the
-// rest of a replay to an asynchronous deliver invocation.
-const subscribeBudget = time.Second
+// Outbound is the routes' one path to a client: every frame a route makes a client
+// receive, and every close, goes through it. Package delivery implements it
+// (delivery.Deliverer) and decides there what the protocol orders — nothing before
+// hello, an error frame before a close, and an asynchronous deliver invocation where a
+// route cannot post (during $connect) or failed to — so a route only says what
+// happened. Its methods' contracts and costs are delivery's.
+type Outbound interface {
+	// Welcome: $connect took the agent over from superseded (zero: nobody). An error
+	// means no hello will be sent, and the handshake is refused.
+	Welcome(ctx context.Context, agentID string, superseded connections.Owner) error
+	// TurnAway: $connect refused connID's token. An error means the client would not
+	// be told, and the handshake is refused instead.
+	TurnAway(ctx context.Context, connID string) error
+	// SubscribeFrame applies a subscribe frame; recorded is called once it has taken
+	// effect, before the replay.
+	SubscribeFrame(ctx context.Context, c connections.Conn, f protocol.Subscribe, recorded func()) error
+	// Reply answers a frame with an error frame that leaves the connection open.
+	Reply(ctx context.Context, c connections.Conn, f protocol.Error) error
+	// Refuse answers a frame from a connection that may send none, and closes it.
+	Refuse(ctx context.Context, connID string, code protocol.Code) error
+	// Fail answers an unexpected error: internal, and the close.
+	Fail(ctx context.Context, connID string) error
+}
+
+var _ Outbound = (*delivery.Deliverer)(nil)
 
 // SessionLog is the part of the log the routes use.
 type SessionLog interface {
@@ -63,13 +85,13 @@ var _ SessionLog = (*sessionlog.Log)(nil)
 
 // Server holds the routes' dependencies.
 type Server struct {
-	tokens  *auth.Store
-	conns   *connections.Store
-	log     SessionLog
-	deliver *delivery.Deliverer
-	agent   Controller // nil: the runtime is not mounted, agent frames answer unsupported
-	logger  *slog.Logger
-	origin  []byte // RequireOrigin's secret; nil: no check
+	tokens *auth.Store
+	conns  *connections.Store
+	log    SessionLog
+	out    Outbound
+	agent  Controller // nil: the runtime is not mounted, agent frames answer unsupported
+	logger *slog.Logger
+	origin []byte // RequireOrigin's secret; nil: no check
 	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
 	orderWait time.Duration
 	// waiting, if set, is called with the order of each frame that enters the
@@ -92,11 +114,11 @@ func (s *Server) RequireOrigin(secret string) {
 }
 
 // New returns a Server. agent may be nil.
-func New(tokens *auth.Store, conns *connections.Store, log SessionLog, deliver *delivery.Deliverer, agent Controller, logger *slog.Logger) *Server {
+func New(tokens *auth.Store, conns *connections.Store, log SessionLog, out Outbound, agent Controller, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Server{tokens: tokens, conns: conns, log: log, deliver: deliver, agent: agent, logger: logger, orderWait: OrderWait}
+	return &Server{tokens: tokens, conns: conns, log: log, out: out, agent: agent, logger: logger, orderWait: OrderWait}
 }
 
 // WithOrderWait sets how long a numbered frame waits for its predecessor (default
@@ -175,13 +197,9 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
 				if superseded.ConnID != "" {
 					lg.Info("superseding connection", "superseded_connection_id", superseded.ConnID)
-					// hello first, even for a connection superseded before it went out.
-					if derr := s.deliver.Supersede(ctx, superseded); derr != nil {
-						lg.Warn("drop superseded connection", "error", derr)
-					}
 				}
-				if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickPump, AgentID: agentID}); err != nil {
-					lg.Error("kick hello", "error", err)
+				if err := s.out.Welcome(ctx, agentID, superseded); err != nil {
+					lg.Error("welcome", "error", err)
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 				}
 				if uerr := <-used; uerr != nil {
@@ -202,9 +220,9 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	// finds nothing to delete (docs/security.md, "What a refused connection costs").
 	lg.Warn("unauthorized connection")
 	metrics.Add("RefusedConnections", metrics.Count, 1)
-	if err := s.deliver.Kick(ctx, delivery.Kick{Kind: delivery.KickDrop, ConnectionID: connID, Code: protocol.CodeUnauthorized}); err != nil {
+	if err := s.out.TurnAway(ctx, connID); err != nil {
 		// Without the asynchronous drop the client would hang: refuse the handshake.
-		lg.Error("kick unauthorized drop", "error", err)
+		lg.Error("turn away", "error", err)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
 	}
 	return accepted, nil
@@ -388,14 +406,7 @@ func turnPace(last time.Duration, ahead int64) time.Duration {
 // subscribe calls it as soon as the subscription is recorded, before its replay.
 func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.ClientFrame, taken func()) error {
 	if f, ok := frame.(protocol.Subscribe); ok {
-		if err := s.deliver.SubscribeBatch(ctx, c.AgentID, c.ID, f.FromSeq, f.Batch); err != nil {
-			return err
-		}
-		taken()
-		// A replay that outlasts subscribeBudget is handed to an asynchronous deliver
-		// invocation: the message function answers at once, and the replay runs where
-		// Lambda retries it should it die.
-		return s.deliver.PumpFor(ctx, c.AgentID, nil, subscribeBudget)
+		return s.out.SubscribeFrame(ctx, c, f, taken)
 	}
 	if s.agent == nil {
 		return ErrUnsupported
@@ -418,9 +429,9 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 }
 
 // reply sends a protocol frame to an open connection, after hello: delivery owns that
-// order (delivery.Deliverer.Reply), and nothing here waits for hello.
+// order (Outbound.Reply), and nothing here waits for hello.
 func (s *Server) reply(ctx context.Context, lg *slog.Logger, c connections.Conn, f protocol.Error) {
-	if err := s.deliver.Reply(ctx, c, protocol.Marshal(f)); err != nil && !errors.Is(err, delivery.ErrGone) {
+	if err := s.out.Reply(ctx, c, f); err != nil {
 		lg.Warn("reply", "error", err)
 	}
 }
@@ -430,14 +441,8 @@ func (s *Server) reply(ctx context.Context, lg *slog.Logger, c connections.Conn,
 // A superseded connection may not have had hello yet: delivery sends it first.
 func (s *Server) refuse(ctx context.Context, lg *slog.Logger, connID string, code protocol.Code) {
 	lg.Info("frame from a connection that may not send", "code", string(code))
-	var err error
-	if code == protocol.CodeSuperseded {
-		err = s.deliver.RefuseSuperseded(ctx, connID)
-	} else {
-		err = s.deliver.Drop(ctx, connID, code, protocol.Refusal(code).Message)
-	}
-	if err != nil {
-		lg.Warn("drop", "error", err)
+	if err := s.out.Refuse(ctx, connID, code); err != nil {
+		lg.Warn("refuse", "error", err)
 	}
 }
 
@@ -452,16 +457,10 @@ func refusalFor(st connections.State) protocol.Code {
 }
 
 // fail answers an unexpected error: internal, and the connection closes — after its
-// hello, which delivery owns (delivery.Deliverer.Fail). The details stay in the log.
-// Should that fail too, an asynchronous deliver invocation, which Lambda retries,
-// answers in its place.
+// hello, which delivery owns (Outbound.Fail), or from an asynchronous deliver invocation
+// should that fail. The details stay in the log.
 func (s *Server) fail(ctx context.Context, lg *slog.Logger, connID string) {
-	err := s.deliver.Fail(ctx, connID)
-	if err == nil {
-		return
-	}
-	lg.Warn("answer internal error", "error", err)
-	if err := s.deliver.Kick(context.WithoutCancel(ctx), delivery.Kick{Kind: delivery.KickFail, ConnectionID: connID}); err != nil {
-		lg.Error("kick internal error", "error", err)
+	if err := s.out.Fail(ctx, connID); err != nil {
+		lg.Error("answer internal error", "error", err)
 	}
 }
