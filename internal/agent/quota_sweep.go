@@ -224,7 +224,7 @@ func (r *Runner) sweepOne(ctx context.Context, d deferred) (bool, error) {
 	if err := c.invoke(ctx, d.AgentID); err != nil {
 		return false, errors.Join(err, c.store.unclaimWake(ctx, d))
 	}
-	c.logger.Info("deferred wake started", "agent_id", d.AgentID, "refused_at", d.At)
+	c.logger.InfoContext(ctx, "deferred wake started", "agent_id", d.AgentID, "refused_at", d.At)
 	return true, c.store.dropWake(ctx, d)
 }
 
@@ -235,7 +235,7 @@ func (r *Runner) handleSweep(ctx context.Context, sweep string) error {
 	}
 	n, err := r.SweepQuotas(ctx)
 	if n > 0 {
-		r.c.logger.Info("deferred wakes started", "agents", n)
+		r.c.logger.InfoContext(ctx, "deferred wakes started", "agents", n)
 	}
 	return err
 }

@@ -56,7 +56,7 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 	}
 	prof, err := inv.c.agentProfile(inv.profileJSON)
 	if err != nil {
-		log.Warn("retention: no profile; events kept", "error", err.Error())
+		log.WarnContext(ctx, "retention: no profile; events kept", "error", err.Error())
 		return
 	}
 	inv.expiredTo = to
@@ -109,8 +109,8 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 		if first != nil {
 			msg = first.Error()
 		}
-		log.Warn("retention: events left without expiry", "failed", failed, "skipped", skipped, "events", n, "from_seq", from, "to_seq", to, "error", msg)
+		log.WarnContext(ctx, "retention: events left without expiry", "failed", failed, "skipped", skipped, "events", n, "from_seq", from, "to_seq", to, "error", msg)
 		return
 	}
-	log.Debug("retention: events expire", "events", n, "from_seq", from, "to_seq", to, "retention_days", days)
+	log.DebugContext(ctx, "retention: events expire", "events", n, "from_seq", from, "to_seq", to, "retention_days", days)
 }

@@ -174,12 +174,12 @@ func (inv *invocation) run(ctx context.Context) error {
 		case errors.Is(err, ErrCrashed):
 			return err
 		case lost.Load() || errors.Is(err, errLeaseLost):
-			log.Warn("runner lost its lease; another invocation carries on")
+			log.WarnContext(ctx, "runner lost its lease; another invocation carries on")
 			return nil
 		case err != nil:
 			stopHeartbeat()
 			if _, _, rerr := inv.release(ctx, optional[int64]{}, nil, nil); rerr != nil {
-				log.Error("release lease after failure", "error", rerr.Error())
+				log.ErrorContext(ctx, "release lease after failure", "error", rerr.Error())
 			}
 			return err
 		}
@@ -193,7 +193,7 @@ func (inv *invocation) run(ctx context.Context) error {
 			if wrote {
 				inv.expire(ctx, ck, log)
 			}
-			log.Info("handing over before the deadline")
+			log.InfoContext(ctx, "handing over before the deadline")
 			metrics.Add("RunnerHandovers", metrics.Count, 1)
 			return inv.c.invoke(ctx, inv.agent)
 		}
@@ -328,7 +328,7 @@ func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
 			return
 		}
 		if err != nil && ctx.Err() == nil {
-			inv.c.logger.Warn("renew runner lease", "agent_id", inv.agent, "error", err.Error())
+			inv.c.logger.WarnContext(ctx, "renew runner lease", "agent_id", inv.agent, "error", err.Error())
 		}
 	}
 }

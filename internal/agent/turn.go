@@ -639,7 +639,7 @@ func (inv *invocation) endTurn(ctx context.Context, p *turnView, status, reason 
 	if status == StatusFailed {
 		// The console's (and CloudWatch's) one line about a failed turn; reason is
 		// safe to log (model and tool errors carry no credentials).
-		inv.c.logger.Error("turn failed", "agent_id", inv.agent, "turn_id", p.turnID, "reason", reason)
+		inv.c.logger.ErrorContext(ctx, "turn failed", "agent_id", inv.agent, "turn_id", p.turnID, "reason", reason)
 	}
 	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: p.turnID, Status: status, Reason: reason, Usage: &u}); err != nil {
 		return 0, err
@@ -671,7 +671,7 @@ func (inv *invocation) title(ctx context.Context) {
 	log := inv.c.logger.With("agent_id", inv.agent)
 	first, titled, err := inv.log.firstMessage(ctx)
 	if err != nil {
-		log.Warn("titler input", "error", err.Error())
+		log.WarnContext(ctx, "titler input", "error", err.Error())
 		return
 	}
 	if titled {
@@ -679,7 +679,7 @@ func (inv *invocation) title(ctx context.Context) {
 	}
 	prof, err := inv.c.agentProfile(inv.profileJSON)
 	if err != nil {
-		log.Warn("titler profile", "error", err.Error())
+		log.WarnContext(ctx, "titler profile", "error", err.Error())
 		return
 	}
 	spec := inv.c.modelSpec(inv.st, prof, RoleTitler)
@@ -687,18 +687,18 @@ func (inv *invocation) title(ctx context.Context) {
 		// The scripted titler names the session after its first message, without a
 		// model call: a script meant for the main model must not run here.
 		if _, err := inv.append(ctx, TypeSessionTitled, sessionTitled{Title: boundTitle(first)}); err != nil {
-			log.Warn("append session/titled", "error", err.Error())
+			log.WarnContext(ctx, "append session/titled", "error", err.Error())
 		}
 		return
 	}
 	models, err := inv.c.modelsOf(prof)
 	if err != nil {
-		log.Warn("titler model", "spec", spec, "error", err.Error())
+		log.WarnContext(ctx, "titler model", "spec", spec, "error", err.Error())
 		return
 	}
 	m, err := models.Resolve(spec)
 	if err != nil {
-		log.Warn("titler model", "spec", spec, "error", err.Error())
+		log.WarnContext(ctx, "titler model", "spec", spec, "error", err.Error())
 		return
 	}
 	began := inv.c.now()
@@ -706,7 +706,7 @@ func (inv *invocation) title(ctx context.Context) {
 		func(model.Delta) error { return nil })
 	meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
 	if err != nil {
-		log.Warn("titler call failed", "spec", spec, "error", err.Error())
+		log.WarnContext(ctx, "titler call failed", "spec", spec, "error", err.Error())
 		return
 	}
 	t := boundTitle(resp.Text)
@@ -714,12 +714,12 @@ func (inv *invocation) title(ctx context.Context) {
 		t = boundTitle(first)
 	}
 	if _, err := inv.append(ctx, TypeSessionTitled, sessionTitled{Title: t}); err != nil {
-		log.Warn("append session/titled", "error", err.Error())
+		log.WarnContext(ctx, "append session/titled", "error", err.Error())
 		return
 	}
 	st, err := inv.c.store.addUsage(ctx, inv.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens)
 	if err != nil {
-		log.Warn("meter titler call", "error", err.Error())
+		log.WarnContext(ctx, "meter titler call", "error", err.Error())
 		return
 	}
 	inv.adopt(st)

@@ -139,7 +139,7 @@ func (n *Notifier) send(ctx context.Context, session string) {
 		idle, err := n.d.pump(ctx, session, hints, wake{stopAt: time.Now().Add(n.budget), budget: n.budget, more: n.more(session), preRead: unwatched})
 		if err != nil {
 			// The stream consumer delivers what this missed.
-			n.d.logger.Warn("fast path", "agent_id", session, "error", err)
+			n.d.logger.WarnContext(ctx, "fast path", "agent_id", session, "error", err)
 		}
 		n.mu.Lock()
 		for inv, k := range q.taken {

@@ -34,7 +34,7 @@ const SubscribeBudget = time.Second
 // hello).
 func (d *Deliverer) Welcome(ctx context.Context, agentID string, superseded connections.Owner) error {
 	if err := d.supersede(ctx, superseded); err != nil {
-		d.logger.Warn("close superseded connection", "agent_id", agentID, "connection_id", superseded.ConnID, "error", err)
+		d.logger.WarnContext(ctx, "close superseded connection", "agent_id", agentID, "connection_id", superseded.ConnID, "error", err)
 	}
 	if err := d.kick(ctx, Kick{Kind: KickPump, AgentID: agentID}); err != nil {
 		return fmt.Errorf("delivery: welcome %s: %w", agentID, err)
@@ -99,7 +99,7 @@ func (d *Deliverer) Fail(ctx context.Context, connID string) error {
 	if err == nil {
 		return nil
 	}
-	d.logger.Warn("answer internal error: handing it to a fresh invocation", "connection_id", connID, "error", err)
+	d.logger.WarnContext(ctx, "answer internal error: handing it to a fresh invocation", "connection_id", connID, "error", err)
 	if kerr := d.kick(context.WithoutCancel(ctx), Kick{Kind: KickFail, ConnectionID: connID}); kerr != nil {
 		return fmt.Errorf("delivery: fail %s: %w", connID, errors.Join(err, kerr))
 	}

@@ -90,7 +90,7 @@ func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte, r
 		if recorded {
 			_, cerr := d.store.Conn(ctx, connID)
 			if errors.Is(cerr, connections.ErrNotFound) {
-				d.logger.Info("connection left before its first frame", "connection_id", connID)
+				d.logger.InfoContext(ctx, "connection left before its first frame", "connection_id", connID)
 				return err
 			}
 			// Any other read error: keep to the grace and its backoff.
@@ -127,7 +127,7 @@ func (d *Deliverer) shut(ctx context.Context, o connections.Owner, code protocol
 // disown records that the owner connection is closed with code: it may send nothing
 // more, and no longer owns its agent.
 func (d *Deliverer) disown(ctx context.Context, o connections.Owner, code protocol.Code) error {
-	d.logger.Info("closing connection", "agent_id", o.AgentID, "connection_id", o.ConnID, "code", string(code))
+	d.logger.InfoContext(ctx, "closing connection", "agent_id", o.AgentID, "connection_id", o.ConnID, "code", string(code))
 	d.dropped(code)
 	if err := d.store.SetState(ctx, o.ConnID, stateFor(code)); err != nil {
 		return err
@@ -159,7 +159,7 @@ func (d *Deliverer) supersede(ctx context.Context, prev connections.Owner) error
 		return d.drop(ctx, prev.ConnID, protocol.CodeSuperseded, message(protocol.CodeSuperseded))
 	default:
 		if prev.Lease != "" && lease.Live(prev.LeaseUntil, d.store.Now()) {
-			d.logger.Info("superseded before hello with its sender at work: it or the closer closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
+			d.logger.InfoContext(ctx, "superseded before hello with its sender at work: it or the closer closes it", "agent_id", prev.AgentID, "connection_id", prev.ConnID)
 		}
 		return d.kick(ctx, Kick{Kind: KickDrop, AgentID: prev.AgentID, ConnectionID: prev.ConnID, Code: protocol.CodeSuperseded, Hello: true})
 	}
@@ -170,7 +170,7 @@ func (d *Deliverer) supersede(ctx context.Context, prev connections.Owner) error
 func (d *Deliverer) drop(ctx context.Context, connID string, code protocol.Code, msg string) error {
 	err := d.post(ctx, connID, protocol.Marshal(protocol.NewError(code, msg)))
 	if err != nil && !errors.Is(err, ErrGone) {
-		d.logger.Warn("post error frame", "connection_id", connID, "code", string(code), "error", err)
+		d.logger.WarnContext(ctx, "post error frame", "connection_id", connID, "code", string(code), "error", err)
 	}
 	return d.deleteConn(ctx, connID)
 }

@@ -252,7 +252,7 @@ func (d *Deliverer) releaseSlot(ctx context.Context, slot slotLease) {
 		return
 	}
 	if err := d.slots.Release(context.WithoutCancel(ctx), slot.holder, slot.i); err != nil {
-		d.logger.Error("release replay slot", "error", err, "slot", slot.i)
+		d.logger.ErrorContext(ctx, "release replay slot", "error", err, "slot", slot.i)
 	}
 }
 
@@ -279,7 +279,7 @@ func (d *Deliverer) takeSlot(ctx context.Context, stop <-chan struct{}) (slotLea
 		}
 		if i >= 0 {
 			if waited := time.Since(began); waited > time.Second {
-				d.logger.Debug("waited for a replay slot", "wait_ms", waited.Milliseconds())
+				d.logger.DebugContext(ctx, "waited for a replay slot", "wait_ms", waited.Milliseconds())
 			}
 			return slotLease{holder: holder, i: i, taken: taken}, nil
 		}

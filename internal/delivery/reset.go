@@ -64,7 +64,7 @@ func (d *Deliverer) closeReset(ctx context.Context, agentID string, m resetMarke
 		return err
 	}
 	if !m.any && o.ConnID != m.conn {
-		d.logger.Info("session reset: the owner connected after it, left open", "agent_id", agentID, "connection_id", o.ConnID)
+		d.logger.InfoContext(ctx, "session reset: the owner connected after it, left open", "agent_id", agentID, "connection_id", o.ConnID)
 		return nil
 	}
 	return d.Close(ctx, o, protocol.CodeInternal, ResetMessage)

@@ -148,7 +148,7 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 	case errors.Is(*err, errDeadline):
 		*err = s.handover()
 	case errors.Is(*err, ErrGone):
-		s.lg.Info("connection gone")
+		s.lg.InfoContext(s.ctx, "connection gone")
 		*err = s.d.store.Forget(s.ctx, s.o.ConnID, s.o.AgentID)
 	}
 	if !s.released {
@@ -156,11 +156,11 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 	}
 	if !s.released {
 		if aerr := s.d.store.Abandon(context.WithoutCancel(s.ctx), s.o, s.holder, s.p); aerr != nil {
-			s.lg.Error("abandon lease", "error", aerr)
+			s.lg.ErrorContext(s.ctx, "abandon lease", "error", aerr)
 		}
 	}
 	s.report()
-	s.lg.Debug("sender done", "from_seq", first, "next_seq", s.p.Next, "duration_ms", time.Since(began).Milliseconds(), "error", *err)
+	s.lg.DebugContext(s.ctx, "sender done", "from_seq", first, "next_seq", s.p.Next, "duration_ms", time.Since(began).Milliseconds(), "error", *err)
 }
 
 // adopt takes cur, the record as a write under the lease returned it. It is the one
@@ -503,7 +503,7 @@ func (s *sender) release() (done bool, err error) {
 		s.released = true
 		return true, nil
 	}
-	s.lg.Debug("looking again", "pending", s.o.Sub == cur.Sub, "next_seq", s.p.Next)
+	s.lg.DebugContext(s.ctx, "looking again", "pending", s.o.Sub == cur.Sub, "next_seq", s.p.Next)
 	s.adopt(cur)
 	return false, nil
 }

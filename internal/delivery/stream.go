@@ -65,7 +65,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 		if pk, ok := r.Change.Keys["pk"]; ok && pk.DataType() == events.DataTypeString {
 			if agentID := auth.AgentFromKey(pk.String()); agentID != "" {
 				if err := d.revoke(ctx, agentID, r); err != nil {
-					d.logger.Error("revoke", "agent_id", agentID, "error", err)
+					d.logger.ErrorContext(ctx, "revoke", "agent_id", agentID, "error", err)
 					fail(id)
 				}
 			}
@@ -76,7 +76,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 		}
 		ev, err := sessionlog.FromImage(r.Change.NewImage)
 		if err != nil {
-			d.logger.Error("undecodable log record", "sequence_number", id, "error", err)
+			d.logger.ErrorContext(ctx, "undecodable log record", "sequence_number", id, "error", err)
 			continue // a poison record can never succeed; the log still has the event
 		}
 		bySession[ev.SessionID] = append(bySession[ev.SessionID], ev)
@@ -92,7 +92,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 			defer wg.Done()
 			defer func() { <-sem }()
 			if err := d.PumpFor(ctx, session, hints, streamBudget); err != nil {
-				d.logger.Error("pump", "agent_id", session, "error", err)
+				d.logger.ErrorContext(ctx, "pump", "agent_id", session, "error", err)
 				mu.Lock()
 				fail(seqNums[session]...)
 				mu.Unlock()

@@ -85,11 +85,11 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, 
 	if err := d.kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id, ClaimedUntil: claimUntil.UnixMilli()}); err != nil {
 		// Nobody is watching: give the claim back so that the retried wake-up can claim.
 		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o, id, true); eerr != nil {
-			d.logger.Error("end watch", "agent_id", o.AgentID, "error", eerr)
+			d.logger.ErrorContext(ctx, "end watch", "agent_id", o.AgentID, "error", eerr)
 		}
 		return err
 	}
-	d.logger.Debug("watching a busy sender", "agent_id", o.AgentID, "up_to", upTo, "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli())
+	d.logger.DebugContext(ctx, "watching a busy sender", "agent_id", o.AgentID, "up_to", upTo, "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli())
 	return nil
 }
 
@@ -132,7 +132,7 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 				return err
 			}
 			if owed {
-				lg.Info("work owed after the lease was let go: sending", "next_seq", o.Next, "pending", o.Pending)
+				lg.InfoContext(ctx, "work owed after the lease was let go: sending", "next_seq", o.Next, "pending", o.Pending)
 				if _, err := d.pump(ctx, k.AgentID, nil, wake{retried: true}); err != nil {
 					return err
 				}
@@ -143,7 +143,7 @@ func (d *Deliverer) runWatch(ctx context.Context, k Kick) error {
 				return err
 			}
 		case !live:
-			lg.Info("lease holder gone with work owed: taking over", "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli(), "pending", o.Pending)
+			lg.InfoContext(ctx, "lease holder gone with work owed: taking over", "lease", o.Lease, "lease_until", o.LeaseUntil.UnixMilli(), "pending", o.Pending)
 			if _, err := d.pump(ctx, k.AgentID, nil, wake{retried: true}); err != nil {
 				return err
 			}

@@ -73,7 +73,7 @@ func (d *Deliverer) afterHello(ctx context.Context, agentID, connID string, r co
 	case errors.Is(err, connections.ErrHelloSent):
 		return now() // recorded meanwhile: it went out before
 	case errors.Is(err, connections.ErrNotOwner), errors.Is(err, connections.ErrRepliesFull):
-		d.logger.Info("frame owed after hello not sent", "agent_id", agentID, "connection_id", connID, "reason", err.Error())
+		d.logger.InfoContext(ctx, "frame owed after hello not sent", "agent_id", agentID, "connection_id", connID, "reason", err.Error())
 		return nil
 	default:
 		return err
@@ -97,7 +97,7 @@ func (d *Deliverer) fail(ctx context.Context, connID string) error {
 	c, err := d.store.Conn(ctx, connID)
 	switch {
 	case errors.Is(err, connections.ErrNotFound):
-		d.logger.Info("closing a connection with no record, without an error frame", "connection_id", connID)
+		d.logger.InfoContext(ctx, "closing a connection with no record, without an error frame", "connection_id", connID)
 		return d.deleteConn(ctx, connID)
 	case err != nil:
 		return err
@@ -198,7 +198,7 @@ func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, 
 		}
 	}
 	d.gate(GateCloseSuperseded, c.AgentID)
-	lg.Info("closing a connection superseded before its hello")
+	lg.InfoContext(ctx, "closing a connection superseded before its hello")
 	if err := d.drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded)); err != nil {
 		return time.Time{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/terret/terret-ws/internal/auth"
@@ -31,10 +32,40 @@ import (
 )
 
 // Logger returns the JSON logger every function writes to stdout (CloudWatch reads it).
-// An unknown level logs at info.
+// An unknown level logs at info. A line logged with a context that carries a Lambda
+// invocation (the *Context methods: InfoContext, WarnContext, …) gets that invocation's
+// request_id, unless the logger already has one (With("request_id", …)): each line of
+// an invocation can be found by it, whichever package wrote it.
 func Logger(w io.Writer, level string) *slog.Logger {
 	l, _ := Level(level)
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(requestIDs{Handler: slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})})
+}
+
+// requestIDs adds the request_id of the Lambda invocation in a record's context.
+type requestIDs struct {
+	slog.Handler
+	has bool // a request_id was added with With: do not add another
+}
+
+func (h requestIDs) Handle(ctx context.Context, r slog.Record) error {
+	if !h.has && ctx != nil {
+		if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+			r.AddAttrs(slog.String("request_id", lc.AwsRequestID))
+		}
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestIDs) WithAttrs(as []slog.Attr) slog.Handler {
+	has := h.has
+	for _, a := range as {
+		has = has || a.Key == "request_id"
+	}
+	return requestIDs{Handler: h.Handler.WithAttrs(as), has: has}
+}
+
+func (h requestIDs) WithGroup(name string) slog.Handler {
+	return requestIDs{Handler: h.Handler.WithGroup(name), has: h.has}
 }
 
 // Level parses a log level name (debug, info, warn, error; any case). It reports false,

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
@@ -156,6 +158,46 @@ func TestLogger(t *testing.T) {
 		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
 			t.Errorf("level %s: wrote %v, want %v", tc.level, got, tc.want)
 		}
+	}
+}
+
+// TestLoggerRequestID: a line logged with an invocation's context carries its
+// request_id once, whether or not the logger was given one with With; a line without
+// such a context has none.
+func TestLoggerRequestID(t *testing.T) {
+	t.Parallel()
+	inv := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-1"})
+	for _, tc := range []struct {
+		name string
+		log  func(l *slog.Logger)
+		want string // the line's request_id; "" for none
+	}{
+		{"with the invocation's context", func(l *slog.Logger) { l.InfoContext(inv, "m", "agent_id", "a1") }, "req-1"},
+		{"with a context of none", func(l *slog.Logger) { l.InfoContext(context.Background(), "m") }, ""},
+		{"without a context", func(l *slog.Logger) { l.Info("m") }, ""},
+		{"given other attributes with With", func(l *slog.Logger) { l.With("connection_id", "c1").InfoContext(inv, "m") }, "req-1"},
+		{"given one with With", func(l *slog.Logger) { l.With("request_id", "req-0").WarnContext(inv, "m") }, "req-0"},
+		{"in a group", func(l *slog.Logger) { l.WithGroup("g").InfoContext(inv, "m") }, "req-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			tc.log(service.Logger(&b, "info"))
+			line := strings.TrimSpace(b.String())
+			if n := strings.Count(line, `"request_id"`); n > 1 {
+				t.Fatalf("line %s has %d request_id keys; want at most one", line, n)
+			}
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("line %q is not JSON: %v", line, err)
+			}
+			got, _ := rec["request_id"].(string)
+			if g, ok := rec["g"].(map[string]any); ok && got == "" {
+				got, _ = g["request_id"].(string)
+			}
+			if got != tc.want {
+				t.Errorf("request_id = %q; want %q (line %s)", got, tc.want, line)
+			}
+		})
 	}
 }
 

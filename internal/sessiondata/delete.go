@@ -63,7 +63,7 @@ func (st *Store) Delete(ctx context.Context, agentID string) (erased int, err er
 	if err := st.dropOwner(ctx, agentID); err != nil {
 		return e.erased, err
 	}
-	lg.Info("session deleted", "erased_items", e.erased)
+	lg.InfoContext(ctx, "session deleted", "erased_items", e.erased)
 	return e.erased, nil
 }
 

@@ -44,7 +44,7 @@ func (st *Store) Reset(ctx context.Context, agentID string) (epoch string, err e
 		return "", err
 	}
 	if !until.IsZero() {
-		lg.Info("waiting for the running turn's lease to run out", "lease_until", until.UTC())
+		lg.InfoContext(ctx, "waiting for the running turn's lease to run out", "lease_until", until.UTC())
 		st.progress("stopping the running turn (its lease runs out at %s)", until.UTC().Format("15:04:05.000"))
 	}
 	if err := waitLease(ctx, until, st.now()); err != nil {
@@ -73,7 +73,7 @@ func (st *Store) Reset(ctx context.Context, agentID string) (epoch string, err e
 	if err := st.closeLive(ctx, agentID, epoch); err != nil {
 		return "", err
 	}
-	lg.Info("session reset", "erased_items", e.erased, "epoch", epoch)
+	lg.InfoContext(ctx, "session reset", "erased_items", e.erased, "epoch", epoch)
 	return epoch, nil
 }
 
