@@ -46,7 +46,9 @@ func (d *Deliverer) Welcome(ctx context.Context, agentID string, superseded conn
 // handshake is accepted all the same (no frame can reach a client during $connect)
 // and an asynchronous deliver invocation sends it error{unauthorized} and closes it
 // (KickDrop). An error means nothing will: the route refuses the handshake instead.
-// Cost: 1 Lambda invocation, 1 post, 1 DeleteConnection; no record is read or written.
+// Cost: 1 Lambda invocation, 1 post (posted again while the connection is still
+// finishing $connect, within Config.HelloGrace), 1 DeleteConnection; no record is read
+// or written.
 func (d *Deliverer) TurnAway(ctx context.Context, connID string) error {
 	if err := d.kick(ctx, Kick{Kind: KickDrop, ConnectionID: connID, Code: protocol.CodeUnauthorized}); err != nil {
 		return fmt.Errorf("delivery: turn away %s: %w", connID, err)
