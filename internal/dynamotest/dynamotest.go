@@ -4,11 +4,12 @@
 // DynamoDB Locals and sets it to all of them, comma-separated: one server answers
 // requests on about one core, so with one the whole-stack tests would queue on it and
 // leave the machine's other core idle (docs/performance.md, "Where the suite's time
-// goes"). Each top-level test gets one server, the next in turn, and keeps it for its
-// subtests and cleanups. Otherwise the first test that asks starts DynamoDB Local for the test
-// binary. Tests get tables under unique names, so packages and tests run in parallel.
-// When no DynamoDB can be had, tests are skipped — except under CI=true, where that is a
-// failure: CI never passes by skipping the store.
+// goes"). Each top-level test gets the server the fewest of the binary's running tests
+// hold (pick), and keeps it for its subtests and cleanups. Otherwise the first test that
+// asks starts DynamoDB Local for the test binary. Tests get tables under unique names,
+// so packages and tests run in parallel. When no DynamoDB can be had, tests are skipped
+// — except under CI=true, where that is a failure: CI never passes by skipping the
+// store.
 package dynamotest
 
 import (
@@ -44,7 +45,6 @@ var (
 	mu       sync.Mutex
 	assigned = map[string]int{} // top-level test name → its endpoint's index
 	running  []int              // by endpoint index: this binary's tests holding it, not ended
-
 )
 
 // Endpoint returns the DynamoDB endpoint of t's top-level test, starting DynamoDB

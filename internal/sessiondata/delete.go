@@ -77,6 +77,25 @@ func (st *Store) deleteConnItem(ctx context.Context, pk string) error {
 	return nil
 }
 
+// ownerConn reads agentID's ownership record (strongly consistent, 1 read unit): the
+// connection that owns the agent ("" for none), and whether the record exists.
+func (st *Store) ownerConn(ctx context.Context, agentID string) (conn string, found bool, err error) {
+	out, err := st.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(st.t.Connections),
+		Key:                      map[string]types.AttributeValue{"pk": str(ownerPrefix + agentID)},
+		ProjectionExpression:     aws.String("#c"),
+		ExpressionAttributeNames: map[string]string{"#c": ownerConnAttr},
+		ConsistentRead:           aws.Bool(true),
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("sessiondata: read the owner of %s: %w", agentID, err)
+	}
+	if c, ok := out.Item[ownerConnAttr].(*types.AttributeValueMemberS); ok {
+		conn = c.Value
+	}
+	return conn, out.Item != nil, nil
+}
+
 // dropOwner removes agentID's ownership record once the deliver function has closed
 // the live connection (which removes it too), waiting for that at most
 // Options.OwnerWait, looking with a growing pause; past it, it removes the record
@@ -84,19 +103,15 @@ func (st *Store) deleteConnItem(ctx context.Context, pk string) error {
 // within 3 hours). Cost: 1 read unit per look, 1 write unit.
 func (st *Store) dropOwner(ctx context.Context, agentID string) error {
 	deadline := st.now().Add(st.o.OwnerWait)
-	key := map[string]types.AttributeValue{"pk": str(ownerPrefix + agentID)}
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
-		out, err := st.api.GetItem(ctx, &dynamodb.GetItemInput{
-			TableName: aws.String(st.t.Connections), Key: key, ConsistentRead: aws.Bool(true),
-			ProjectionExpression: aws.String("#c"), ExpressionAttributeNames: map[string]string{"#c": "conn"},
-		})
+		conn, found, err := st.ownerConn(ctx, agentID)
 		if err != nil {
-			return fmt.Errorf("sessiondata: read owner of %s: %w", agentID, err)
+			return err
 		}
-		if out.Item == nil {
+		if !found {
 			return nil
 		}
-		if _, live := out.Item["conn"]; !live || !st.now().Before(deadline) {
+		if conn == "" || !st.now().Before(deadline) {
 			break
 		}
 		if err := sleep(ctx, pause); err != nil {

@@ -82,19 +82,9 @@ func (st *Store) Reset(ctx context.Context, agentID string) (epoch string, err e
 // (ResetConnAttr). Cost: 1 read unit (the ownership record's owner, strongly
 // consistent: it must see a claim made before the new seq 0), 1 write unit.
 func (st *Store) closeLive(ctx context.Context, agentID, epoch string) error {
-	owner, err := st.api.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:                aws.String(st.t.Connections),
-		Key:                      map[string]types.AttributeValue{"pk": str(ownerPrefix + agentID)},
-		ProjectionExpression:     aws.String("#c"),
-		ExpressionAttributeNames: map[string]string{"#c": ownerConnAttr},
-		ConsistentRead:           aws.Bool(true),
-	})
+	conn, _, err := st.ownerConn(ctx, agentID) // "": nobody connected
 	if err != nil {
-		return fmt.Errorf("sessiondata: read the owner of %s: %w", agentID, err)
-	}
-	conn := "" // nobody connected
-	if c, ok := owner.Item[ownerConnAttr].(*types.AttributeValueMemberS); ok {
-		conn = c.Value
+		return err
 	}
 	_, err = st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.t.Connections),
