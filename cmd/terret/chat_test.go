@@ -298,7 +298,7 @@ func testChatSuperseded(t *testing.T, e *e2e) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	want := "terret chat: " + explainEnd(client.ErrSuperseded, agent).Error() + "\n"
+	want := "terret chat: " + explainEnd(client.ErrSuperseded, target{agent: agent}).Error() + "\n"
 	if code := p.exit(t); code != 1 || p.stderr.String() != want {
 		t.Fatalf("exit %d, stderr %q, want %q", code, p.stderr, want)
 	}

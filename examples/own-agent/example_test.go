@@ -139,7 +139,7 @@ func TestExample(t *testing.T) {
 		t.Fatalf("chat did not show the call, its result, the reply and the turn's end, in that order:\n%s\nconsole:\n%s", got, console)
 	}
 	hang.Until(t, "the MCP server's stderr line on the console", func() bool {
-		return strings.Contains(console.String(), `lookup_order "1042"`)
+		return strings.Contains(console.String(), `mcp orders: lookup_order "1042"`)
 	})
 
 	// Ctrl-C: the terminal signals the foreground process group.

@@ -163,8 +163,7 @@ func serveHTTP(w http.ResponseWriter, r *http.Request) {
 func main() {
 	addr := flag.String("http", "", "serve streamable HTTP at `ADDR`/mcp instead of stdio (e.g. 127.0.0.1:8090)")
 	flag.Parse()
-	log.SetPrefix("orders: ")
-	log.SetFlags(0)
+	log.SetFlags(0) // terret dev's console shows each stderr line after "mcp orders: "
 	if *addr != "" {
 		http.HandleFunc("/mcp", serveHTTP)
 		log.Printf("serving streamable HTTP at http://%s/mcp", *addr)
