@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make example`: the own agent of examples/own-agent, with no key and no network. It
 # builds bin/terret and the example's programs, starts examples/own-agent/fakemodel (an
-# OpenAI-compatible model server on 127.0.0.1:8089) and runs `bin/terret dev` in
-# examples/own-agent, which serves that directory's terret.json; the profile's MCP
-# server (./orders) is started by terret dev on the first turn. Arguments go to
-# terret dev. Ctrl-C stops both.
+# OpenAI-compatible model server on 127.0.0.1:8089) and runs
+# `bin/terret dev --profile examples/own-agent/terret.json` from the repository's root;
+# terret dev starts the profile's MCP server (go run ./examples/own-agent/orders) on the
+# first turn. Arguments go to terret dev. Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +29,5 @@ for ((i = 0; i < 300; i++)); do
   sleep 0.1
 done
 
-echo "example: starting bin/terret dev $* in examples/own-agent (profile terret.json; Ctrl-C stops it)"
-cd examples/own-agent
-../../bin/terret dev "$@"
+echo "example: starting bin/terret dev --profile examples/own-agent/terret.json $* (Ctrl-C stops it)"
+bin/terret dev --profile examples/own-agent/terret.json "$@"

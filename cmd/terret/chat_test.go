@@ -104,7 +104,7 @@ func testChatPipedParked(t *testing.T, e *e2e) {
 		`⚙ guarded_echo {"text":"hi"}` + "\n" +
 		"? approve guarded_echo call_id=" + id + ": /approve " + id + " or /deny " + id + " [reason]\n" +
 		"· input ended with the turn parked on approval of guarded_echo call_id=" + id + ": leaving it parked\n" +
-		"· to resolve it, run terret chat --agent " + agent + " and type /approve ID or /deny ID (or use the web page); until then the turn waits\n"
+		"· to resolve it, run " + e.bin + " chat --agent " + agent + " and type /approve ID or /deny ID (or use the web page); until then the turn waits\n"
 	if got != want {
 		t.Fatalf("chat printed:\n%s\nwant:\n%s\nstderr: %s", out, want, stderr.String())
 	}

@@ -138,6 +138,9 @@ func TestExample(t *testing.T) {
 	if call < 0 || result < call || reply < result || done < reply {
 		t.Fatalf("chat did not show the call, its result, the reply and the turn's end, in that order:\n%s\nconsole:\n%s", got, console)
 	}
+	if !strings.Contains(console.String(), "terret dev: create a token with: bin/terret token create --agent AGENT_ID\n") {
+		t.Errorf("terret dev's token hint does not name bin/terret:\n%s", console)
+	}
 	hang.Until(t, "the MCP server's stderr line on the console", func() bool {
 		return strings.Contains(console.String(), `mcp orders: lookup_order "1042"`)
 	})
