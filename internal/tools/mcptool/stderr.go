@@ -8,8 +8,8 @@ import (
 
 // namedLines writes each complete line written to it to w with prefix before it, so
 // that a command server's stderr says which server wrote it; a line is written whole
-// (two servers' lines never mix within one). A last line with no newline is written
-// when the process ends and closes the pipe only if it is ever completed.
+// (two servers' lines never mix within one). A last line the server never ends with a
+// newline is not written.
 type namedLines struct {
 	mu      sync.Mutex
 	w       io.Writer
