@@ -3,7 +3,7 @@ SHELL := /bin/bash
 FUNCTIONS := $(notdir $(wildcard functions/*))
 GOFLAGS_LAMBDA := -tags lambda.norpc -trimpath -ldflags="-s -w"
 
-.PHONY: dev test soak deps build bench fuzz clean
+.PHONY: dev example test soak deps build bench fuzz clean
 
 ## dev: run the whole service locally (DynamoDB Local, tables, gateway, handlers), with
 ## the approvals row mounted and data kept under ~/.terret/data; DEV_FLAGS adds flags
@@ -12,6 +12,12 @@ GOFLAGS_LAMBDA := -tags lambda.norpc -trimpath -ldflags="-s -w"
 ## starts quick) and prints a line per step.
 dev:
 	./scripts/dev.sh $(DEV_FLAGS)
+
+## example: an agent of your own with no key (examples/own-agent): a fake
+## OpenAI-compatible model on 127.0.0.1:8089, a stdio MCP server and bin/terret dev
+## serving examples/own-agent/terret.json; EXAMPLE_FLAGS adds terret dev flags.
+example:
+	./scripts/example.sh $(EXAMPLE_FLAGS)
 
 ## test: gofmt, go vet and every test (race detector on) against DynamoDB Local.
 test:

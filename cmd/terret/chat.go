@@ -52,14 +52,14 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if ctx.Err() != nil {
 			return nil
 		}
-		return explainEnd(err, tgt.agent)
+		return explainEnd(err, tgt)
 	}
 	defer c.Close()
 	start := v.startAt(*from)
 	if err := c.Subscribe(ctx, start); err != nil && ctx.Err() == nil {
 		return err
 	}
-	return explainEnd(chat(ctx, c, v, os.Stdin), tgt.agent)
+	return explainEnd(chat(ctx, c, v, os.Stdin), tgt)
 }
 
 // chat runs the input loop until /quit, the end of input, an interrupt (ctx), or the
@@ -492,7 +492,7 @@ func (v *chatView) leaveParkedLocked() {
 	for _, id := range ids {
 		v.line(styleYellow, fmt.Sprintf("· input ended with the turn parked on approval of %s call_id=%s: leaving it parked", v.parked[id], id))
 	}
-	v.line(styleDim, fmt.Sprintf("· to resolve it, run terret chat --agent %s and type /approve ID or /deny ID (or use the web page); until then the turn waits", v.agent))
+	v.line(styleDim, fmt.Sprintf("· to resolve it, run %s chat --agent %s and type /approve ID or /deny ID (or use the web page); until then the turn waits", invokedAs(), v.agent))
 }
 
 // isTerminal reports whether w is a terminal (a character device).

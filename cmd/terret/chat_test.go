@@ -104,7 +104,7 @@ func testChatPipedParked(t *testing.T, e *e2e) {
 		`⚙ guarded_echo {"text":"hi"}` + "\n" +
 		"? approve guarded_echo call_id=" + id + ": /approve " + id + " or /deny " + id + " [reason]\n" +
 		"· input ended with the turn parked on approval of guarded_echo call_id=" + id + ": leaving it parked\n" +
-		"· to resolve it, run terret chat --agent " + agent + " and type /approve ID or /deny ID (or use the web page); until then the turn waits\n"
+		"· to resolve it, run " + e.bin + " chat --agent " + agent + " and type /approve ID or /deny ID (or use the web page); until then the turn waits\n"
 	if got != want {
 		t.Fatalf("chat printed:\n%s\nwant:\n%s\nstderr: %s", out, want, stderr.String())
 	}
@@ -298,7 +298,7 @@ func testChatSuperseded(t *testing.T, e *e2e) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	want := "terret chat: " + explainEnd(client.ErrSuperseded, agent).Error() + "\n"
+	want := "terret chat: " + explainEnd(client.ErrSuperseded, target{agent: agent}).Error() + "\n"
 	if code := p.exit(t); code != 1 || p.stderr.String() != want {
 		t.Fatalf("exit %d, stderr %q, want %q", code, p.stderr, want)
 	}

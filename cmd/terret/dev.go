@@ -192,7 +192,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if p := awsLatency(); !p.IsZero() {
 		fmt.Fprintf(stdout, "terret dev: AWS latency profile %s\n", p)
 	}
-	fmt.Fprintf(stdout, "terret dev: create a token with: terret token create --agent AGENT_ID\n")
+	fmt.Fprintf(stdout, "terret dev: create a token with: %s token create --agent AGENT_ID\n", invokedAs())
 	if e := st.Emulator(); e != nil {
 		fmt.Fprintf(stdout, "terret dev: functions run as built bootstraps under aws-lambda-rie: %s\n", e)
 	}

@@ -60,6 +60,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "dev":
+		// `terret dev | tee log`, then Ctrl-C: tee dies with terret dev, and a write to
+		// the closed pipe must not kill terret dev on its way out (SIGPIPE), before it
+		// stops DynamoDB Local and removes its instance record. Asked for, SIGPIPE turns
+		// such writes into EPIPE errors, which the console's writes ignore; a child
+		// process starts with SIGPIPE's default, as a caught signal is reset at exec.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 		err = runDev(ctx, args[1:], stdout, stderr)
 	case "token":
 		err = runToken(ctx, args[1:], stdout, stderr)

@@ -58,7 +58,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if ctx.Err() != nil {
 			return nil
 		}
-		return explainEnd(err, tgt.agent)
+		return explainEnd(err, tgt)
 	}
 	defer c.Close()
 	if err := c.Subscribe(ctx, *from); err != nil && ctx.Err() == nil {
@@ -68,7 +68,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case <-ctx.Done():
 		return nil
 	case <-c.Done():
-		return explainEnd(c.Err(), tgt.agent)
+		return explainEnd(c.Err(), tgt)
 	}
 }
 
@@ -84,15 +84,21 @@ func (e *endedError) Unwrap() error { return e.err }
 
 // explainEnd turns superseded and unauthorized into messages that say what happened
 // and what to do; other errors (and nil) pass through.
-func explainEnd(err error, agent string) error {
+func explainEnd(err error, tgt target) error {
+	agent := tgt.agent
 	switch {
+	case errors.Is(err, client.ErrUnauthorized) && tgt.devToken:
+		// No --token: this run took a dev token, which a rotation, revocation or
+		// session delete since has dropped; the next run takes a fresh one.
+		return &endedError{err: err, msg: fmt.Sprintf("unauthorized: agent %s's tokens were rotated or revoked (or its session deleted) since this "+
+			"connected, which ended it. Run this again: without --token it takes a fresh dev token", agent)}
 	case errors.Is(err, client.ErrSuperseded):
 		return &endedError{err: err, msg: fmt.Sprintf("superseded: another client connected to agent %s. "+
 			"An agent has one connection at a time and the newest wins: terret chat, terret tail and the web page "+
 			"on one agent take it from each other. Close the other client (or use another agent id), then run this again", agent)}
 	case errors.Is(err, client.ErrUnauthorized):
 		return &endedError{err: err, msg: fmt.Sprintf("unauthorized: the token for agent %s is missing, invalid, rotated, revoked or expired. "+
-			"Get a new one (terret token create --agent %s), or leave --token out while terret dev runs", agent, agent)}
+			"Get a new one (%s token create --agent %s), or leave --token out while terret dev runs", agent, invokedAs(), agent)}
 	}
 	return err
 }
@@ -117,6 +123,7 @@ func addTargetFlags(fs *flag.FlagSet, env config.CLIEnv) targetFlags {
 
 type target struct {
 	agent, url, token string
+	devToken          bool // token was created for this run in the running terret dev's tables
 }
 
 var errNoDevSocket = errors.New("no running terret dev found: start `terret dev`, or pass --url and --token (env TERRET_URL, TERRET_TOKEN)")
@@ -155,12 +162,13 @@ func (f targetFlags) resolve(ctx context.Context, env config.CLIEnv) (target, er
 	if err != nil {
 		return target{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if token == "" {
+	minted := token == ""
+	if minted {
 		if token, err = devToken(ctx, dev, agent); err != nil {
 			return target{}, fmt.Errorf("create a dev token for %s: %w", agent, err)
 		}
 	}
-	return target{agent: agent, url: u, token: token}, nil
+	return target{agent: agent, url: u, token: token, devToken: minted}, nil
 }
 
 // errEmptyTokenFile is a --token-file with no token in it.

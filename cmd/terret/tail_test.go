@@ -274,7 +274,7 @@ func testTailRefused(t *testing.T, e *e2e) {
 		stderr string
 	}{
 		{"bad token", []string{"tail", "--agent", agent, "--url", e.url(agent), "--token", "tt_garbage"}, 1,
-			"terret tail: " + explainEnd(client.ErrUnauthorized, agent).Error() + "\n"},
+			"terret tail: " + strings.Replace(explainEnd(client.ErrUnauthorized, target{agent: agent}).Error(), invokedAs(), e.bin, 1) + "\n"},
 		{"no terret dev", []string{"tail", "--agent", agent}, 1,
 			"terret tail: " + errNoDevSocket.Error() + "\n"},
 		{"url without token", []string{"tail", "--agent", agent, "--url", e.url(agent)}, 2,
@@ -325,17 +325,17 @@ func TestExplainEnd(t *testing.T) {
 		want string // the start of the message
 	}{
 		{"superseded", fmt.Errorf("wrapped: %w", client.ErrSuperseded), "superseded: another client connected to agent a1. An agent has one connection at a time"},
-		{"unauthorized", client.ErrUnauthorized, "unauthorized: the token for agent a1 is missing, invalid, rotated, revoked or expired. Get a new one (terret token create --agent a1)"},
+		{"unauthorized", client.ErrUnauthorized, "unauthorized: the token for agent a1 is missing, invalid, rotated, revoked or expired. Get a new one (" + invokedAs() + " token create --agent a1)"},
 		{"other", other, "client: connection lost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := explainEnd(tc.err, "a1")
+			got := explainEnd(tc.err, target{agent: "a1"})
 			if !strings.HasPrefix(got.Error(), tc.want) || !errors.Is(got, tc.err) {
 				t.Fatalf("explainEnd(%v) = %q, want it to start %q and wrap the error", tc.err, got, tc.want)
 			}
 		})
 	}
-	if explainEnd(nil, "a1") != nil {
+	if explainEnd(nil, target{agent: "a1"}) != nil {
 		t.Fatal("explainEnd(nil) is not nil")
 	}
 }

@@ -99,9 +99,10 @@ func endpointCredentials(env config.CLIEnv, endpoint string) dynamolocal.Credent
 	return dynamolocal.LocalCredentials
 }
 
-const tokenUsage = `usage: terret token create|rotate|revoke --agent ID [flags]
+const tokenUsage = `usage: terret token create|list|rotate|revoke --agent ID [flags]
 
   create   print a new bearer token for the agent (one line on stdout)
+  list     the agent's tokens: id, created, expires, last used (never a token)
   rotate   replace the agent's tokens with one new token; live connections that
            presented an old one get unauthorized and are closed
   revoke   the same without a new token

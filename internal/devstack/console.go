@@ -192,3 +192,23 @@ func (q quiet) Handle(ctx context.Context, r slog.Record) error {
 
 func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as)} }
 func (q quiet) WithGroup(name string) slog.Handler    { return quiet{q.Handler.WithGroup(name)} }
+
+// withoutRunnerTurnFailed drops the runner's own "turn failed" record (its one line in
+// CloudWatch): the console logs every failed turn from the log's stream, in order after
+// the turn's "turn started", so the runner's copy would print it twice, and first.
+type withoutRunnerTurnFailed struct{ slog.Handler }
+
+func (w withoutRunnerTurnFailed) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "turn failed" {
+		return nil
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w withoutRunnerTurnFailed) WithAttrs(as []slog.Attr) slog.Handler {
+	return withoutRunnerTurnFailed{w.Handler.WithAttrs(as)}
+}
+
+func (w withoutRunnerTurnFailed) WithGroup(name string) slog.Handler {
+	return withoutRunnerTurnFailed{w.Handler.WithGroup(name)}
+}

@@ -302,8 +302,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	awsCfg := o.Latency.Install(o.Measure.clients(dynamolocal.ConfigWith(st.Credentials)))
 	st.AWSConfig = awsCfg
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
-	msgD := service.Deliverer(st.Config, awsCfg, logger, tune) // the message function's, shared as there
-	agent, err := service.AgentWith(st.Config, awsCfg, msgD, logger, service.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
+	msgD := service.Deliverer(st.Config, awsCfg, logger, tune)      // the message function's, shared as there
+	agentLog := slog.New(withoutRunnerTurnFailed{logger.Handler()}) // the console logs failed turns (console.go)
+	agent, err := service.AgentWith(st.Config, awsCfg, msgD, agentLog, service.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -98,7 +99,11 @@ func (s *Source) Default() tools.Profile {
 		cancel()
 	}
 	if err != nil {
-		s.logger.Error("profile file rejected: keeping the last good profile", "file", s.file, "error", err.Error())
+		problems := err.Error()
+		if pe := (*tools.ProfileError)(nil); errors.As(err, &pe) {
+			problems = pe.Detail() // "providers.acme.base_url: …", not "tools: invalid agent profile: …"
+		}
+		s.logger.Error("profile file rejected: keeping the last good profile", "file", s.file, "problems", problems)
 		return s.current
 	}
 	s.current = p

@@ -119,11 +119,17 @@ type ProfileError struct {
 }
 
 func (e *ProfileError) Error() string {
+	return ErrBadProfile.Error() + ": " + e.Detail()
+}
+
+// Detail is the problems alone, "PATH: PROBLEM; …", for a reader of the profile: no
+// package prefix that could be read as one of the profile's sections.
+func (e *ProfileError) Detail() string {
 	parts := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
 		parts[i] = p.String()
 	}
-	return ErrBadProfile.Error() + ": " + strings.Join(parts, "; ")
+	return strings.Join(parts, "; ")
 }
 
 // Unwrap returns ErrBadProfile.

@@ -145,7 +145,11 @@ func Sets(o Options, allowCommand bool) tools.SetBuilder {
 		mu.Lock()
 		srv := servers[string(key)]
 		if srv == nil {
-			if srv, err = ConnectWith(ctx, cfg, o); err != nil {
+			so := o
+			if o.Stderr != nil { // the server's stderr lines carry the profile entry's name
+				so.Stderr = &namedLines{w: o.Stderr, prefix: "mcp " + tc.Name + ": "}
+			}
+			if srv, err = ConnectWith(ctx, cfg, so); err != nil {
 				mu.Unlock()
 				return nil, err
 			}

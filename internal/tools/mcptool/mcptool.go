@@ -30,7 +30,8 @@
 // Exactly one of url and command is required. command is the program and its
 // arguments; the process is started on first use, shared by every call, and started
 // again when it has exited (a call finding it gone runs on the new one). Its stderr
-// goes to the wiring's Stderr (the console of `terret dev`). prefix is prepended to every tool name the model sees;
+// goes to the wiring's Stderr (the console of `terret dev`), each line after "mcp NAME: "
+// (NAME: the profile entry's name) when the server is built by Sets. prefix is prepended to every tool name the model sees;
 // characters model providers do not accept in tool names become "_". tools limits the
 // server's tools to those named (default: all). concurrency (default "serial") and
 // needs_approval (default false) apply to every tool unless overrides, keyed by the
