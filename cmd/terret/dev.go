@@ -25,6 +25,7 @@ import (
 	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/metrics"
+	"github.com/terret/terret-ws/internal/privatefile"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webui"
 )
@@ -100,6 +101,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%w: TERRET_DEV_PROGRESS_EVERY=%q: want a positive Go duration such as 10s", errUsage, env.DevProgressEvery)
 		}
 	}
+	// The ready file holds the DynamoDB key and the page's key: it goes only into a
+	// directory no other user can write (privatefile), checked before anything starts.
+	if *readyFile != "" {
+		if err := privatefile.CheckDir(filepath.Dir(*readyFile)); err != nil {
+			return fmt.Errorf("%w: --ready-file %s: %v", errUsage, *readyFile, err)
+		}
+	}
 	data := *dataDir
 	if *inMemory || *endpoint != "" {
 		data = ""
@@ -169,8 +177,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer remove()
 	}
 	if *readyFile != "" {
-		if err := writeAtomic(*readyFile, b); err != nil {
-			return fmt.Errorf("write ready file: %w", err)
+		if err := privatefile.Write(*readyFile, b); err != nil {
+			return fmt.Errorf("--ready-file %s: %w", *readyFile, err)
 		}
 	}
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
@@ -204,14 +212,6 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // defaultProfileFile is the profile `terret dev` serves without --profile, when the
 // working directory has it.
 const defaultProfileFile = "terret.json"
-
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
 
 func orStr(v, def string) string {
 	if v == "" {
