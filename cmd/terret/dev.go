@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -133,7 +135,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			mint = nil
 		}
 	}
-	pages := webui.Handler(webui.Options{DevToken: mint})
+	// The page key binds /dev/token to the user who started terret dev: it is printed
+	// in the page's address on this console and kept in the 0600 instance record; no
+	// other user of the machine sees either (they can load the page, not the key).
+	pageKey := newPageKey()
+	pages := webui.Handler(webui.Options{DevToken: mint, DevTokenKey: pageKey})
 	// The same metrics the functions write as CloudWatch EMF, in Prometheus text format.
 	rec := metrics.New(nil, "")
 	metrics.SetDefault(rec)
@@ -166,6 +172,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	devTokens.Store(auth.New(dynamolocal.ClientWith(st.DynamoDBEndpoint, st.Credentials), st.Tables["ConnectionsTable"]))
 	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
 		Addr: strings.TrimPrefix(st.WebSocketURL(), "ws://"), DataDir: data}
+	if mint != nil {
+		state.PageURL = "http://" + state.Addr + "/" + webui.KeyFragment + pageKey
+	}
 	if st.Credentials != dynamolocal.LocalCredentials {
 		state.AccessKeyID, state.SecretAccessKey = st.Credentials.AccessKey, st.Credentials.SecretKey
 	}
@@ -182,7 +191,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
-	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
+	if state.PageURL != "" {
+		// The address carries the page key: it is what lets the page's Dev token button work.
+		fmt.Fprintf(stdout, "terret dev: web page at %s\n", state.PageURL)
+	} else {
+		fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", state.Addr)
+	}
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
 	switch {
 	case *profileFile != "" && *emulate:
@@ -207,6 +221,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "terret dev: stopping")
 	return nil
+}
+
+// newPageKey returns 128 random bits in hex: the key /dev/token asks for.
+func newPageKey() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on the systems Go supports
+	}
+	return hex.EncodeToString(b)
 }
 
 // defaultProfileFile is the profile `terret dev` serves without --profile, when the

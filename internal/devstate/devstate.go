@@ -31,6 +31,9 @@ type Record struct {
 	PID              int          `json:"pid"`
 	Addr             string       `json:"addr,omitempty"`     // the gateway's bound HOST:PORT
 	DataDir          string       `json:"data_dir,omitempty"` // "" in memory or an external endpoint
+	// PageURL is the web page's address with the page key that /dev/token asks for
+	// (webui.KeyFragment); "" when /dev/token is off.
+	PageURL string `json:"page_url,omitempty"`
 	// AccessKeyID and SecretAccessKey are what the DynamoDB Local this instance
 	// started takes (its database opens only with them); "" for an endpoint given by
 	// URL, which takes the fixed local credentials. The record file is 0600.
