@@ -56,6 +56,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
+	multiUser := fs.Bool("lambda-emulator-multi-user", false, "with --lambda-emulator: start even though other users log in to this machine (they can then read every $connect token and the invoke secret on the functions' loopback ports; docs/emulator.md)")
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
 	idle := fs.Duration("idle-timeout", localgw.DefaultIdleTimeout, "close a connection whose client sent no frame for this long, whatever the server sent: the strict reading of API Gateway's idle timeout ({\"type\":\"keepalive\"} counts)")
 	maxDuration := fs.Duration("max-connection-duration", localgw.DefaultMaxConnectionDuration, "close every connection this old, as API Gateway does")
@@ -152,7 +153,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second, QuotaSweep: 5 * time.Second,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: logger, TablePrefix: *prefix,
-		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
+		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout, *multiUser, stderr),
 		Profile: *profileFile,
 		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "), ProgressEvery: every,
 		QuickJVM:    true, // a quick start matters more here than DynamoDB Local's peak speed

@@ -124,3 +124,96 @@ func TestDevTokenBoundToUser(t *testing.T) {
 		t.Fatalf("/dev/token with the key: %d %s, want a token", resp.StatusCode, body)
 	}
 }
+
+// TestEmulatorRefusedWithOtherUsers: with another login account on the machine
+// (useradd), `terret dev --lambda-emulator` refuses to start before it starts anything
+// — the profile is read, no DynamoDB, no build — naming the account and the flag that
+// overrides; --lambda-emulator-multi-user starts past the check with a warning naming
+// the account (and then fails on the DynamoDB endpoint given, which answers nothing).
+// Without the emulator the other account is no reason to refuse.
+func TestEmulatorRefusedWithOtherUsers(t *testing.T) {
+	t.Parallel()
+	other := osusertest.New(t)
+	run := func(extra ...string) (stdout, stderr string, code int) {
+		args := append([]string{"dev", "--addr", "127.0.0.1:0", "--dynamodb-endpoint", "http://127.0.0.1:1"}, extra...)
+		cmd := exec.Command(terretBin(t), args...)
+		cmd.Dir = t.TempDir()
+		cmd.Env = append(os.Environ(), "TERRET_STATE_DIR="+t.TempDir())
+		var o, e strings.Builder
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("terret %v: %v, want an exit status\nstderr:\n%s", args, err, e.String())
+		}
+		return o.String(), e.String(), ee.ExitCode()
+	}
+	stdout, stderr, code := run("--lambda-emulator")
+	if code != 1 || stdout != "" || !strings.HasPrefix(stderr, "terret dev: --lambda-emulator refused: other users log in to this machine (") ||
+		!strings.Contains(stderr, other.Name) || !strings.Contains(stderr, "pass --lambda-emulator-multi-user if you trust every user here") {
+		t.Fatalf("--lambda-emulator with %s here: exit %d, stdout %q, stderr:\n%s", other.Name, code, stdout, stderr)
+	}
+	if strings.Contains(stderr, "DynamoDB") || strings.Contains(stderr, "build") {
+		t.Fatalf("refused after starting something:\n%s", stderr)
+	}
+	_, stderr, code = run("--lambda-emulator", "--lambda-emulator-multi-user")
+	if code != 1 || !strings.Contains(stderr, "terret dev: warning: --lambda-emulator-multi-user: ") || !strings.Contains(stderr, other.Name) || strings.Contains(stderr, "--lambda-emulator refused") {
+		t.Fatalf("--lambda-emulator-multi-user: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, stderr, _ = run(); strings.Contains(stderr, "--lambda-emulator refused") || strings.Contains(stderr, "multi-user") {
+		t.Fatalf("without --lambda-emulator:\n%s", stderr)
+	}
+}
+
+// TestOtherLoginUsers: who counts as another user who logs in.
+func TestOtherLoginUsers(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	passwd := filepath.Join(dir, "passwd")
+	writeFile(t, passwd, strings.Join([]string{
+		"root:x:0:0:root:/root:/bin/bash",
+		"daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin",
+		"postgres:x:107:113::/var/lib/postgresql:/bin/bash", // a service, below UID_MIN
+		"dev:x:1000:1000::/home/dev:/bin/bash",              // self
+		"alice:x:1001:1001::/home/alice:/bin/zsh",
+		"locked:x:1002:1002::/home/locked:/usr/sbin/nologin",
+		"noshell:x:1003:1003::/home/noshell:/bin/false",
+		"plain:x:1004:1004::/home/plain:", // empty shell: /bin/sh
+		"nobody:x:65534:65534:nobody:/nonexistent:/bin/sh",
+		"bad line",
+		"",
+	}, "\n"))
+	defs := filepath.Join(dir, "login.defs")
+	writeFile(t, defs, "# comment\nUID_MIN\t\t 1000\nUID_MAX 60000\n")
+	tests := []struct {
+		name, defs string
+		self       int
+		want       string
+	}{
+		{"developer", defs, 1000, "alice plain"},
+		{"root", defs, 0, "dev alice plain"},
+		{"alice", defs, 1001, "dev plain"},
+		{"no login.defs: 1000", filepath.Join(dir, "none"), 1000, "alice plain"},
+	}
+	for _, tt := range tests {
+		got, err := otherLoginUsers(passwd, tt.defs, tt.self)
+		if err != nil || strings.Join(got, " ") != tt.want {
+			t.Errorf("%s: %v, %v; want %s", tt.name, got, err, tt.want)
+		}
+	}
+	single := filepath.Join(dir, "single")
+	writeFile(t, single, "root:x:0:0:root:/root:/bin/bash\ndev:x:1000:1000::/home/dev:/bin/bash\n")
+	var warn strings.Builder
+	if err := admitEmulator(single, defs, 1000, false, &warn); err != nil || warn.Len() != 0 {
+		t.Fatalf("a machine of one user: %v %q", err, warn.String())
+	}
+	if err := admitEmulator(passwd, defs, 1000, false, &warn); !errors.Is(err, errSharedMachine) || !strings.Contains(err.Error(), "(alice, plain)") {
+		t.Fatalf("a shared machine: %v, want errSharedMachine naming alice, plain", err)
+	}
+	if err := admitEmulator(passwd, defs, 1000, true, &warn); err != nil || !strings.Contains(warn.String(), "alice, plain can read") {
+		t.Fatalf("a shared machine, forced: %v %q", err, warn.String())
+	}
+	if err := admitEmulator(filepath.Join(dir, "none"), defs, 1000, false, &warn); err == nil {
+		t.Fatal("no passwd: admitted")
+	}
+}
