@@ -276,6 +276,8 @@ func devStartError(err error, addr string) error {
 	switch {
 	case errors.Is(err, devstack.ErrListen):
 		return fmt.Errorf("%w\n  pass --addr HOST:PORT to listen elsewhere (port 0 picks a free one), or stop what listens on %s", err, addr)
+	case errors.Is(err, privatefile.ErrSharedDir):
+		return fmt.Errorf("--data-dir: %w\n  other users could plant or read the database's key there: pass --data-dir DIR of your own (mode 0700), or --in-memory", err)
 	case errors.Is(err, dynamolocal.ErrDataInUse):
 		return fmt.Errorf("%w\n  another terret dev keeps its data there: pass --data-dir DIR for a separate store, or --in-memory", err)
 	case errors.Is(err, dynamolocal.ErrNoJava), errors.Is(err, dynamolocal.ErrNoNpm):

@@ -217,3 +217,21 @@ func TestOtherLoginUsers(t *testing.T) {
 		t.Fatal("no passwd: admitted")
 	}
 }
+
+// TestDataDirShared: terret dev refuses a --data-dir every user can write before it
+// starts DynamoDB Local, naming the flag, and leaves nothing there.
+func TestDataDirShared(t *testing.T) {
+	t.Parallel()
+	shared := osusertest.SharedDir(t)
+	cmd := exec.Command(terretBin(t), "dev", "--addr", "127.0.0.1:0", "--data-dir", shared)
+	cmd.Env = append(os.Environ(), "TERRET_STATE_DIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 ||
+		!strings.Contains(string(out), "terret dev: --data-dir: dynamolocal: data directory "+shared+": privatefile: directory is not private to this user") {
+		t.Fatalf("terret dev --data-dir %s: %v\n%s", shared, err, out)
+	}
+	if entries, _ := os.ReadDir(shared); len(entries) != 0 {
+		t.Fatalf("the shared directory now holds %v", entries)
+	}
+}

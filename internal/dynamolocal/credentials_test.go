@@ -217,3 +217,23 @@ func TestDataKeyOfAnotherUser(t *testing.T) {
 		}
 	})
 }
+
+// TestStartRefusesSharedDataDir: a private server will not use a data directory every
+// user can write: Start fails before it creates anything there (no lock, no key, no
+// database) or starts Java.
+func TestStartRefusesSharedDataDir(t *testing.T) {
+	dir := osusertest.SharedDir(t)
+	s, err := Start(context.Background(), Options{DBPath: dir, Private: true})
+	switch {
+	case errors.Is(err, ErrNoJava), errors.Is(err, ErrNotInstalled), errors.Is(err, ErrNoRepo):
+		skipOrFail(t, err.Error())
+	case err == nil:
+		s.Close()
+		t.Fatal("started on a shared data directory")
+	case !errors.Is(err, privatefile.ErrSharedDir):
+		t.Fatalf("Start: %v, want ErrSharedDir", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the shared directory now holds %v", entries)
+	}
+}
