@@ -144,6 +144,47 @@ func TestDevConsoleEscapes(t *testing.T) {
 			if !strings.Contains(got, `]52;c;Y3VybCBldmlsfHNo`) {
 				t.Fatalf("console lacks the escaped frame type:\n%s", got)
 			}
+			if format == "text" {
+				chatEscapes(t, p)
+			}
 		})
+	}
+}
+
+// chatEscapes runs terret chat against p with piped input whose message holds the
+// attacks: the log shows it back twice (the user's message, and the demo model's echo
+// of it), and chat prints both escaped.
+func chatEscapes(t *testing.T, p *devProc) {
+	t.Helper()
+	cmd := exec.Command(terretBin(t), "chat", "--agent", "esc-chat")
+	cmd.Env = append(os.Environ(), "TERRET_STATE_DIR="+p.stateDir)
+	cmd.Stdin = strings.NewReader("hi " + strings.ReplaceAll(attacks, "\r", "") + " end\n")
+	var stdout, stderr syncBuf
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var err error
+	hang.UntilNil(t, "terret chat to exit at the end of its input", func() error {
+		select {
+		case err = <-done:
+			return nil
+		default:
+			return fmt.Errorf("still running; it printed:\n%s", stdout.String())
+		}
+	})
+	got := stdout.String()
+	if err != nil {
+		t.Fatalf("chat: %v\nstdout:\n%s\nstderr:\n%s", err, got, stderr.String())
+	}
+	if bad := controlBytes(got + stderr.String()); len(bad) > 0 {
+		t.Fatalf("chat printed control characters %q:\n%q", bad, got)
+	}
+	want := `hi \u001b]0;pwned\u0007\u001b[2K\u001b[1G\u001b]52;c;Y3VybCBldmlsfHNo\u001b\\u009b2J\u202e end`
+	if !strings.Contains(got, "» "+want+"\n") || !strings.Contains(got, "◆ "+want+"\n") {
+		t.Fatalf("chat shows:\n%s\nwant the message and its echo as %s", got, want)
 	}
 }
