@@ -59,7 +59,9 @@ const sent = []; // every text frame the page sent, in order
 page.on('websocket', (ws) => ws.on('framesent', (f) => sent.push(String(f.payload))));
 let failed = false;
 try {
-  await page.goto(base + '?keepalive_ms=1500');
+  const withKeepalive = new URL(base); // base ends in #key=… (the page key): the query goes before it
+  withKeepalive.search = 'keepalive_ms=1500';
+  await page.goto(withKeepalive.href);
   await connect(page, proxy.url, agent);
 
   // 1. More than the pane holds, streamed: the pane ends at the end of the answer.

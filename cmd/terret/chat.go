@@ -20,6 +20,7 @@ import (
 	"github.com/terret/terret-ws/client"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/termtext"
 )
 
 // runChat is an interactive terminal client: it shows the agent's log as a
@@ -206,10 +207,12 @@ func (v *chatView) paint(style, s string) string {
 	return "\x1b[" + style + "m" + s + "\x1b[0m"
 }
 
-// line prints one whole line, ending a streaming answer first. Callers hold mu.
+// line prints one whole line, ending a streaming answer first, with every control
+// character in s escaped (termtext): the log's texts come from token holders and the
+// model. Callers hold mu.
 func (v *chatView) line(style, s string) {
 	v.endLineLocked()
-	fmt.Fprintln(v.w, v.paint(style, s))
+	fmt.Fprintln(v.w, v.paint(style, termtext.Text(s)))
 }
 
 func (v *chatView) endLineLocked() {
@@ -269,7 +272,7 @@ func (v *chatView) event(ev client.Event) error {
 			fmt.Fprint(v.w, v.paint(styleGreen, "◆ "))
 			v.inText = true
 		}
-		fmt.Fprint(v.w, p.Text)
+		fmt.Fprint(v.w, termtext.Text(p.Text))
 		if p.Final {
 			v.endLineLocked()
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/termtext"
 )
 
 // consoleLogger is terret dev's logger: human-readable lines (text) or the deployed
@@ -25,7 +26,8 @@ func consoleLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	case "text":
 		return slog.New(&consoleHandler{w: w, level: l, mu: &sync.Mutex{}}), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+		// slog escapes C0 controls in JSON strings, not DEL, C1 controls or overrides.
+		return slog.New(slog.NewJSONHandler(termtext.Writer(w), &slog.HandlerOptions{Level: l})), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
@@ -53,7 +55,7 @@ func (h *consoleHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Level != slog.LevelInfo {
 		b.WriteString(" " + r.Level.String())
 	}
-	b.WriteString(" " + r.Message)
+	b.WriteString(" " + termtext.Line(r.Message))
 	for _, a := range h.attrs {
 		writeAttr(&b, "", a)
 	}
@@ -83,11 +85,13 @@ func writeAttr(b *bytes.Buffer, prefix string, a slog.Attr) {
 		}
 		return
 	}
+	// A value may come from a client or a web page: one with a control character is
+	// quoted, which escapes it (strconv.Quote escapes every non-printable rune).
 	v := a.Value.String()
-	if v == "" || strings.ContainsAny(v, " \t\n\"") {
+	if v == "" || strings.ContainsAny(v, " \t\n\"") || !termtext.Safe(v) {
 		v = strconv.Quote(v)
 	}
-	b.WriteString(" " + key + "=" + v)
+	b.WriteString(" " + termtext.Line(key) + "=" + v)
 }
 
 func (h *consoleHandler) WithAttrs(as []slog.Attr) slog.Handler {

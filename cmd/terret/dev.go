@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -25,6 +27,7 @@ import (
 	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/metrics"
+	"github.com/terret/terret-ws/internal/privatefile"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webui"
 )
@@ -53,6 +56,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	prefix := fs.String("table-prefix", "terret-", "prefix of the table names (tables <prefix>log, <prefix>connections, <prefix>agents)")
 	emulate := fs.Bool("lambda-emulator", false, "run every function as its built bootstrap (make build) under aws-lambda-rie instead of in-process")
 	concurrency := fs.Int("lambda-concurrency", emulator.DefaultMaxEnvironments, "with --lambda-emulator: execution environments per function at most")
+	multiUser := fs.Bool("lambda-emulator-multi-user", false, "with --lambda-emulator: start even though other users log in to this machine (they can then read every $connect token and the invoke secret on the functions' loopback ports; docs/emulator.md)")
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
 	idle := fs.Duration("idle-timeout", localgw.DefaultIdleTimeout, "close a connection whose client sent no frame for this long, whatever the server sent: the strict reading of API Gateway's idle timeout ({\"type\":\"keepalive\"} counts)")
 	maxDuration := fs.Duration("max-connection-duration", localgw.DefaultMaxConnectionDuration, "close every connection this old, as API Gateway does")
@@ -100,6 +104,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("%w: TERRET_DEV_PROGRESS_EVERY=%q: want a positive Go duration such as 10s", errUsage, env.DevProgressEvery)
 		}
 	}
+	// The ready file holds the DynamoDB key and the page's key: it goes only into a
+	// directory no other user can write (privatefile), checked before anything starts.
+	if *readyFile != "" {
+		if err := privatefile.CheckDir(filepath.Dir(*readyFile)); err != nil {
+			return fmt.Errorf("%w: --ready-file %s: %v", errUsage, *readyFile, err)
+		}
+	}
 	data := *dataDir
 	if *inMemory || *endpoint != "" {
 		data = ""
@@ -125,7 +136,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			mint = nil
 		}
 	}
-	pages := webui.Handler(webui.Options{DevToken: mint})
+	// The page key binds /dev/token to the user who started terret dev: it is printed
+	// in the page's address on this console and kept in the 0600 instance record; no
+	// other user of the machine sees either (they can load the page, not the key).
+	pageKey := newPageKey()
+	pages := webui.Handler(webui.Options{DevToken: mint, DevTokenKey: pageKey})
 	// The same metrics the functions write as CloudWatch EMF, in Prometheus text format.
 	rec := metrics.New(nil, "")
 	metrics.SetDefault(rec)
@@ -138,7 +153,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second, QuotaSweep: 5 * time.Second,
 		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
 		Approvals: *approvals, Logger: logger, TablePrefix: *prefix,
-		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout),
+		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout, *multiUser, stderr),
 		Profile: *profileFile,
 		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "), ProgressEvery: every,
 		QuickJVM:    true, // a quick start matters more here than DynamoDB Local's peak speed
@@ -158,6 +173,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	devTokens.Store(auth.New(dynamolocal.ClientWith(st.DynamoDBEndpoint, st.Credentials), st.Tables["ConnectionsTable"]))
 	state := devState{WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint, Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
 		Addr: strings.TrimPrefix(st.WebSocketURL(), "ws://"), DataDir: data}
+	if mint != nil {
+		state.PageURL = "http://" + state.Addr + "/" + webui.KeyFragment + pageKey
+	}
 	if st.Credentials != dynamolocal.LocalCredentials {
 		state.AccessKeyID, state.SecretAccessKey = st.Credentials.AccessKey, st.Credentials.SecretKey
 	}
@@ -169,12 +187,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer remove()
 	}
 	if *readyFile != "" {
-		if err := writeAtomic(*readyFile, b); err != nil {
-			return fmt.Errorf("write ready file: %w", err)
+		if err := privatefile.Write(*readyFile, b); err != nil {
+			return fmt.Errorf("--ready-file %s: %w", *readyFile, err)
 		}
 	}
 	fmt.Fprintf(stdout, "terret dev: listening on %s\n", state.WSURL)
-	fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", strings.TrimPrefix(st.WebSocketURL(), "ws://"))
+	if state.PageURL != "" {
+		// The address carries the page key: it is what lets the page's Dev token button work.
+		fmt.Fprintf(stdout, "terret dev: web page at %s\n", state.PageURL)
+	} else {
+		fmt.Fprintf(stdout, "terret dev: web page at http://%s/\n", state.Addr)
+	}
 	fmt.Fprintf(stdout, "terret dev: DynamoDB at %s (tables %s, %s, %s)\n", st.DynamoDBEndpoint, st.Tables["LogTable"], st.Tables["ConnectionsTable"], st.Tables["AgentsTable"])
 	switch {
 	case *profileFile != "" && *emulate:
@@ -201,17 +224,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
+// newPageKey returns 128 random bits in hex: the key /dev/token asks for.
+func newPageKey() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on the systems Go supports
+	}
+	return hex.EncodeToString(b)
+}
+
 // defaultProfileFile is the profile `terret dev` serves without --profile, when the
 // working directory has it.
 const defaultProfileFile = "terret.json"
-
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
 
 func orStr(v, def string) string {
 	if v == "" {
@@ -252,6 +276,8 @@ func devStartError(err error, addr string) error {
 	switch {
 	case errors.Is(err, devstack.ErrListen):
 		return fmt.Errorf("%w\n  pass --addr HOST:PORT to listen elsewhere (port 0 picks a free one), or stop what listens on %s", err, addr)
+	case errors.Is(err, privatefile.ErrSharedDir):
+		return fmt.Errorf("--data-dir: %w\n  other users could plant or read the database's key there: pass --data-dir DIR of your own (mode 0700), or --in-memory", err)
 	case errors.Is(err, dynamolocal.ErrDataInUse):
 		return fmt.Errorf("%w\n  another terret dev keeps its data there: pass --data-dir DIR for a separate store, or --in-memory", err)
 	case errors.Is(err, dynamolocal.ErrNoJava), errors.Is(err, dynamolocal.ErrNoNpm):

@@ -128,8 +128,17 @@ func TestDevRemoteAddr(t *testing.T) {
 				t.Fatalf("ready file: %v %s", err, b)
 			}
 			_, port, _ := net.SplitHostPort(r.Addr)
+			key := ""
+			if tt.wantCode == http.StatusOK {
+				_, key, _ = strings.Cut(r.PageURL, webui.KeyFragment)
+				if key == "" || !strings.Contains(stdout.String(), "terret dev: web page at "+r.PageURL+"\n") {
+					t.Fatalf("page_url %q: want the address with its key, printed on the console:\n%s", r.PageURL, stdout)
+				}
+			} else if r.PageURL != "" {
+				t.Fatalf("page_url %q with /dev/token off", r.PageURL)
+			}
 			req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+port+"/dev/token?agent=a", nil)
-			req.Header.Set(webui.DevTokenHeader, "1")
+			req.Header.Set(webui.DevTokenHeader, key)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

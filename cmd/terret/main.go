@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/terret/terret-ws/internal/termtext"
 )
 
 const usage = `usage: terret <command> [flags]
@@ -99,10 +101,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errUsage):
 		// errUsage marks the error; its own text ("usage") would only repeat the command.
 		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
-		fmt.Fprintf(stderr, "terret %s: %s\n", args[0], msg)
+		fmt.Fprintf(stderr, "terret %s: %s\n", args[0], termtext.Text(msg))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "terret %s: %v\n", args[0], err)
+		// An error may quote a server's close reason or a profile's text: escaped.
+		fmt.Fprintf(stderr, "terret %s: %s\n", args[0], termtext.Text(err.Error()))
 		return 1
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/terret/terret-ws/client"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/termtext"
 )
 
 // runTail prints an agent's session events as JSON lines, the envelope exactly as the
@@ -43,14 +44,15 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	c, err := client.Dial(ctx, tgt.url, tgt.token, client.Options{
 		OnEvent: func(ev client.Event) error {
-			line := make([]byte, 0, len(ev.Raw)+1)
-			_, err := stdout.Write(append(append(line, ev.Raw...), '\n'))
+			// The event as sent, with any DEL, C1 control or override its strings hold
+			// raw escaped as JSON escapes them (termtext): still the same JSON.
+			_, err := io.WriteString(stdout, termtext.Text(string(ev.Raw))+"\n")
 			return err
 		},
-		OnNotice: func(n client.Notice) { fmt.Fprintf(stderr, "terret tail: %s\n", describeNotice(n)) },
+		OnNotice: func(n client.Notice) { fmt.Fprintf(stderr, "terret tail: %s\n", termtext.Line(describeNotice(n))) },
 		OnStatus: func(s client.Status) {
 			if line := describeStatus(s); line != "" {
-				fmt.Fprintf(stderr, "terret tail: %s\n", line)
+				fmt.Fprintf(stderr, "terret tail: %s\n", termtext.Line(line))
 			}
 		},
 	})

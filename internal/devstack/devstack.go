@@ -190,6 +190,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	prof, err := loadProfile(ctx, o, userAWS, logger)
 	end()
+	if err == nil && o.LambdaEmulator != nil && o.LambdaEmulator.Admit != nil {
+		err = o.LambdaEmulator.Admit()
+	}
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -31,6 +31,10 @@ type LambdaEmulator struct {
 	BuildDir        string    // where the bootstraps are built; "": <Root>/build/emulator
 	SkipBuild       bool      // BuildDir already holds current bootstraps (tests build once)
 	Console         io.Writer // one line per cold start; nil: none
+	// Admit, when set, is asked once the profile is read and before anything starts;
+	// its error stops Start. terret dev refuses the emulator there on a machine other
+	// users log in to (their programs could read the Runtime API's ports).
+	Admit func() error
 }
 
 // emulation is the emulated mode between the gateway's start and the functions'.

@@ -147,3 +147,26 @@ func TestProfileRefusedBeforeStart(t *testing.T) {
 		})
 	}
 }
+
+// TestEmulatorAdmit: LambdaEmulator.Admit is asked once the profile is read, and its
+// error stops Start before anything starts (the DynamoDB endpoint given answers
+// nothing; nothing is built); a profile that cannot be served is reported first.
+func TestEmulatorAdmit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	refused := errors.New("admit: refused")
+	asked := 0
+	emu := &devstack.LambdaEmulator{BuildDir: filepath.Join(dir, "nothing-built"), SkipBuild: true,
+		Admit: func() error { asked++; return refused }}
+	start := func(profile string) error {
+		_, err := devstack.Start(t.Context(), devstack.Options{Addr: "127.0.0.1:0", DynamoDBEndpoint: "http://127.0.0.1:1",
+			Profile: profile, LambdaEmulator: emu, Logger: service.Logger(testLogOut(), "info")})
+		return err
+	}
+	if err := start(filepath.Join(dir, "missing.json")); !errors.Is(err, devstack.ErrProfile) || asked != 0 {
+		t.Fatalf("bad profile: %v (Admit asked %d times), want ErrProfile before Admit", err, asked)
+	}
+	if err := start(""); !errors.Is(err, refused) || asked != 1 {
+		t.Fatalf("Start: %v (Admit asked %d times), want Admit's error, asked once", err, asked)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/terret/terret-ws/internal/privatefile"
 	"github.com/terret/terret-ws/internal/tables"
 )
 
@@ -30,6 +31,9 @@ type Record struct {
 	PID              int          `json:"pid"`
 	Addr             string       `json:"addr,omitempty"`     // the gateway's bound HOST:PORT
 	DataDir          string       `json:"data_dir,omitempty"` // "" in memory or an external endpoint
+	// PageURL is the web page's address with the page key that /dev/token asks for
+	// (webui.KeyFragment); "" when /dev/token is off.
+	PageURL string `json:"page_url,omitempty"`
 	// AccessKeyID and SecretAccessKey are what the DynamoDB Local this instance
 	// started takes (its database opens only with them); "" for an endpoint given by
 	// URL, which takes the fixed local credentials. The record file is 0600.
@@ -58,10 +62,10 @@ func path(stateDir string, pid int) string {
 }
 
 // Write stores r as the record of process r.PID (atomically: readers never see half a
-// record) and returns the function that removes it, which removes nothing once
+// record; in a directory only this user can write, mode 0600: it holds keys) and returns the function that removes it, which removes nothing once
 // another process has taken the file over (a recycled pid).
 func Write(stateDir string, r Record) (remove func(), err error) {
-	if err := os.MkdirAll(Dir(stateDir), 0o700); err != nil {
+	if err := privatefile.MkdirAll(Dir(stateDir)); err != nil {
 		return nil, fmt.Errorf("devstate: write record: %w", err)
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
@@ -69,11 +73,7 @@ func Write(stateDir string, r Record) (remove func(), err error) {
 		return nil, fmt.Errorf("devstate: write record: %w", err)
 	}
 	p := path(stateDir, r.PID)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return nil, fmt.Errorf("devstate: write record: %w", err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
+	if err := privatefile.Write(p, b); err != nil {
 		return nil, fmt.Errorf("devstate: write record: %w", err)
 	}
 	return func() {
@@ -175,8 +175,10 @@ func Matches(r Record, addr string) bool {
 	return host == ownHost || local(host) && local(ownHost)
 }
 
+// read returns the record at p, which must be this user's own private file: a record
+// another user could have written would point the commands at their server.
 func read(p string) (Record, error) {
-	b, err := os.ReadFile(p)
+	b, err := privatefile.Read(p)
 	if err != nil {
 		return Record{}, err
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+
+	"github.com/terret/terret-ws/internal/privatefile"
 )
 
 // DynamoDB Local listens on every interface (it has no bind option) and checks no
@@ -53,12 +55,19 @@ func newCredentials() Credentials {
 }
 
 // dataCredentials returns the credentials of data directory dir: those stored in its
-// key file, or new ones written there (0600). A directory that holds only the shared
-// database of an older terret dev has it renamed to the new key's database, so no data
-// is lost.
+// key file, or new ones written there. The directory must be private to this user
+// (privatefile.CheckDir), and a key file is used only when it is this user's own
+// regular file, closed to everyone else: a key another user planted (a file of theirs,
+// a symlink) would make this server open their database and hand them ours, so it is
+// refused, never adopted. A new key file is created with O_EXCL and mode 0600. A
+// directory that holds only the shared database of an older terret dev has it renamed
+// to the new key's database, so no data is lost.
 func dataCredentials(dir string) (Credentials, error) {
+	if err := privatefile.CheckDir(dir); err != nil {
+		return Credentials{}, fmt.Errorf("dynamolocal: data directory %s: %w", dir, err)
+	}
 	path := filepath.Join(dir, keyFile)
-	b, err := os.ReadFile(path)
+	b, err := privatefile.Read(path)
 	switch {
 	case err == nil:
 		key, secret, ok := strings.Cut(strings.TrimSpace(string(b)), " ")
@@ -67,7 +76,7 @@ func dataCredentials(dir string) (Credentials, error) {
 		}
 		return Credentials{AccessKey: key, SecretKey: secret}, nil
 	case !errors.Is(err, os.ErrNotExist):
-		return Credentials{}, fmt.Errorf("dynamolocal: read key file %s: %w", path, err)
+		return Credentials{}, fmt.Errorf("dynamolocal: key file %s: %w", path, err)
 	}
 	c := newCredentials()
 	shared := filepath.Join(dir, sharedFile)
@@ -76,7 +85,7 @@ func dataCredentials(dir string) (Credentials, error) {
 			return Credentials{}, fmt.Errorf("dynamolocal: move %s to a private database: %w", shared, err)
 		}
 	}
-	if err := os.WriteFile(path, []byte(c.AccessKey+" "+c.SecretKey+"\n"), 0o600); err != nil {
+	if err := privatefile.Create(path, []byte(c.AccessKey+" "+c.SecretKey+"\n")); err != nil {
 		return Credentials{}, fmt.Errorf("dynamolocal: write key file %s: %w", path, err)
 	}
 	return c, nil

@@ -7,11 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/osusertest"
+	"github.com/terret/terret-ws/internal/privatefile"
 )
 
 // startOrSkip starts DynamoDB Local, or skips where it cannot run (fails under CI).
@@ -140,5 +144,96 @@ func TestNoBrowserAccess(t *testing.T) {
 		if got := resp.Header.Get("Access-Control-Allow-Origin"); got == "*" || got == origin {
 			t.Errorf("preflight from %s: Access-Control-Allow-Origin %q: a page there may call DynamoDB Local", origin, got)
 		}
+	}
+}
+
+// TestDataKeyOfAnotherUser: a second user of the machine cannot make terret dev use a
+// key of theirs (and so read everything the developer stores, the profile's stdio MCP
+// command included): a key file they planted in a data directory they can write, a
+// symlink to one, or a file of theirs is refused, never adopted; a key file that is
+// ours is created 0600 and read back.
+func TestDataKeyOfAnotherUser(t *testing.T) {
+	other := osusertest.New(t)
+	const planted = "TLATTACKERKEY SECRETOFTHEIRS\n"
+	theirKey := filepath.Join(osusertest.SharedDir(t), "key")
+	if out, err := other.Sh(t, "/", "printf '"+strings.TrimSpace(planted)+"\\n' > "+theirKey+" && chmod 600 "+theirKey); err != nil {
+		t.Fatalf("plant as %s: %v: %s", other.Name, err, out)
+	}
+	tests := []struct {
+		name string
+		dir  func(t *testing.T) string
+		want error
+	}{
+		{"planted in a shared directory", func(t *testing.T) string {
+			dir := osusertest.SharedDir(t)
+			if out, err := other.Sh(t, dir, "cp "+theirKey+" "+keyFile); err != nil {
+				t.Fatalf("plant as %s: %v: %s", other.Name, err, out)
+			}
+			return dir
+		}, privatefile.ErrSharedDir},
+		{"symlink to theirs", func(t *testing.T) string {
+			dir := t.TempDir()
+			if err := os.Symlink(theirKey, filepath.Join(dir, keyFile)); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, privatefile.ErrNotOwn},
+		{"a file of theirs", func(t *testing.T) string {
+			dir := t.TempDir()
+			p := filepath.Join(dir, keyFile)
+			if err := os.WriteFile(p, []byte(planted), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(p, other.UID, other.GID); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, privatefile.ErrNotOwn},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := dataCredentials(tt.dir(t))
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("dataCredentials = %+v, %v; want %v", c, err, tt.want)
+			}
+			if c.AccessKey == "TLATTACKERKEY" {
+				t.Fatal("adopted the other user's key")
+			}
+		})
+	}
+	t.Run("ours", func(t *testing.T) {
+		dir := t.TempDir()
+		c, err := dataCredentials(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(filepath.Join(dir, keyFile))
+		if err != nil || fi.Mode() != 0o600 {
+			t.Fatalf("key file: %v, %v; want mode 0600", fi, err)
+		}
+		again, err := dataCredentials(dir)
+		if err != nil || again != c {
+			t.Fatalf("second read: %+v, %v; want %+v", again, err, c)
+		}
+	})
+}
+
+// TestStartRefusesSharedDataDir: a private server will not use a data directory every
+// user can write: Start fails before it creates anything there (no lock, no key, no
+// database) or starts Java.
+func TestStartRefusesSharedDataDir(t *testing.T) {
+	dir := osusertest.SharedDir(t)
+	s, err := Start(context.Background(), Options{DBPath: dir, Private: true})
+	switch {
+	case errors.Is(err, ErrNoJava), errors.Is(err, ErrNotInstalled), errors.Is(err, ErrNoRepo):
+		skipOrFail(t, err.Error())
+	case err == nil:
+		s.Close()
+		t.Fatal("started on a shared data directory")
+	case !errors.Is(err, privatefile.ErrSharedDir):
+		t.Fatalf("Start: %v, want ErrSharedDir", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the shared directory now holds %v", entries)
 	}
 }

@@ -28,6 +28,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+
+	"github.com/terret/terret-ws/internal/privatefile"
 )
 
 // Region and the static credentials every local client uses. DynamoDB Local keeps a
@@ -95,12 +97,21 @@ var quickStartFlags = []string{"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-
 // Endpoint is the server's URL, e.g. http://127.0.0.1:8000.
 func (s *Server) Endpoint() string { return s.endpoint }
 
-// Start runs DynamoDB Local and returns once it accepts connections. It returns
-// ErrNoJava without Java, ErrNotInstalled or ErrNoRepo when the package is missing and
-// o.InstallDir is empty, and ErrDataInUse when another server holds o.DBPath. The process
+// Start runs DynamoDB Local and returns once it accepts connections. It returns an
+// error wrapping privatefile.ErrSharedDir when a private server's o.DBPath is not a
+// directory only this user can write, ErrNoJava without Java, ErrNotInstalled or
+// ErrNoRepo when the package is missing and o.InstallDir is empty, and ErrDataInUse
+// when another server holds o.DBPath. The process
 // is stopped by Close, and killed by the kernel if this process dies first. It waits
 // for the server until ctx's deadline, or five minutes when ctx has none.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	if o.Private && o.DBPath != "" {
+		// The key file, the lock and the database files go there: no other user may
+		// plant or swap any of them (credentials.go). Checked before anything else.
+		if err := privatefile.MkdirAll(o.DBPath); err != nil {
+			return nil, fmt.Errorf("dynamolocal: data directory %s: %w", o.DBPath, err)
+		}
+	}
 	if _, err := exec.LookPath("java"); err != nil {
 		return nil, ErrNoJava
 	}

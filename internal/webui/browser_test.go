@@ -68,7 +68,7 @@ func webTests(t *testing.T) (node, dir string) {
 type pageStack struct {
 	st       *devstack.Stack
 	endpoint string
-	url      string // the page
+	url      string // the page, with its key
 	logs     *syncWriter
 	buf      *bytes.Buffer
 	began    time.Time
@@ -82,13 +82,14 @@ func startPageStack(t *testing.T) *pageStack {
 	// The gateway serves the page from the start; the token table is known once the
 	// stack is up.
 	var tokens atomic.Pointer[auth.Store]
+	const pageKey = "00112233445566778899aabbccddeeff" // the page gets it in the address, as terret dev prints it
 	pages := webui.Handler(webui.Options{DevToken: func(ctx context.Context, agentID string) (string, error) {
 		s := tokens.Load()
 		if s == nil {
 			return "", errors.New("webui test: stack not up yet")
 		}
 		return s.Create(ctx, agentID)
-	}})
+	}, DevTokenKey: pageKey})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st, err := devstack.Start(ctx, devstack.Options{
@@ -106,7 +107,7 @@ func startPageStack(t *testing.T) *pageStack {
 	t.Cleanup(func() { st.Close() })
 	tokens.Store(auth.New(dynamolocal.Client(endpoint), st.Tables["ConnectionsTable"]))
 	ps.st = st
-	ps.url = "http://" + strings.TrimPrefix(st.WebSocketURL(), "ws://") + "/"
+	ps.url = "http://" + strings.TrimPrefix(st.WebSocketURL(), "ws://") + "/" + webui.KeyFragment + pageKey
 	return ps
 }
 

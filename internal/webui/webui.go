@@ -9,6 +9,7 @@ package webui
 
 import (
 	"context"
+	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -34,10 +35,16 @@ var files = func() fs.FS {
 	return sub
 }()
 
-// DevTokenHeader must be present on a dev token request. A custom header turns a
-// cross-site request into one that needs a CORS preflight, which is never granted, so
-// another site cannot mint tokens through the visitor's browser.
+// DevTokenHeader carries the page key (Options.DevTokenKey) on a dev token request. A
+// custom header also turns a cross-site request into one that needs a CORS preflight,
+// which is never granted, so another site cannot mint tokens through the visitor's
+// browser.
 const DevTokenHeader = "X-Terret-Dev"
+
+// KeyFragment is how the page's address carries the page key: http://HOST:PORT/#key=KEY.
+// A fragment is never sent to a server nor in a Referer; the page moves it into the
+// tab's sessionStorage and takes it off the address bar.
+const KeyFragment = "#key="
 
 // Options configure the page.
 type Options struct {
@@ -46,7 +53,13 @@ type Options struct {
 	// /dev/token?agent=ID answers {"agent_id": ID, "token": TOKEN}. Only `terret dev`
 	// sets it; a deployment never serves tokens to whoever asks.
 	DevToken func(ctx context.Context, agentID string) (string, error)
-	Logger   *slog.Logger
+	// DevTokenKey is the secret a /dev/token request must present in DevTokenHeader.
+	// Any program on the machine — another user's too — can load the page over
+	// loopback, so the page itself cannot be the proof: the key reaches only the one
+	// who started terret dev, in the address it prints (KeyFragment) and in its 0600
+	// instance record. With DevTokenKey "" every /dev/token request is refused.
+	DevTokenKey string
+	Logger      *slog.Logger
 }
 
 // Handler serves the page at "/" with its app.js and style.css, and /dev/token when
@@ -63,7 +76,7 @@ func Handler(o Options) http.Handler {
 		})
 	}
 	if o.DevToken != nil {
-		dt := devToken{mint: o.DevToken, log: o.Logger}
+		dt := devToken{mint: o.DevToken, key: o.DevTokenKey, log: o.Logger}
 		mux.HandleFunc("GET /dev/token", dt.serve)
 		mux.HandleFunc("POST /dev/token", dt.serve)
 	}
@@ -85,6 +98,7 @@ func pageHeaders(w http.ResponseWriter) {
 
 type devToken struct {
 	mint func(ctx context.Context, agentID string) (string, error)
+	key  string
 	log  *slog.Logger
 }
 
@@ -98,7 +112,7 @@ func (d devToken) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	if r.Header.Get(DevTokenHeader) == "" || !localHost(r.Host) || !sameOrigin(r) {
+	if !d.keyed(r) || !localHost(r.Host) || !sameOrigin(r) {
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return
 	}
@@ -119,6 +133,12 @@ func (d devToken) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]string{"agent_id": agentID, "token": tok})
+}
+
+// keyed reports whether r presents the page key.
+func (d devToken) keyed(r *http.Request) bool {
+	got := r.Header.Get(DevTokenHeader)
+	return d.key != "" && subtle.ConstantTimeCompare([]byte(got), []byte(d.key)) == 1
 }
 
 // localHost reports whether a Host header names this machine by an IP address or

@@ -86,10 +86,11 @@ func TestDevToken(t *testing.T) {
 	t.Parallel()
 	names := dynamotest.CreateTables(t)
 	store := auth.New(dynamotest.Client(t), names["ConnectionsTable"])
-	h := webui.Handler(webui.Options{DevToken: store.Create})
-	ok := map[string]string{webui.DevTokenHeader: "1"}
+	const key = "0123456789abcdef0123456789abcdef"
+	h := webui.Handler(webui.Options{DevToken: store.Create, DevTokenKey: key})
+	ok := map[string]string{webui.DevTokenHeader: key}
 	with := func(extra map[string]string) map[string]string {
-		m := map[string]string{webui.DevTokenHeader: "1"}
+		m := map[string]string{webui.DevTokenHeader: key}
 		for k, v := range extra {
 			m[k] = v
 		}
@@ -105,6 +106,10 @@ func TestDevToken(t *testing.T) {
 		{"localhost", http.MethodGet, "/dev/token?agent=a1", with(map[string]string{"Host": "localhost:3001"}), http.StatusOK},
 		{"same origin", http.MethodPost, "/dev/token?agent=a1", with(map[string]string{"Origin": "http://127.0.0.1:3001"}), http.StatusOK},
 		{"no header", http.MethodGet, "/dev/token?agent=a1", nil, http.StatusForbidden},
+		// The header without the user's key: what any program or user of the machine sends.
+		{"header without the key", http.MethodGet, "/dev/token?agent=a1", map[string]string{webui.DevTokenHeader: "1"}, http.StatusForbidden},
+		{"another key", http.MethodPost, "/dev/token?agent=a1", map[string]string{webui.DevTokenHeader: "0123456789abcdef0123456789abcdee"}, http.StatusForbidden},
+		{"the key's prefix", http.MethodGet, "/dev/token?agent=a1", map[string]string{webui.DevTokenHeader: key[:16]}, http.StatusForbidden},
 		{"rebound name", http.MethodGet, "/dev/token?agent=a1", with(map[string]string{"Host": "evil.example:3001"}), http.StatusForbidden},
 		{"other origin", http.MethodPost, "/dev/token?agent=a1", with(map[string]string{"Origin": "https://evil.example"}), http.StatusForbidden},
 		{"HEAD", http.MethodHead, "/dev/token?agent=a1", ok, http.StatusMethodNotAllowed},

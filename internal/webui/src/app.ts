@@ -461,8 +461,37 @@ function safeStorage(): { getItem(k: string): string | null; setItem(k: string, 
   }
 }
 
+// The page key that /dev/token asks for. terret dev prints the page's address with it
+// in the fragment (#key=…), which no request carries; the page keeps it in this tab's
+// sessionStorage (a reload keeps it) and takes it off the address bar.
+const pageKeyName = 'terret.dev.key';
+let pageKey: string | null = null;
+
+function takePageKey(): void {
+  const m = /^#key=([0-9a-f]{32})$/.exec(location.hash);
+  if (m) {
+    pageKey = m[1];
+    try {
+      sessionStorage.setItem(pageKeyName, pageKey);
+    } catch {
+      // no storage: the key lives as long as this page
+    }
+    history.replaceState(null, '', location.pathname + location.search);
+    return;
+  }
+  try {
+    pageKey = sessionStorage.getItem(pageKeyName);
+  } catch {
+    pageKey = null;
+  }
+}
+
 async function devToken(): Promise<void> {
   clearError();
+  if (!pageKey) {
+    showError('Dev tokens need the page key: open the page at the address terret dev printed (…/#key=…).');
+    return;
+  }
   const agent = ui.agent.value.trim();
   if (!ui.agent.checkValidity() || agent === '') {
     showError('Enter an agent id first.');
@@ -471,9 +500,11 @@ async function devToken(): Promise<void> {
   }
   ui.devToken.disabled = true;
   try {
-    // The header makes a cross-site request need a preflight, which is refused.
-    const r = await fetch('dev/token?agent=' + encodeURIComponent(agent), { method: 'GET', headers: { 'X-Terret-Dev': '1' }, cache: 'no-store' });
+    // The header carries the page key; it also makes a cross-site request need a
+    // preflight, which is refused.
+    const r = await fetch('dev/token?agent=' + encodeURIComponent(agent), { method: 'GET', headers: { 'X-Terret-Dev': pageKey }, cache: 'no-store' });
     if (r.status === 404) throw new Error('dev tokens are served only by terret dev');
+    if (r.status === 403) throw new Error('dev token refused: open the page at the address this terret dev printed (…/#key=…); a restart draws a new key');
     if (!r.ok) throw new Error(`dev token: ${r.status} ${(await r.text()).trim()}`);
     ui.token.value = (await r.json()).token;
     if (ui.status.dataset.state !== 'connected') setStatus(`Dev token created for ${agent}.`, 'idle');
@@ -522,6 +553,7 @@ function act(p: () => Promise<void>): void {
 
 // ---- wiring ----
 
+takePageKey();
 ui.server.value = recall('terret.server') ?? (location.host ? (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host : 'ws://127.0.0.1:3001');
 ui.agent.value = recall('terret.agent') ?? '';
 follow(ui.chat);

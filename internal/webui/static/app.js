@@ -1377,8 +1377,31 @@
       return { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => void m.set(k, v) };
     }
   }
+  var pageKeyName = "terret.dev.key";
+  var pageKey = null;
+  function takePageKey() {
+    const m = /^#key=([0-9a-f]{32})$/.exec(location.hash);
+    if (m) {
+      pageKey = m[1];
+      try {
+        sessionStorage.setItem(pageKeyName, pageKey);
+      } catch {
+      }
+      history.replaceState(null, "", location.pathname + location.search);
+      return;
+    }
+    try {
+      pageKey = sessionStorage.getItem(pageKeyName);
+    } catch {
+      pageKey = null;
+    }
+  }
   async function devToken() {
     clearError();
+    if (!pageKey) {
+      showError("Dev tokens need the page key: open the page at the address terret dev printed (…/#key=…).");
+      return;
+    }
     const agent = ui.agent.value.trim();
     if (!ui.agent.checkValidity() || agent === "") {
       showError("Enter an agent id first.");
@@ -1387,8 +1410,9 @@
     }
     ui.devToken.disabled = true;
     try {
-      const r = await fetch("dev/token?agent=" + encodeURIComponent(agent), { method: "GET", headers: { "X-Terret-Dev": "1" }, cache: "no-store" });
+      const r = await fetch("dev/token?agent=" + encodeURIComponent(agent), { method: "GET", headers: { "X-Terret-Dev": pageKey }, cache: "no-store" });
       if (r.status === 404) throw new Error("dev tokens are served only by terret dev");
+      if (r.status === 403) throw new Error("dev token refused: open the page at the address this terret dev printed (…/#key=…); a restart draws a new key");
       if (!r.ok) throw new Error(`dev token: ${r.status} ${(await r.text()).trim()}`);
       ui.token.value = (await r.json()).token;
       if (ui.status.dataset.state !== "connected") setStatus(`Dev token created for ${agent}.`, "idle");
@@ -1431,6 +1455,7 @@
     }
     p().catch((err) => showError(err.message));
   }
+  takePageKey();
   ui.server.value = recall("terret.server") ?? (location.host ? (location.protocol === "https:" ? "wss://" : "ws://") + location.host : "ws://127.0.0.1:3001");
   ui.agent.value = recall("terret.agent") ?? "";
   follow(ui.chat);
