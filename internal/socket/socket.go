@@ -200,6 +200,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 				}
 				if err := s.out.Welcome(ctx, agentID, superseded); err != nil {
 					lg.Error("welcome", "error", err)
+					internalAnswer()
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 				}
 				if uerr := <-used; uerr != nil {
@@ -213,6 +214,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	}
 	if !errors.Is(err, auth.ErrUnauthorized) && !errors.Is(err, connections.ErrTokenGone) {
 		lg.Error("connect", "error", err)
+		internalAnswer()
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 	}
 	// No record of the refused socket is written: a frame it sends before the drop finds
@@ -223,6 +225,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	if err := s.out.TurnAway(ctx, connID); err != nil {
 		// Without the asynchronous drop the client would hang: refuse the handshake.
 		lg.Error("turn away", "error", err)
+		internalAnswer()
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
 	}
 	return accepted, nil
@@ -460,7 +463,16 @@ func refusalFor(st connections.State) protocol.Code {
 // hello, which delivery owns (Outbound.Fail), or from an asynchronous deliver invocation
 // should that fail. The details stay in the log.
 func (s *Server) fail(ctx context.Context, lg *slog.Logger, connID string) {
+	internalAnswer()
 	if err := s.out.Fail(ctx, connID); err != nil {
 		lg.Error("answer internal error", "error", err)
 	}
 }
+
+// internalAnswer counts one answer of internal — an error{internal} frame and the close,
+// or a $connect refused with a 5xx or 401 for an unexpected failure — as the metric
+// InternalErrors (dimension function). Such an answer is the function's success to
+// Lambda (it returned) and to API Gateway (a message's route answered 200), so neither
+// Errors nor IntegrationError counts it: a broken grant or a throttled table would go
+// unseen but for this metric, which the InternalErrorsAlarm reads.
+func internalAnswer() { metrics.Add("InternalErrors", metrics.Count, 1) }
