@@ -90,3 +90,37 @@ func TestMockRoutes(t *testing.T) {
 		t.Errorf("MockRoutes() = %q, want only keepalive answering {\"type\":\"keepalive\"}", got)
 	}
 }
+
+// TestLogTableWarmThroughput: a new on-demand table serves 4,000 write and 12,000 read
+// units per second at first (docs/scale.md, "A new table's first peak"); the optional
+// LogTableWarm*Units parameters pre-warm the log table, and left at -1 (the default)
+// leave the table as DynamoDB creates it: no WarmThroughput at all. One set alone
+// keeps the other at DynamoDB's own start.
+func TestLogTableWarmThroughput(t *testing.T) {
+	t.Parallel()
+	root := rawTemplate(t)
+	for _, param := range []string{"LogTableWarmWriteUnits", "LogTableWarmReadUnits"} {
+		if d := yamlPath(root, "Parameters", param, "Default"); d == nil || d.Value != "-1" {
+			t.Errorf("parameter %s must default to -1 (DynamoDB's own warm throughput)", param)
+		}
+	}
+	cond, yes, no, ok := ifOf(yamlPath(root, "Resources", "LogTable", "Properties", "WarmThroughput"))
+	if !ok || no.Tag != "!Ref" || no.Value != "AWS::NoValue" {
+		t.Fatal("LogTable WarmThroughput must be !If [C, {...}, !Ref AWS::NoValue]")
+	}
+	c := yamlPath(root, "Conditions", cond)
+	if c == nil || c.Tag != "!Or" || len(c.Content) != 2 {
+		t.Fatalf("condition %s must be !Or of the two parameters' conditions", cond)
+	}
+	for _, w := range []struct{ key, param, start string }{{"WriteUnitsPerSecond", "LogTableWarmWriteUnits", "4000"}, {"ReadUnitsPerSecond", "LogTableWarmReadUnits", "12000"}} {
+		sub, v, other, ok := ifOf(yamlPath(yes, w.key))
+		if !ok || v.Tag != "!Ref" || v.Value != w.param || other.Value != w.start || !conditionOn(root, sub, w.param, "-1", true) {
+			t.Errorf("WarmThroughput.%s must be !If [C, !Ref %s, %s] with C = !Not [!Equals [!Ref %s, -1]]", w.key, w.param, w.start, w.param)
+		}
+	}
+	for _, id := range []string{"ConnectionsTable", "AgentsTable"} {
+		if yamlPath(root, "Resources", id, "Properties", "WarmThroughput") != nil {
+			t.Errorf("%s has a WarmThroughput; only the log table takes the parameters", id)
+		}
+	}
+}
