@@ -139,6 +139,25 @@ func (s *Server) logFor(ctx context.Context, connID string) *slog.Logger {
 	return l
 }
 
+// ViewerAddressHeader is the header CloudFront adds with the viewer's address and port
+// when the origin request policy forwards it (template.yaml's
+// WebSocketOriginRequestPolicy does): behind CloudFront the handshake's source IP is an
+// edge server's, this the client's
+// (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/adding-cloudfront-headers.html).
+const ViewerAddressHeader = "CloudFront-Viewer-Address"
+
+// withSource adds to a $connect's log lines where the handshake came from: source_ip,
+// the address API Gateway saw, and viewer_address, the client's address behind
+// CloudFront. A client on the raw URL may send the header itself; with an origin
+// secret only CloudFront reaches this far, and CloudFront sets it.
+func withSource(lg *slog.Logger, req events.APIGatewayWebsocketProxyRequest) *slog.Logger {
+	lg = lg.With("source_ip", req.RequestContext.Identity.SourceIP)
+	if v := header(req, ViewerAddressHeader); v != "" {
+		lg = lg.With("viewer_address", v)
+	}
+	return lg
+}
+
 // header returns the first value of header name, matched case-insensitively.
 func header(req events.APIGatewayWebsocketProxyRequest, name string) string {
 	for k, v := range req.Headers {
@@ -163,6 +182,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	connID := req.RequestContext.ConnectionID
 	agentID := req.QueryStringParameters["agent_id"]
 	lg := s.logFor(ctx, connID).With("agent_id", agentID)
+	lg = withSource(lg, req)
 	if s.origin != nil && subtle.ConstantTimeCompare([]byte(header(req, OriginHeader)), s.origin) != 1 {
 		lg.Warn("connection without the origin header") // never the header's value
 		metrics.Add("OriginRefused", metrics.Count, 1)

@@ -496,3 +496,22 @@ func TestAlarmMath(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardShowsFailures: the runbook points at the dashboard for failed turns,
+// model errors, internal answers and throttled clients; each has a widget line: a
+// SEARCH over the stack's namespace for the service's own metrics, the API's metric
+// for ClientError.
+func TestDashboardShowsFailures(t *testing.T) {
+	t.Parallel()
+	body := loadStack(t).String("Resources", "Dashboard", "Properties", "DashboardBody")
+	for _, want := range []string{
+		`SEARCH('Namespace=\"` + emfNamespace + `\" MetricName=\"Turns\"', 'Sum', 60)`,
+		`SEARCH('Namespace=\"` + emfNamespace + `\" MetricName=\"ModelErrors\"', 'Sum', 60)`,
+		`SEARCH('Namespace=\"` + emfNamespace + `\" MetricName=\"InternalErrors\"', 'Sum', 60)`,
+		`["AWS/ApiGateway", "ClientError", "ApiId", "${WebSocketApi}", "Stage", "${Stage}"]`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("dashboard has no %s", want)
+		}
+	}
+}

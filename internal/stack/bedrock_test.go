@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -122,5 +123,38 @@ func TestLogTableWarmThroughput(t *testing.T) {
 		if yamlPath(root, "Resources", id, "Properties", "WarmThroughput") != nil {
 			t.Errorf("%s has a WarmThroughput; only the log table takes the parameters", id)
 		}
+	}
+}
+
+// TestIdleCostNamesAlarms: docs/cost.md prices what is billed while nothing runs; its
+// count of alarms and of the alarm metrics they read ($0.10 each a month) is the
+// template's.
+func TestIdleCostNamesAlarms(t *testing.T) {
+	t.Parallel()
+	s := loadStack(t)
+	alarms, metricsRead := 0, 0
+	for _, id := range s.Resources("AWS::CloudWatch::Alarm") {
+		alarms++
+		var a metricAlarm
+		if err := s.Decode(&a, "Resources", id, "Properties"); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Metrics) == 0 {
+			metricsRead++ // a plain metric alarm reads one
+			continue
+		}
+		for _, m := range a.Metrics {
+			if m.MetricStat != nil {
+				metricsRead++
+			}
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "cost.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(doc)), " ")
+	if want := fmt.Sprintf("%d of them reading %d alarm metrics", alarms, metricsRead); !strings.Contains(text, want) {
+		t.Errorf("docs/cost.md does not say %q", want)
 	}
 }
