@@ -106,9 +106,9 @@ type smoke struct {
 	tokens            *auth.Store   // --rotate: the agent's token store (nil skips)
 	stage             *stageRef     // --throttles: the stage to read (nil skips)
 	out               io.Writer
-	events     chan client.Event
-	notices    chan client.Notice
-	drops      atomic.Int64 // connections lost (Reconnecting statuses) since the start
+	events            chan client.Event
+	notices           chan client.Notice
+	drops             atomic.Int64 // connections lost (Reconnecting statuses) since the start
 }
 
 // do runs one step within the step timeout and reports it.
