@@ -60,6 +60,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	profileFile := fs.String("profile", "", "the agents' default profile (JSON, see docs/agents.md), re-read when it changes (default: terret.json in the working directory if there is one, else the demo profile)")
 	idle := fs.Duration("idle-timeout", localgw.DefaultIdleTimeout, "close a connection whose client sent no frame for this long, whatever the server sent: the strict reading of API Gateway's idle timeout ({\"type\":\"keepalive\"} counts)")
 	maxDuration := fs.Duration("max-connection-duration", localgw.DefaultMaxConnectionDuration, "close every connection this old, as API Gateway does")
+	cloudFrontIdle := fs.Duration("cloudfront-idle", 0, "also close a connection to which nothing was sent for this long, as CloudFront in front of the API does after 10m (the keepalive's answer counts, pings do not); 0: the raw API URL's rules only")
 	allowRemoteToken := fs.Bool("allow-remote-dev-token", false, "with a non-loopback --addr, still serve the page's /dev/token (anyone who reaches the address can then mint tokens)")
 	awsLatency := latency.Flags(fs) // --aws-latency and its figures (docs/performance.md)
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +81,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if d <= 0 {
 			return fmt.Errorf("%w: --%s must be positive", errUsage, name)
 		}
+	}
+	if *cloudFrontIdle < 0 {
+		return fmt.Errorf("%w: --cloudfront-idle must not be negative (0 turns it off)", errUsage)
 	}
 	if *profileFile == "" {
 		if _, err := os.Stat(defaultProfileFile); err == nil {
@@ -158,7 +162,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		DataDir: data, InstallDir: filepath.Join(env.StateDir, "dynamodb-local"), Progress: prefixWriter(stderr, "terret dev: "), ProgressEvery: every,
 		QuickJVM:    true, // a quick start matters more here than DynamoDB Local's peak speed
 		Latency:     awsLatency(),
-		IdleTimeout: *idle, MaxConnectionDuration: *maxDuration,
+		IdleTimeout: *idle, MaxConnectionDuration: *maxDuration, CloudFrontIdleTimeout: *cloudFrontIdle,
 	})
 	if err != nil {
 		if errors.Is(err, devstack.ErrProfile) {

@@ -310,6 +310,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"dev", "--bogus"}, 2, "flag provided but not defined"},
 		{[]string{"dev", "--idle-timeout", "0"}, 2, "--idle-timeout must be positive"},
 		{[]string{"dev", "--max-connection-duration", "-1s"}, 2, "--max-connection-duration must be positive"},
+		{[]string{"dev", "--cloudfront-idle", "-1s"}, 2, "--cloudfront-idle must not be negative"},
 		{[]string{"usage"}, 2, "--agent is required"},
 	}
 	for _, tc := range tests {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/client"
+	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 )
 
@@ -25,8 +26,11 @@ const (
 )
 
 // runSmoke checks a deployment end to end, through the protocol only: connect,
-// subscribe, a keepalive, a turn with a tool call, reconnect and replay. Each step prints its name,
-// ok and its latency; the first failure ends the run with exit status 1 naming the step.
+// subscribe, a keepalive, a turn with a tool call, reconnect and replay; then, each when
+// asked, a turn on a named model (--model), a quiet socket held open (--idle), a token
+// rotation the live socket is refused for (--rotate), and the stage's route throttles as
+// deployed (--throttles). Each step prints its name, ok and its latency; the first
+// failure ends the run with exit status 1 naming the step.
 // Against AWS this is the one test of the IAM grants (DynamoDB Local enforces none):
 // the connect transaction (tokens#, agent#, conn# items), the runner's log writes and
 // deliver's posts all run under the functions' own roles.
@@ -38,6 +42,13 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tf := addTargetFlags(fs, env)
 	step := fs.Duration("step-timeout", time.Minute, "how long each step may take")
 	listen := fs.Duration("keepalive-wait", 3*time.Second, "how long the keepalive step listens, after its probe's answer, for an error answering the keepalive")
+	model := fs.String("model", "", "also run a turn on this model spec (provider/model, e.g. bedrock/eu.anthropic.claude-sonnet-4-20250514-v1:0): set_model main, a plain-text turn, then set_model main back to scripted")
+	idle := fs.Duration("idle", 0, "also hold the socket quiet this long (past 10m proves the keepalive keeps it open on AWS and through CloudFront) and check it was never dropped; 0 skips")
+	keepaliveEvery := fs.Duration("keepalive-interval", client.DefaultKeepaliveInterval, "how long the client goes without sending before its keepalive (the clients' default)")
+	rotate := fs.Bool("rotate", false, "finally rotate the agent's token (the new one is not printed) and check the live socket is answered unauthorized and closed; needs the tables: the running terret dev's, or --connections-table and --region")
+	connTable := fs.String("connections-table", "", "with --rotate or --throttles against AWS: the connections table (output ConnectionsTableName)")
+	region := fs.String("region", "", "with --rotate or --throttles against AWS: the stack's region (default: the URL's, else the AWS configuration's)")
+	throttles := fs.String("throttles", "", "also print the stage's route throttles as deployed: API_ID/STAGE, or \"url\" to read them off an execute-api --url (uses the default AWS credentials, apigateway:GET)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -53,6 +64,15 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *listen < 0 || *listen >= *step {
 		return fmt.Errorf("%w: --keepalive-wait must be at least 0 and less than --step-timeout", errUsage)
 	}
+	if *idle < 0 {
+		return fmt.Errorf("%w: --idle must not be negative (0 skips the step)", errUsage)
+	}
+	if *keepaliveEvery <= 0 {
+		return fmt.Errorf("%w: --keepalive-interval must be positive", errUsage)
+	}
+	if *idle > 0 && *keepaliveEvery >= *idle {
+		return fmt.Errorf("%w: --keepalive-interval %s must be shorter than --idle %s, or the idle step sees no keepalive", errUsage, *keepaliveEvery, *idle)
+	}
 	if *tf.url == "" && *tf.agent == "" {
 		*tf.agent = "smoke-" + randomSuffix() // a fresh agent of the running terret dev
 	}
@@ -60,19 +80,35 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	s := &smoke{url: tgt.url, token: tgt.token, step: *step, listen: *listen, out: stdout,
+	s := &smoke{url: tgt.url, token: tgt.token, agent: tgt.agent, step: *step, listen: *listen, out: stdout,
+		model: *model, idle: *idle, keepaliveEvery: *keepaliveEvery,
 		events: make(chan client.Event, 4096), notices: make(chan client.Notice, 64)}
+	if *rotate {
+		if s.tokens, err = smokeTokens(ctx, env, *connTable, *region, *tf.addr); err != nil {
+			return fmt.Errorf("--rotate: %w", err)
+		}
+	}
+	if *throttles != "" {
+		if s.stage, err = stageOf(*throttles, tgt.url, *region); err != nil {
+			return err
+		}
+	}
 	return s.run(ctx)
 }
 
 type smoke struct {
-	url, token string
-	step       time.Duration
-	listen     time.Duration // the keepalive step's wait for an error after its probe's answer
-	out        io.Writer
-	events     chan client.Event
-	notices    chan client.Notice
-	drops      atomic.Int64 // connections lost (Reconnecting statuses) since the start
+	url, token, agent string
+	step              time.Duration
+	listen            time.Duration // the keepalive step's wait for an error after its probe's answer
+	model             string        // --model: a turn on this spec ("" skips)
+	idle              time.Duration // --idle: how long the socket is held quiet (0 skips)
+	keepaliveEvery    time.Duration // the client's keepalive interval
+	tokens            *auth.Store   // --rotate: the agent's token store (nil skips)
+	stage             *stageRef     // --throttles: the stage to read (nil skips)
+	out               io.Writer
+	events            chan client.Event
+	notices           chan client.Notice
+	drops             atomic.Int64 // connections lost (Reconnecting statuses) since the start
 }
 
 // do runs one step within the step timeout and reports it.
@@ -92,6 +128,7 @@ func (s *smoke) do(ctx context.Context, name string, f func(context.Context) (st
 
 func (s *smoke) dial(ctx context.Context) (*client.Client, error) {
 	return client.Dial(ctx, s.url, s.token, client.Options{
+		KeepaliveInterval: s.keepaliveEvery,
 		OnEvent: func(ev client.Event) error {
 			select {
 			case s.events <- ev:
@@ -212,7 +249,7 @@ func (s *smoke) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	return s.do(ctx, "replay", func(ctx context.Context) (string, error) {
+	if err := s.do(ctx, "replay", func(ctx context.Context) (string, error) {
 		c.Close()
 		for len(s.events) > 0 {
 			<-s.events // the first connection's leftovers
@@ -236,16 +273,21 @@ func (s *smoke) run(ctx context.Context) error {
 			return "", err
 		}
 		return fmt.Sprintf("reconnected, replayed seq %d..%d gapless", turnStart, turnEnd), nil
-	})
+	}); err != nil {
+		return err
+	}
+	return s.optional(ctx, func() *client.Client { return c })
 }
 
 // keepalive proves the deployment's keepalive route (a MOCK integration on AWS, which
 // nothing else exercises): it sends {"type":"keepalive"}, then an approve for a call
 // that does not exist as a probe, whose answer — stale_call, or unsupported without the
-// approvals plugin — shows the socket still open and served. The keepalive itself must
-// draw no answer: a server without the route answers it bad_frame, through the same
-// function as the probe, so the step listens for that until s.listen after the probe's
-// answer. No answer can prove a silence for good; the wait bounds the check.
+// approvals plugin — shows the socket still open and served. The keepalive must draw no
+// error: a server without the route answers it bad_frame, through the same function as
+// the probe, so the step listens for that until s.listen after the probe's answer. (The
+// route's own answer, {"type":"keepalive"}, is a frame the client ignores; the idle step
+// shows what it is for.) No answer can prove a silence for good; the wait bounds the
+// check.
 func (s *smoke) keepalive(ctx context.Context, c *client.Client) (string, error) {
 	for len(s.notices) > 0 {
 		<-s.notices
@@ -281,7 +323,7 @@ func (s *smoke) keepalive(ctx context.Context, c *client.Client) (string, error)
 			if lost := s.drops.Load() - drops; lost > 0 {
 				return "", fmt.Errorf("the connection dropped %d time(s) after the keepalive", lost)
 			}
-			return fmt.Sprintf("sent, no answer within %s of the probe's %s; the socket stayed open", s.listen, answered), nil
+			return fmt.Sprintf("sent, no error within %s of the probe's %s; the socket stayed open", s.listen, answered), nil
 		case <-c.Done():
 			return "", fmt.Errorf("connection ended after the keepalive: %v", c.Err())
 		case <-ctx.Done():

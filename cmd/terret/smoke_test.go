@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,7 +72,7 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("round %d: line %d = %q, want %s ok with its latency", round, i, lines[i], step)
 			}
 		}
-		if !regexp.MustCompile(`sent, no answer within 3s of the probe's (stale_call|unsupported); the socket stayed open`).MatchString(lines[2]) ||
+		if !regexp.MustCompile(`sent, no error within 3s of the probe's (stale_call|unsupported); the socket stayed open`).MatchString(lines[2]) ||
 			!strings.Contains(lines[3], `echo tool call and result, reply "smoke ok"`) || !strings.Contains(lines[4], "gapless") {
 			t.Errorf("round %d: keepalive, turn and replay lines:\n%s\n%s\n%s", round, lines[2], lines[3], lines[4])
 		}
@@ -123,5 +128,142 @@ func TestSmoke(t *testing.T) {
 	}
 	if strings.Contains(stdout.String()+stderr.String(), "Bearer") {
 		t.Error("the token's header leaked into the output")
+	}
+}
+
+// TestSmokeOptionalSteps runs `terret smoke` with its optional steps against a terret dev
+// that applies CloudFront's idle rule (2 s without a frame to the client closes a
+// socket): the stage's throttles as API Gateway's GetStage answers them (an HTTP server
+// standing in for the API, reached through AWS_ENDPOINT_URL as the SDK's clients are),
+// a turn on a named model, a quiet socket held past several idle windows by answered
+// keepalives, and a token rotation answered unauthorized on the live socket. Then the
+// failures each step exists to catch: a model the agent may not use, and a quiet socket
+// that is closed meanwhile (by a gateway whose connections live 90 s: the close comes
+// within the 100 s quiet whatever the load, and the steps before it, each on a
+// connection of its own lifetime, are not cut on a loaded machine, as the short
+// CloudFront window would cut them).
+func TestSmokeOptionalSteps(t *testing.T) {
+	endpoint := dynamotest.Endpoint(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const window = 2 * time.Second
+	st, err := devstack.Start(ctx, devstack.Options{
+		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smokeopt") + "-",
+		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), CloudFrontIdleTimeout: window,
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	db := dynamolocal.Client(st.DynamoDBEndpoint)
+	t.Cleanup(func() {
+		st.Close()
+		for _, name := range st.Tables {
+			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+		}
+	})
+	dir := t.TempDir()
+	if _, err := devstate.Write(dir, devState{
+		WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint,
+		Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var gotAuth, gotPath atomic.Value
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotAuth.Store(r.Header.Get("Authorization"))
+		gotPath.Store(r.URL.Path)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"stageName":"prod","defaultRouteSettings":{"throttlingBurstLimit":500,"throttlingRateLimit":1000.0},`+
+			`"routeSettings":{"$connect":{"throttlingBurstLimit":100,"throttlingRateLimit":50.0},"keepalive":{"throttlingBurstLimit":2000,"throttlingRateLimit":2000.0}}}`)
+	}))
+	t.Cleanup(api.Close)
+	for k, v := range map[string]string{
+		"TERRET_STATE_DIR": dir, "TERRET_URL": "", "TERRET_TOKEN": "",
+		"AWS_ENDPOINT_URL": api.URL, "AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIDSMOKE", "AWS_SECRET_ACCESS_KEY": "smoke-secret",
+		"AWS_SESSION_TOKEN": "", "AWS_PROFILE": "", "AWS_CONFIG_FILE": filepath.Join(dir, "none"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(dir, "none"),
+		"AWS_EC2_METADATA_DISABLED": "true",
+	} {
+		t.Setenv(k, v)
+	}
+
+	var stdout, stderr bytes.Buffer
+	args := []string{"smoke", "--keepalive-interval", "400ms", "--throttles", "a1b2c3d4e5/prod", "--model", "scripted",
+		"--idle", (3 * window).String(), "--rotate"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("terret smoke %v exited %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	steps := []string{"connect", "subscribe", "keepalive", "turn", "replay", "throttles", "model", "idle", "rotate"}
+	if len(lines) != len(steps) {
+		t.Fatalf("output\n%s\nwant one line per step %v", stdout.String(), steps)
+	}
+	for i, step := range steps {
+		if !regexp.MustCompile(`^` + step + ` +ok +[0-9.]+(ms|s|µs) `).MatchString(lines[i]) {
+			t.Errorf("line %d = %q, want %s ok with its latency", i, lines[i], step)
+		}
+	}
+	for i, want := range map[int]string{
+		5: "stage prod of API a1b2c3d4e5: default 1000/s burst 500; $connect 50/s burst 100; keepalive 2000/s burst 2000",
+		6: "scripted: seq ",
+		7: "quiet for 6s (keepalive every 400ms), never dropped; the probe was answered ",
+		8: "the live socket was answered unauthorized and closed",
+	} {
+		if !strings.Contains(lines[i], want) {
+			t.Errorf("line %d = %q, want it to say %q", i, lines[i], want)
+		}
+	}
+	if a, _ := gotAuth.Load().(string); !strings.HasPrefix(a, "AWS4-HMAC-SHA256 Credential=AKIDSMOKE/") || !strings.Contains(a, "/eu-west-1/apigateway/aws4_request") {
+		t.Errorf("GetStage Authorization %q, want SigV4 for apigateway in eu-west-1", a)
+	}
+	if p, _ := gotPath.Load().(string); p != "/v2/apis/a1b2c3d4e5/stages/prod" {
+		t.Errorf("GetStage path %q", p)
+	}
+
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute) // the first minute is spent
+	defer cancel2()
+	short, err := devstack.Start(ctx2, devstack.Options{
+		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smokeshort") + "-",
+		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), MaxConnectionDuration: 90 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	shortDB := dynamolocal.Client(short.DynamoDBEndpoint)
+	t.Cleanup(func() {
+		short.Close()
+		for _, name := range short.Tables {
+			_, _ = shortDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+		}
+	})
+	shortToken, err := auth.New(shortDB, short.Tables["ConnectionsTable"]).Create(context.Background(), "smoke-short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		step string // the failed step, after every earlier one passed
+		says string
+	}{
+		{"a model the agent may not use", []string{"--keepalive-interval", "400ms", "--model", "nope/x"}, "model", "set_model nope/x or the turn was refused"},
+		{"a socket closed while quiet", []string{"--url", short.WebSocketURL() + "/agents/smoke-short/ws", "--token", shortToken,
+			"--keepalive-interval", "5s", "--keepalive-wait", "0s", "--step-timeout", "3m", "--idle", "100s"}, "idle", "time(s) in 1m40s of quiet"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"smoke"}, c.args...), &stdout, &stderr)
+		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+		last := lines[len(lines)-1]
+		if code != 1 || !strings.HasPrefix(last, c.step+" ") || !strings.Contains(last, "FAILED") || !strings.Contains(last, c.says) ||
+			!strings.Contains(stderr.String(), "step "+c.step+" failed") {
+			t.Errorf("%s: exit %d\nstdout:\n%s\nstderr:\n%s\nwant 1 and step %s FAILED saying %q", c.name, code, stdout.String(), stderr.String(), c.step, c.says)
+		}
+	}
+
+	// Bad flags: a plain message naming the flag, exit status 2.
+	for _, bad := range [][]string{{"--idle", "-1s"}, {"--idle", "1s", "--keepalive-interval", "2s"}, {"--throttles", "nonsense"}, {"--throttles", "url"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append([]string{"smoke"}, bad...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), strings.TrimPrefix(bad[len(bad)-2], "")) {
+			t.Errorf("smoke %v: exit %d, stderr %q; want 2 naming %s", bad, code, stderr.String(), bad[len(bad)-2])
+		}
 	}
 }

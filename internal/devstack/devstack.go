@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +35,7 @@ import (
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/stack"
 	"github.com/terret/terret-ws/internal/tables"
 )
 
@@ -61,6 +64,10 @@ type Options struct {
 	// (default API Gateway's: 10 minutes without a client frame, 2 hours in all).
 	IdleTimeout           time.Duration
 	MaxConnectionDuration time.Duration
+	// CloudFrontIdleTimeout, when set, also closes a connection to which nothing was
+	// sent for that long, as CloudFront in front of the API does after 10 minutes
+	// (localgw.Config.CloudFrontIdleTimeout); zero models the raw execute-api URL.
+	CloudFrontIdleTimeout time.Duration
 	// NoKeepaliveRoute leaves out the keepalive route, as a deployment from before the
 	// extension: the frame reaches $default and is answered bad_frame (tests of the
 	// checks that look for the route, such as `terret smoke`).
@@ -101,16 +108,30 @@ type Options struct {
 }
 
 // KeepaliveRoute is the route key of the client's keepalive frame,
-// {"type":"keepalive"}: on AWS a MOCK integration answers it (no Lambda, no DynamoDB,
-// no reply frame), and it keeps the connection from the idle timeout.
+// {"type":"keepalive"}: on AWS a MOCK integration answers it (no Lambda, no DynamoDB)
+// with the template's route response, and it keeps the connection from the idle
+// timeouts of API Gateway and of CloudFront.
 const KeepaliveRoute = "keepalive"
 
-// mockRoutes are the gateway's MOCK routes: the keepalive route unless left out.
-func mockRoutes(noKeepalive bool) []string {
+// mockRoutes are the gateway's MOCK routes and the frame each answers, as template.yaml
+// declares them (stack.MockRoutes: the template is their one definition); none with
+// noKeepalive, as a deployment from before the extension.
+func mockRoutes(noKeepalive bool) ([]string, map[string]string, error) {
 	if noKeepalive {
-		return nil
+		return nil, nil, nil
 	}
-	return []string{KeepaliveRoute}
+	s, err := stack.Parse(terretws.Template)
+	if err != nil {
+		return nil, nil, err
+	}
+	replies, err := s.MockRoutes()
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := replies[KeepaliveRoute]; !ok {
+		return nil, nil, fmt.Errorf("devstack: template.yaml has no MOCK route %q", KeepaliveRoute)
+	}
+	return slices.Sorted(maps.Keys(replies)), replies, nil
 }
 
 // Stack is a running local service.
@@ -257,6 +278,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	quietLog := slog.New(quiet{logger.Handler()})
 	// The rest, to the end of Start, is one step.
 	defer pr.begin(fmt.Sprintf("starting the gateway on %s and the stream pollers", ln.Addr()), "still starting the gateway and the stream pollers")()
+	mocks, mockReplies, err := mockRoutes(o.NoKeepaliveRoute)
+	if err != nil {
+		return nil, err
+	}
 	st.gw, err = localgw.Start(life, localgw.Config{
 		Addr:         o.Addr,
 		Listener:     ln,
@@ -280,7 +305,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		IdleTimeout:           o.IdleTimeout,
 		MaxConnectionDuration: o.MaxConnectionDuration,
 		// The template's keepalive route has a MOCK integration: no function runs.
-		MockRoutes: mockRoutes(o.NoKeepaliveRoute),
+		MockRoutes:            mocks,
+		MockReplies:           mockReplies,
+		CloudFrontIdleTimeout: o.CloudFrontIdleTimeout,
 	})
 	if err != nil {
 		return nil, err

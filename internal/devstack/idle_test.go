@@ -12,30 +12,46 @@ import (
 	"github.com/terret/terret-ws/internal/devstack"
 )
 
-// TestKeepaliveAndIdleClose runs the whole stack with a short idle timeout: keepalive
-// frames get no reply (the next reply is the answer to the frame after them) and keep
-// the socket open past several idle periods; once they stop, the gateway closes it with
-// 1001.
+// TestKeepaliveAndIdleClose runs the whole stack with a short idle timeout, with and
+// without CloudFront's rule (nothing sent to the client for as long closes it too):
+// each keepalive frame is answered with {"type":"keepalive"} by the template's route
+// response (no handler runs: the next other reply is the answer to the frame after
+// them) and the keepalives keep the socket open past several idle periods; once they
+// stop, the gateway closes it with 1001.
 func TestKeepaliveAndIdleClose(t *testing.T) {
 	t.Parallel()
 	const idle = 4 * time.Second
-	e := startStack(t, devstack.Options{IdleTimeout: idle})
-	c := e.dial(t, "k1", e.token(t, "k1"))
-	c.hello("k1")
-	tick := time.NewTicker(idle / 8)
-	defer tick.Stop()
-	for range 24 { // three idle periods of keepalives only
-		c.send(`{"type":"keepalive"}`)
-		<-tick.C
-	}
-	c.send(`{"type":"nope"}`)
-	if f := c.expectError("bad_frame"); f.Code != "bad_frame" {
-		t.Fatalf("reply %s", f.raw)
-	}
-	// Nothing but the bad_frame answer came back: keepalives reach no handler.
-	_, err := c.ws.Next(hang())
-	if websocket.CloseStatus(err) != websocket.StatusGoingAway {
-		t.Fatalf("after the keepalives stopped: %v, want close 1001", err)
+	for _, tc := range []struct {
+		name       string
+		cloudFront time.Duration
+	}{{"api gateway", 0}, {"behind cloudfront", idle}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := startStack(t, devstack.Options{IdleTimeout: idle, CloudFrontIdleTimeout: tc.cloudFront})
+			c := e.dial(t, "k1", e.token(t, "k1"))
+			c.hello("k1")
+			tick := time.NewTicker(idle / 8)
+			defer tick.Stop()
+			const keepalives = 24 // three idle periods of keepalives only
+			for range keepalives {
+				c.send(`{"type":"keepalive"}`)
+				<-tick.C
+			}
+			c.send(`{"type":"nope"}`)
+			for i := range keepalives {
+				if f := c.must(hang()); string(f.raw) != `{"type":"keepalive"}` {
+					t.Fatalf("frame %d after hello: %s, want the keepalive's answer {\"type\":\"keepalive\"}", i, f.raw)
+				}
+			}
+			if f := c.must(hang()); f.Type != "error" || f.Code != "bad_frame" {
+				t.Fatalf("reply %s, want bad_frame", f.raw)
+			}
+			// Nothing but the answers came back: keepalives reach no handler.
+			_, err := c.ws.Next(hang())
+			if websocket.CloseStatus(err) != websocket.StatusGoingAway {
+				t.Fatalf("after the keepalives stopped: %v, want close 1001", err)
+			}
+		})
 	}
 }
 

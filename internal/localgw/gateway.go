@@ -148,8 +148,16 @@ type Config struct {
 	MaxConnectionDuration time.Duration
 	// MockRoutes are route keys served by a MOCK integration: a text frame whose JSON
 	// "type" is one of them (the route selection expression $request.body.type)
-	// invokes no handler and gets no reply; it counts as activity for IdleTimeout.
-	MockRoutes []string
+	// invokes no handler; it counts as activity for IdleTimeout. MockReplies holds, by
+	// route key, the text frame a two-way MOCK route's route response sends back; a
+	// route without one answers nothing.
+	MockRoutes  []string
+	MockReplies map[string]string
+	// CloudFrontIdleTimeout, when set, also closes a connection to which no frame was
+	// written (a post or a MOCK route's answer; never a ping) for that long, as
+	// CloudFront does in front of the API (DefaultCloudFrontIdleTimeout, 10 minutes).
+	// Zero: no CloudFront in front, as on the raw execute-api URL.
+	CloudFrontIdleTimeout time.Duration
 	// Logger receives JSON logs; nil logs to stderr at Info.
 	Logger *slog.Logger
 	// Pages, if set, serves every other GET (the dev web page).

@@ -27,6 +27,18 @@ const (
 	limitCloseReason = "Going away"
 )
 
+// CloudFront's own idle rule for WebSocket connections it carries: it closes one after
+// 10 minutes in which no byte went from the origin to the client, whatever the client
+// sent ("Quotas on WebSocket connections",
+// https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/cloudfront-limits.html).
+// Config.CloudFrontIdleTimeout models it (terret dev --cloudfront-idle). CloudFront does
+// not document the status its close carries; the gateway sends 1001 with the reason
+// CloudFrontIdleReason, so that a test can tell it from API Gateway's closes.
+const (
+	DefaultCloudFrontIdleTimeout = 10 * time.Minute
+	CloudFrontIdleReason         = "CloudFront idle timeout"
+)
+
 // active records a client frame: the idle clock restarts. Pings, pongs and the
 // gateway's own writes do not count (a client must send something).
 func (c *connection) active(now time.Time) {
@@ -41,14 +53,35 @@ func (c *connection) lastFrame() time.Time {
 	return c.lastFrameAt
 }
 
+// sent records a frame written to the client (a post, a MOCK route's answer): bytes
+// from the origin for CloudFront's idle rule. Pings and closes do not count: API
+// Gateway sends no pings (the gateway's are local only), so none reach CloudFront.
+func (c *connection) sent(now time.Time) {
+	c.activeMu.Lock()
+	c.lastSentAt = now
+	c.activeMu.Unlock()
+}
+
+func (c *connection) lastSent() time.Time {
+	c.activeMu.Lock()
+	defer c.activeMu.Unlock()
+	return c.lastSentAt
+}
+
 // limitLoop closes c with 1001 once it has been idle (no client frame) for IdleTimeout,
-// or open for MaxConnectionDuration, whichever comes first; it returns when done is
-// closed. One timer per connection: it is re-armed for the rest of the idle period
+// or open for MaxConnectionDuration, or — with CloudFrontIdleTimeout set — without a
+// frame written to the client for that long, whichever comes first; it returns when
+// done is closed. One timer per connection: it is re-armed for the rest of the period
 // whenever it finds a newer frame, so traffic costs nothing here.
 func (g *Gateway) limitLoop(c *connection, done <-chan struct{}) {
 	deadline := c.connectedAt.Add(g.cfg.MaxConnectionDuration)
+	cfIdle := g.cfg.CloudFrontIdleTimeout
 	next := func() time.Duration {
-		return time.Until(minTime(c.lastFrame().Add(g.cfg.IdleTimeout), deadline))
+		at := minTime(c.lastFrame().Add(g.cfg.IdleTimeout), deadline)
+		if cfIdle > 0 {
+			at = minTime(at, c.lastSent().Add(cfIdle))
+		}
+		return time.Until(at)
 	}
 	t := time.NewTimer(next())
 	defer t.Stop()
@@ -60,7 +93,13 @@ func (g *Gateway) limitLoop(c *connection, done <-chan struct{}) {
 		}
 		now := time.Now()
 		idle := !now.Before(c.lastFrame().Add(g.cfg.IdleTimeout))
-		if idle || !now.Before(deadline) {
+		quiet := cfIdle > 0 && !now.Before(c.lastSent().Add(cfIdle))
+		switch {
+		case quiet:
+			g.log.Info("closing connection: CloudFront idle timeout (nothing sent to the client)", "connection_id", c.id)
+			c.closeWith(limitCloseCode, CloudFrontIdleReason)
+			return
+		case idle || !now.Before(deadline):
 			what := "max connection duration"
 			if idle {
 				what = "idle timeout"
@@ -82,13 +121,13 @@ func minTime(a, b time.Time) time.Time {
 
 // mockRoute reports whether a client frame selects one of Config.MockRoutes, as API
 // Gateway's route selection expression $request.body.type does: a text frame holding a
-// JSON object whose "type" is that string (compared exactly, after unescaping). Such a
-// frame invokes nothing and is answered with nothing, as a MOCK integration without a
-// route response; it only counts as activity. Frames that cannot name a mock route (no
-// route configured, or its name is not in the bytes) cost one bytes.Contains.
-func (g *Gateway) mockRoute(typ websocket.MessageType, data []byte) bool {
+// JSON object whose "type" is that string (compared exactly, after unescaping), and
+// returns the frame that route's response sends back (Config.MockReplies; "" for none).
+// Such a frame invokes nothing; it counts as activity. Frames that cannot name a mock
+// route (no route configured, or its name is not in the bytes) cost one bytes.Contains.
+func (g *Gateway) mockRoute(typ websocket.MessageType, data []byte) (reply string, ok bool) {
 	if typ != websocket.MessageText || len(g.cfg.MockRoutes) == 0 {
-		return false
+		return "", false
 	}
 	maybe := false
 	for _, r := range g.cfg.MockRoutes {
@@ -98,20 +137,20 @@ func (g *Gateway) mockRoute(typ websocket.MessageType, data []byte) bool {
 		}
 	}
 	if !maybe {
-		return false
+		return "", false
 	}
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(data, &fields) != nil {
-		return false
+		return "", false
 	}
 	var key string
 	if json.Unmarshal(fields["type"], &key) != nil {
-		return false
+		return "", false
 	}
 	for _, r := range g.cfg.MockRoutes {
 		if key == r {
-			return true
+			return g.cfg.MockReplies[r], true
 		}
 	}
-	return false
+	return "", false
 }

@@ -109,3 +109,78 @@ func TestMaxConnectionDuration(t *testing.T) {
 	go func() { _ = sendFrames(ctx, c, keepalive, 1<<30, 20*time.Millisecond) }()
 	closedWith(t, c, rec, "Going away")
 }
+
+// TestCloudFrontIdle: with CloudFrontIdleTimeout set the gateway also closes, as
+// CloudFront does, a connection to which nothing was written for that long, however
+// often the client sends; the gateway's pings do not count. A one-way keepalive (the
+// route with no reply, as the template had it) keeps API Gateway's idle timeout away
+// but not CloudFront's; the two-way keepalive's answer does. The windows are short, and
+// each case ends on a condition: the close with CloudFront's reason, or a number of
+// answered keepalives spanning several windows.
+func TestCloudFrontIdle(t *testing.T) {
+	const window = time.Second
+	cfg := func(rec *recorder, replies map[string]string) localgw.Config {
+		return localgw.Config{Routes: rec.routes(), CloudFrontIdleTimeout: window,
+			MockRoutes: []string{"keepalive"}, MockReplies: replies}
+	}
+	t.Run("quiet connection", func(t *testing.T) {
+		rec := newRecorder()
+		quiet := cfg(rec, nil)
+		quiet.PingInterval = window / 8 // answered all along (closedWith reads): not bytes from the origin
+		c := dial(t, startGateway(t, quiet, nil), "a1", nil)
+		closedWith(t, c, rec, localgw.CloudFrontIdleReason)
+	})
+	t.Run("one-way keepalives", func(t *testing.T) {
+		rec := newRecorder()
+		c := dial(t, startGateway(t, cfg(rec, nil), nil), "a1", nil)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		defer cancel()
+		go func() { _ = sendFrames(ctx, c, keepalive, 1<<30, window/10) }()
+		closedWith(t, c, rec, localgw.CloudFrontIdleReason)
+	})
+	t.Run("two-way keepalives", func(t *testing.T) {
+		rec := newRecorder()
+		c := dial(t, startGateway(t, cfg(rec, map[string]string{"keepalive": keepalive}), nil), "a1", nil)
+		ctx := ctxT(t)
+		const rounds = 15 // a keepalive per fifth of the window: three windows
+		start := time.Now()
+		tick := time.NewTicker(window / 5)
+		defer tick.Stop()
+		for i := 0; i < rounds; i++ {
+			<-tick.C
+			if err := c.Write(ctx, websocket.MessageText, []byte(keepalive)); err != nil {
+				t.Fatalf("keepalive %d: %v", i, err)
+			}
+			if got := readText(t, c); got != keepalive {
+				t.Fatalf("keepalive %d answered %q, want %s", i, got, keepalive)
+			}
+		}
+		if spent := time.Since(start); spent < 2*window {
+			t.Fatalf("the keepalives spanned %v, less than two windows of %v: the case proves nothing", spent, window)
+		}
+		if n := len(rec.get(localgw.RouteDisconnect)); n != 0 {
+			t.Fatal("closed while keepalives were answered")
+		}
+		if n := len(rec.get(localgw.RouteDefault)); n != 0 {
+			t.Fatalf("keepalive invoked $default %d times", n)
+		}
+		closedWith(t, c, rec, localgw.CloudFrontIdleReason) // the client stops: closed
+	})
+	t.Run("off by default", func(t *testing.T) {
+		// Without the setting only API Gateway's rule applies: a client sending
+		// one-way keepalives stays open past several windows, then idles out with
+		// API Gateway's reason.
+		rec := newRecorder()
+		g := startGateway(t, localgw.Config{Routes: rec.routes(), IdleTimeout: 3 * window, MockRoutes: []string{"keepalive"}}, nil)
+		c := dial(t, g, "a1", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := sendFrames(ctx, c, keepalive, 20, window/5); err != nil {
+			t.Fatalf("socket closed while the client was sending: %v", err)
+		}
+		if n := len(rec.get(localgw.RouteDisconnect)); n != 0 {
+			t.Fatal("closed while the client was sending")
+		}
+		closedWith(t, c, rec, "Going away")
+	})
+}

@@ -54,6 +54,7 @@ type connection struct {
 	activeMu     sync.Mutex
 	lastActiveAt time.Time
 	lastFrameAt  time.Time // the last client frame (idle.go)
+	lastSentAt   time.Time // the last frame written to the client (idle.go, CloudFront)
 
 	// lastEpoch is the requestTimeEpoch of the newest frame read, frames the number of
 	// frames read (read loop only).
@@ -123,6 +124,7 @@ func (c *connection) write(typ websocket.MessageType, p []byte, timeout time.Dur
 		return errors.Join(errGone, err)
 	}
 	c.touch()
+	c.sent(time.Now())
 	return nil
 }
 
@@ -261,6 +263,7 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 		connectedAt:  now,
 		lastActiveAt: now,
 		lastFrameAt:  now,
+		lastSentAt:   now,
 		sourceIP:     remoteIP(r),
 		userAgent:    r.UserAgent(),
 		host:         r.Host,
@@ -325,7 +328,9 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request, agentID
 	}
 	ws.SetReadLimit(ReadLimit) // over it, the library closes with 1009
 	c.ws = ws
-	c.active(time.Now()) // the idle clock starts with the connection, not before $connect ran
+	upgraded := time.Now()
+	c.active(upgraded) // the idle clocks start with the connection, not before $connect ran
+	c.sent(upgraded)
 	close(c.ready)
 	log.Info("connected", "status", status, "source_ip", c.sourceIP)
 
@@ -372,8 +377,13 @@ func (g *Gateway) readLoop(c *connection) (websocket.StatusCode, string) {
 		now := time.Now()
 		c.touch()
 		c.active(now)
-		if g.mockRoute(typ, data) {
+		if reply, ok := g.mockRoute(typ, data); ok {
 			g.log.Debug("frame to a mock route", "connection_id", c.id)
+			if reply != "" {
+				// The route response: queued behind the frames already posted, as
+				// API Gateway writes one frame at a time. A closing socket drops it.
+				_ = c.enqueue(outFrame{p: []byte(reply), done: make(chan error, 1)})
+			}
 			continue
 		}
 		received := c.stamp(now)

@@ -3,6 +3,7 @@ package socket_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -32,7 +33,56 @@ func (i *invokes) Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.O
 func connectReq(agent string, headers map[string]string) events.APIGatewayWebsocketProxyRequest {
 	req := events.APIGatewayWebsocketProxyRequest{Headers: headers, QueryStringParameters: map[string]string{"agent_id": agent}}
 	req.RequestContext.ConnectionID = "conn-" + agent
+	req.RequestContext.Identity.SourceIP = "198.51.100.7"
 	return req
+}
+
+// TestRefusedConnectionLogsSource: a refused handshake's log line names where it came
+// from — source_ip, and behind CloudFront the viewer's address from the header the
+// origin request policy forwards — for the refused-connections runbook (a scan, or a
+// client retrying a revoked token). Both refusals: no origin header, and no valid token.
+func TestRefusedConnectionLogsSource(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	db := dynamotest.Client(t)
+	names := dynamotest.CreateTables(t)
+	tokens := auth.New(db, names["ConnectionsTable"])
+	conns := connections.New(db, names["ConnectionsTable"])
+	lg := sessionlog.New(db, names["LogTable"])
+	srv := socket.New(tokens, conns, lg, delivery.New(delivery.Config{DeliverFunction: "deliver"}, lg, conns, nil, &invokes{}), nil, logger)
+	for _, c := range []struct {
+		name, msg, viewer string
+		origin            bool
+	}{
+		{"bad token, raw URL", "unauthorized connection", "", false},
+		{"bad token through CloudFront", "unauthorized connection", "203.0.113.9:51234", false},
+		{"no origin header", "connection without the origin header", "203.0.113.10:4000", true},
+	} {
+		logs.Reset()
+		srv.RequireOrigin(map[bool]string{true: "origin-s3cret-value"}[c.origin])
+		h := map[string]string{"Authorization": "Bearer tt_not_a_token"}
+		if c.viewer != "" {
+			h["cloudfront-viewer-address"] = c.viewer
+		}
+		if _, err := srv.Connect(context.Background(), connectReq("s1", h)); err != nil {
+			t.Fatal(err)
+		}
+		var line struct{ Msg, SourceIP, ViewerAddress string }
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var v struct {
+				Msg           string `json:"msg"`
+				SourceIP      string `json:"source_ip"`
+				ViewerAddress string `json:"viewer_address"`
+			}
+			if json.Unmarshal([]byte(l), &v) == nil && v.Msg == c.msg {
+				line.Msg, line.SourceIP, line.ViewerAddress = v.Msg, v.SourceIP, v.ViewerAddress
+			}
+		}
+		if line.Msg == "" || line.SourceIP != "198.51.100.7" || line.ViewerAddress != c.viewer {
+			t.Errorf("%s: line %+v, want %q with source_ip 198.51.100.7 and viewer_address %q; log:\n%s", c.name, line, c.msg, c.viewer, logs.String())
+		}
+	}
 }
 
 // TestRequireOrigin: with an origin secret, $connect refuses a handshake whose origin

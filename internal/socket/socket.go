@@ -139,6 +139,25 @@ func (s *Server) logFor(ctx context.Context, connID string) *slog.Logger {
 	return l
 }
 
+// ViewerAddressHeader is the header CloudFront adds with the viewer's address and port
+// when the origin request policy forwards it (template.yaml's
+// WebSocketOriginRequestPolicy does): behind CloudFront the handshake's source IP is an
+// edge server's, this the client's
+// (https://docs.aws.amazon.com/AmazonCloudFront/latest/DeveloperGuide/adding-cloudfront-headers.html).
+const ViewerAddressHeader = "CloudFront-Viewer-Address"
+
+// withSource adds to a $connect's log lines where the handshake came from: source_ip,
+// the address API Gateway saw, and viewer_address, the client's address behind
+// CloudFront. A client on the raw URL may send the header itself; with an origin
+// secret only CloudFront reaches this far, and CloudFront sets it.
+func withSource(lg *slog.Logger, req events.APIGatewayWebsocketProxyRequest) *slog.Logger {
+	lg = lg.With("source_ip", req.RequestContext.Identity.SourceIP)
+	if v := header(req, ViewerAddressHeader); v != "" {
+		lg = lg.With("viewer_address", v)
+	}
+	return lg
+}
+
 // header returns the first value of header name, matched case-insensitively.
 func header(req events.APIGatewayWebsocketProxyRequest, name string) string {
 	for k, v := range req.Headers {
@@ -163,6 +182,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	connID := req.RequestContext.ConnectionID
 	agentID := req.QueryStringParameters["agent_id"]
 	lg := s.logFor(ctx, connID).With("agent_id", agentID)
+	lg = withSource(lg, req)
 	if s.origin != nil && subtle.ConstantTimeCompare([]byte(header(req, OriginHeader)), s.origin) != 1 {
 		lg.Warn("connection without the origin header") // never the header's value
 		metrics.Add("OriginRefused", metrics.Count, 1)
@@ -200,6 +220,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 				}
 				if err := s.out.Welcome(ctx, agentID, superseded); err != nil {
 					lg.Error("welcome", "error", err)
+					internalAnswer()
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 				}
 				if uerr := <-used; uerr != nil {
@@ -213,6 +234,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	}
 	if !errors.Is(err, auth.ErrUnauthorized) && !errors.Is(err, connections.ErrTokenGone) {
 		lg.Error("connect", "error", err)
+		internalAnswer()
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 	}
 	// No record of the refused socket is written: a frame it sends before the drop finds
@@ -223,6 +245,7 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	if err := s.out.TurnAway(ctx, connID); err != nil {
 		// Without the asynchronous drop the client would hang: refuse the handshake.
 		lg.Error("turn away", "error", err)
+		internalAnswer()
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
 	}
 	return accepted, nil
@@ -460,7 +483,16 @@ func refusalFor(st connections.State) protocol.Code {
 // hello, which delivery owns (Outbound.Fail), or from an asynchronous deliver invocation
 // should that fail. The details stay in the log.
 func (s *Server) fail(ctx context.Context, lg *slog.Logger, connID string) {
+	internalAnswer()
 	if err := s.out.Fail(ctx, connID); err != nil {
 		lg.Error("answer internal error", "error", err)
 	}
 }
+
+// internalAnswer counts one answer of internal — an error{internal} frame and the close,
+// or a $connect refused with a 5xx or 401 for an unexpected failure — as the metric
+// InternalErrors (dimension function). Such an answer is the function's success to
+// Lambda (it returned) and to API Gateway (a message's route answered 200), so neither
+// Errors nor IntegrationError counts it: a broken grant or a throttled table would go
+// unseen but for this metric, which the InternalErrorsAlarm reads.
+func internalAnswer() { metrics.Add("InternalErrors", metrics.Count, 1) }

@@ -26,6 +26,7 @@ import (
 	"github.com/terret/terret-ws/internal/gatewaytest"
 	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
@@ -350,6 +351,7 @@ func testMessageCloses(t *testing.T, names tables.Names) {
 		{"unexpected", errors.New("dynamodb: throttled"), protocol.CodeInternal, "internal error: resubscribe from your last durable seq"},
 	}
 	for i, tc := range tests {
+		before := internalAnswers(t)
 		c := r.connected(t, agentFor(t, fmt.Sprint(i)))
 		r.ctrl.failWith("Inject", tc.err)
 		c.send(websocket.MessageText, []byte(`{"type":"inject","text":"x","wake":false}`))
@@ -360,8 +362,45 @@ func testMessageCloses(t *testing.T, names tables.Names) {
 		if got := c.closed(); got != websocket.StatusNormalClosure {
 			t.Errorf("%s: closed with %d, want 1000 after the error frame", tc.name, got)
 		}
+		// An internal answer, and only that, counts in InternalErrors (the alarm's
+		// metric): the route returned, so Lambda's Errors never sees it.
+		want := before
+		if tc.want == protocol.CodeInternal {
+			want++
+		}
+		if got := internalAnswers(t); got != want {
+			t.Errorf("%s: InternalErrors went from %v to %v, want %v", tc.name, before, got, want)
+		}
 	}
 }
+
+// internalAnswers reads the InternalErrors count of the process's metrics recorder,
+// installing one if there is none. Only testMessageCloses provokes internal answers, so
+// its counts are exact while the other route tests run alongside.
+func internalAnswers(t *testing.T) float64 {
+	t.Helper()
+	recorderOnce.Do(func() {
+		if metrics.Default() == nil {
+			metrics.SetDefault(metrics.New(nil, ""))
+		}
+	})
+	var b strings.Builder
+	if err := metrics.Default().WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "terret_internal_errors_total "); ok {
+			var n float64
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+var recorderOnce sync.Once
 
 // testMessageWithoutRuntime: with no agent runtime mounted, agent frames answer
 // unsupported and the socket stays open; subscribe still works.

@@ -86,7 +86,17 @@ func TestOperationalAlarms(t *testing.T) {
 		{"TableThrottlesAlarm", "AWS/DynamoDB", "WriteThrottleEvents", "TableName", []string{"${LogTable}", "${ConnectionsTable}", "${AgentsTable}"}},
 		{"ApiErrorsAlarm", "AWS/ApiGateway", "IntegrationError", "ApiId", []string{"${WebSocketApi}"}},
 		{"ApiErrorsAlarm", "AWS/ApiGateway", "ExecutionError", "ApiId", []string{"${WebSocketApi}"}},
-		{"ApiErrorsAlarm", "AWS/ApiGateway", "MessageCount", "Stage", []string{"${Stage}"}},
+		// MessageCount counts posts to clients and keepalives too: not a denominator.
+		{"ApiErrorsAlarm", "AWS/ApiGateway", "MessageCount", "Stage", nil},
+		{"ApiErrorsAlarm", "AWS/ApiGateway", "ConnectCount", "Stage", []string{"${Stage}"}},
+		{"ApiErrorsAlarm", emfNamespace, "OriginRefused", "function", []string{"connect"}},
+		{"ApiErrorsAlarm", "AWS/Lambda", "Invocations", "FunctionName", []string{fn("message"), fn("disconnect")}},
+		{"ApiErrorsAlarm", "AWS/Lambda", "Throttles", "FunctionName", []string{fn("message")}},
+		{"InternalErrorsAlarm", emfNamespace, "InternalErrors", "function", []string{"connect", "message"}},
+		{"InternalErrorsAlarm", "AWS/Lambda", "Invocations", "FunctionName", []string{fn("connect"), fn("message")}},
+		{"FailedTurnsAlarm", emfNamespace, "Turns", "status", []string{"completed", "cancelled", "rejected", "empty", "failed"}},
+		{"FailedTurnsAlarm", emfNamespace, "Turns", "function", []string{"runner", "runner", "runner", "runner", "runner"}},
+		{"ClientErrorsAlarm", "AWS/ApiGateway", "ClientError", "ApiId", []string{"${WebSocketApi}"}},
 		{"AccountConcurrencyAlarm", "AWS/Lambda", "ClaimedAccountConcurrency", "", []string{""}},
 	} {
 		a := mathAlarm(t, s, c.id)

@@ -125,8 +125,8 @@ func TestCloudFrontDistribution(t *testing.T) {
 	}
 	headers := stringsAt(s, "Resources", "WebSocketOriginRequestPolicy", "Properties", "OriginRequestPolicyConfig", "HeadersConfig", "Headers")
 	if orp("HeadersConfig", "HeaderBehavior") != "whitelist" ||
-		!equalSets(headers, []string{"Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Extensions"}) {
-		t.Errorf("origin request policy headers = %v %v, want the whitelist of the Sec-WebSocket-* headers not in the cache key", orp("HeadersConfig", "HeaderBehavior"), headers)
+		!equalSets(headers, []string{"Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Extensions", "CloudFront-Viewer-Address"}) {
+		t.Errorf("origin request policy headers = %v %v, want the whitelist of the Sec-WebSocket-* headers not in the cache key and CloudFront-Viewer-Address (the client's address in $connect's log lines)", orp("HeadersConfig", "HeaderBehavior"), headers)
 	}
 	for _, h := range headers {
 		if contains(keyHeaders, h) {

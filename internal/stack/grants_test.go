@@ -58,8 +58,8 @@ var (
 	profileSecretActions = []string{"secretsmanager:GetSecretValue", "ssm:GetParameter"}
 	bedrockModels        = []string{
 		"arn:${AWS::Partition}:bedrock:*::foundation-model/*",
-		"arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:inference-profile/*",
-		"arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:application-inference-profile/*",
+		"arn:${AWS::Partition}:bedrock:*:${AWS::AccountId}:inference-profile/*",
+		"arn:${AWS::Partition}:bedrock:*:${AWS::AccountId}:application-inference-profile/*",
 	}
 )
 

@@ -180,7 +180,16 @@ func TestTransformedTemplate(t *testing.T) {
 				RouteKey        string
 				Target          map[string]string
 				IntegrationType string
+				// The keepalive's route response and integration response.
+				RouteResponseSelectionExpression string
+				RouteID                          map[string]string `json:"RouteId"`
+				IntegrationID                    map[string]string `json:"IntegrationId"`
+				RouteResponseKey                 string
+				IntegrationResponseKey           string
+				TemplateSelectionExpression      string
+				ResponseTemplates                map[string]string
 			}
+			DependsOn any
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
@@ -202,13 +211,50 @@ func TestTransformedTemplate(t *testing.T) {
 			t.Errorf("%s: METRICS_NAMESPACE %s, want one naming the stack", fn, ns)
 		}
 	}
-	var keepalive string
-	for _, r := range doc.Resources {
+	var keepalive, keepaliveRoute string
+	for id, r := range doc.Resources {
 		if r.Type == "AWS::ApiGatewayV2::Route" && r.Properties.RouteKey == "keepalive" {
 			keepalive = strings.TrimSuffix(strings.TrimPrefix(r.Properties.Target["Fn::Sub"], "integrations/${"), "}")
+			keepaliveRoute = id
+			// Two-way: without a route response API Gateway sends nothing back, and a
+			// connection through CloudFront, which counts only bytes from the origin to
+			// the client, is closed after 10 minutes however often the client sends.
+			if r.Properties.RouteResponseSelectionExpression != "$default" {
+				t.Errorf("the keepalive route's RouteResponseSelectionExpression is %q, want $default (two-way)", r.Properties.RouteResponseSelectionExpression)
+			}
 		}
 	}
 	if in, ok := doc.Resources[keepalive]; !ok || in.Properties.IntegrationType != "MOCK" {
 		t.Errorf("the keepalive route's integration %q is %q, want a MOCK integration", keepalive, in.Properties.IntegrationType)
+	}
+	// Exactly one route response, on the keepalive route, and one integration response,
+	// on its MOCK integration, whose one template is the frame the local gateway answers.
+	var routeResponses, integrationResponses []string
+	for id, r := range doc.Resources {
+		switch r.Type {
+		case "AWS::ApiGatewayV2::RouteResponse":
+			routeResponses = append(routeResponses, id)
+			if r.Properties.RouteID["Ref"] != keepaliveRoute || r.Properties.RouteResponseKey != "$default" {
+				t.Errorf("%s: route response on %v key %q, want on %s key $default", id, r.Properties.RouteID, r.Properties.RouteResponseKey, keepaliveRoute)
+			}
+		case "AWS::ApiGatewayV2::IntegrationResponse":
+			integrationResponses = append(integrationResponses, id)
+			p := r.Properties
+			if p.IntegrationID["Ref"] != keepalive || p.IntegrationResponseKey != "$default" || p.TemplateSelectionExpression != `\$default` {
+				t.Errorf("%s: integration response on %v key %q selection %q, want on %s, key $default, selection \\$default", id, p.IntegrationID, p.IntegrationResponseKey, p.TemplateSelectionExpression, keepalive)
+			}
+			if len(p.ResponseTemplates) != 1 || p.ResponseTemplates["$default"] != `{"type":"keepalive"}` {
+				t.Errorf("%s: response templates %q, want only $default = {\"type\":\"keepalive\"}", id, p.ResponseTemplates)
+			}
+		}
+	}
+	if len(routeResponses) != 1 || len(integrationResponses) != 1 {
+		t.Errorf("route responses %v and integration responses %v, want one of each (the keepalive's)", routeResponses, integrationResponses)
+	}
+	deps, _ := json.Marshal(doc.Resources["WebSocketStage"].DependsOn)
+	for _, id := range append(routeResponses, integrationResponses...) {
+		if !strings.Contains(string(deps), `"`+id+`"`) {
+			t.Errorf("WebSocketStage does not depend on %s: its first deployment may lack the keepalive's answer", id)
+		}
 	}
 }

@@ -60,7 +60,7 @@ func CheckSchema(template []byte) []error {
 // release does not know, by resource type. CheckSchema leaves them out of its decode;
 // cfn-lint, which carries the current specification, checks them (TestLint).
 var goformationLags = map[string][]string{
-	"AWS::DynamoDB::Table": {"OnDemandThroughput"},
+	"AWS::DynamoDB::Table": {"OnDemandThroughput", "WarmThroughput"},
 }
 
 // withoutLagging returns the resource r of type typ without its goformationLags.

@@ -312,3 +312,70 @@ func (f Function) StreamEvents() (map[string]StreamEvent, error) {
 	}
 	return out, nil
 }
+
+// MockRoutes returns the WebSocket routes the template serves with a MOCK integration
+// (no function, no table), by route key, each with the text frame its route response
+// sends back: the $default response template of the integration's $default integration
+// response when the route is two-way (RouteResponseSelectionExpression and a route
+// response), "" when it answers nothing. `terret dev`'s gateway serves exactly these, so
+// the template is the one definition of the keepalive's answer.
+func (s *Stack) MockRoutes() (map[string]string, error) {
+	type props struct {
+		RouteKey, Target, IntegrationType, RouteResponseSelectionExpression string
+		RouteID                                                             string `json:"RouteId"`
+		IntegrationID                                                       string `json:"IntegrationId"`
+		RouteResponseKey, IntegrationResponseKey                            string
+		ResponseTemplates                                                   map[string]string
+	}
+	read := func(typ string) (map[string]props, error) {
+		out := map[string]props{}
+		for _, id := range s.Resources(typ) {
+			var p props
+			if err := s.Decode(&p, "Resources", id, "Properties"); err != nil {
+				return nil, err
+			}
+			out[id] = p
+		}
+		return out, nil
+	}
+	routes, err := read("AWS::ApiGatewayV2::Route")
+	if err != nil {
+		return nil, err
+	}
+	integrations, err := read("AWS::ApiGatewayV2::Integration")
+	if err != nil {
+		return nil, err
+	}
+	routeResponses, err := read("AWS::ApiGatewayV2::RouteResponse")
+	if err != nil {
+		return nil, err
+	}
+	integrationResponses, err := read("AWS::ApiGatewayV2::IntegrationResponse")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for routeID, r := range routes {
+		integration := strings.TrimSuffix(strings.TrimPrefix(r.Target, "integrations/${"), "}")
+		if in, ok := integrations[integration]; !ok || in.IntegrationType != "MOCK" {
+			continue
+		}
+		reply := ""
+		twoWay := false
+		for _, rr := range routeResponses {
+			twoWay = twoWay || rr.RouteID == "${"+routeID+"}" && rr.RouteResponseKey == "$default"
+		}
+		if twoWay && r.RouteResponseSelectionExpression == "$default" {
+			for _, ir := range integrationResponses {
+				if ir.IntegrationID == "${"+integration+"}" && ir.IntegrationResponseKey == "$default" {
+					reply = ir.ResponseTemplates["$default"]
+				}
+			}
+			if reply == "" {
+				return nil, fmt.Errorf("%w: route %s is two-way but its MOCK integration %s has no $default response template", ErrTemplate, r.RouteKey, integration)
+			}
+		}
+		out[r.RouteKey] = reply
+	}
+	return out, nil
+}

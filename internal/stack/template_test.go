@@ -382,8 +382,8 @@ func TestRoutes(t *testing.T) {
 		checkMockRoute(t, s, key, id)
 		delete(routes, key)
 	}
-	if n := len(s.Resources("AWS::ApiGatewayV2::RouteResponse")); n != 0 {
-		t.Errorf("%d route responses: no route answers a frame through API Gateway", n)
+	if n := len(s.Resources("AWS::ApiGatewayV2::RouteResponse")); n != len(mockRoutes) {
+		t.Errorf("%d route responses: only the MOCK routes (%d) answer a frame through API Gateway", n, len(mockRoutes))
 	}
 	invoked := map[string]string{} // function → source ARN
 	for _, id := range s.Resources("AWS::Lambda::Permission") {
@@ -444,11 +444,11 @@ func TestRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var routeIDs []string
-	for _, id := range s.Resources("AWS::ApiGatewayV2::Route") {
-		routeIDs = append(routeIDs, id)
+	for _, typ := range []string{"AWS::ApiGatewayV2::Route", "AWS::ApiGatewayV2::RouteResponse", "AWS::ApiGatewayV2::IntegrationResponse"} {
+		routeIDs = append(routeIDs, s.Resources(typ)...)
 	}
 	if !equalSets(deps, routeIDs) {
-		t.Errorf("stage DependsOn = %v, want the routes %v", deps, sorted(routeIDs))
+		t.Errorf("stage DependsOn = %v, want the routes and their responses %v", deps, sorted(routeIDs))
 	}
 	if st("DefaultRouteSettings", "ThrottlingBurstLimit") != "${ThrottlingBurstLimit}" || st("DefaultRouteSettings", "ThrottlingRateLimit") != "${ThrottlingRateLimit}" {
 		t.Errorf("stage default route throttling = %v", st("DefaultRouteSettings"))
@@ -459,13 +459,15 @@ func TestRoutes(t *testing.T) {
 }
 
 // mockRoutes are the routes API Gateway answers itself, with the frame type each
-// carries: keepalive (docs/protocol.md, "Keepalive").
+// carries: keepalive (docs/protocol.md, "Extension: keepalive").
 var mockRoutes = map[string]bool{"keepalive": true}
 
 // checkMockRoute: route key (logical id id) targets a MOCK integration that invokes
-// nothing and answers nothing: no function, no route response (so no frame back), and
-// the request template that gives API Gateway the status code a WebSocket MOCK
-// integration needs, selected whatever the frame's content (\$default).
+// nothing and answers with a frame of its own type: no function, a route response (so
+// that bytes go back to the client, which CloudFront's idle rule counts; the answer's
+// template is checked by TestTransformedTemplate and TestMockRoutes), and the request
+// template that gives API Gateway the status code a WebSocket MOCK integration needs,
+// selected whatever the frame's content (\$default).
 func checkMockRoute(t *testing.T, s *Stack, key, id string) {
 	t.Helper()
 	target := s.String("Resources", id, "Properties", "Target")
@@ -491,8 +493,8 @@ func checkMockRoute(t *testing.T, s *Stack, key, id string) {
 	if err := json.Unmarshal([]byte(in.RequestTemplates["$default"]), &tmpl); err != nil || tmpl.StatusCode == nil || *tmpl.StatusCode != 200 {
 		t.Errorf("route %s: $default request template %q (%v), want JSON {\"statusCode\": 200}", key, in.RequestTemplates["$default"], err)
 	}
-	if rse := s.String("Resources", id, "Properties", "RouteResponseSelectionExpression"); rse != "" {
-		t.Errorf("route %s: RouteResponseSelectionExpression %q: the keepalive gets no answer", key, rse)
+	if rse := s.String("Resources", id, "Properties", "RouteResponseSelectionExpression"); rse != "$default" {
+		t.Errorf("route %s: RouteResponseSelectionExpression %q, want $default: the keepalive is answered", key, rse)
 	}
 	if got := s.String("Resources", id, "Properties", "RouteKey"); got != key {
 		t.Errorf("route %s: RouteKey %q", key, got)
