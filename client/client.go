@@ -132,9 +132,10 @@ type Options struct {
 	// keepalive"): API Gateway closes a connection idle for 10 minutes, and the server
 	// cannot ping through it. Frames received do not count, so a client that only
 	// receives still sends one keepalive per interval. Default DefaultKeepaliveInterval (9 minutes);
-	// negative turns it off. A server without the extension answers bad_frame (an
-	// OnNotice) and stays open. On AWS a keepalive costs one billed message and no
-	// invocation; it carries no order number, as the server never sees it.
+	// negative turns it off. The server answers {"type":"keepalive"}, which the client
+	// drops (bytes toward the client keep CloudFront's idle timer running); a server
+	// without the extension answers bad_frame (an OnNotice) and stays open. On AWS a
+	// keepalive costs two billed messages and no invocation; it carries no order number.
 	KeepaliveInterval time.Duration
 	// keepaliveAfter replaces time.After in the keepalive loop (tests).
 	keepaliveAfter func(time.Duration) <-chan time.Time
@@ -380,8 +381,8 @@ func (c *Client) SetPolicy(ctx context.Context, patterns []string) error {
 
 // Keepalive sends {"type":"keepalive"} now, unnumbered, as the client does by itself
 // after KeepaliveInterval without sending (docs/protocol.md, "Extension: keepalive").
-// A server with the extension answers nothing; one without answers bad_frame (an
-// OnNotice) and stays open. `terret smoke` sends one to check a deployment's route.
+// A server with the extension answers {"type":"keepalive"}; one without answers
+// bad_frame (an OnNotice) and stays open. `terret smoke` sends one to check a deployment's route.
 func (c *Client) Keepalive(ctx context.Context) error {
 	return c.onConn(ctx, "keepalive", func(cn *conn) error { return cn.writeRaw(ctx, keepaliveFrame) })
 }
