@@ -39,8 +39,8 @@ func TestMain(m *testing.M) {
 }
 
 // hang bounds a wait for something the runner is certain to do — an event, a run's
-// end, a hook reached — by the test binary's deadline (internal/hang): load only makes
-// the wait longer, never fails it.
+// end, a hook reached — with internal/hang's bound: minutes, grown with the machine's
+// load, a hang detector and no claim about speed.
 func hang() time.Duration { return hangbound.Bound() }
 
 // testTables creates the template's tables for one test; dynamotest drops them when
