@@ -24,6 +24,7 @@ import (
 	"sync"
 	"testing"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
@@ -131,15 +132,24 @@ func binaryOffset() int {
 var errNoEndpoint = errors.New(EnvEndpoint + " names no endpoint")
 
 // Client returns a DynamoDB client for the test endpoint.
+//
+// Each request it sends is bounded as any wait (internal/hang): a server that stops
+// answering fails the test with the request's error within minutes, instead of holding
+// it until the test binary's deadline.
 func Client(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	return dynamolocal.Client(Endpoint(t))
+	return dynamolocal.Client(Endpoint(t), func(o *dynamodb.Options) { o.HTTPClient = boundedHTTP() })
+}
+
+// boundedHTTP is the SDK's HTTP client with each request bounded by hang.Bound.
+func boundedHTTP() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTimeout(hang.Bound())
 }
 
 // StreamsClient returns a DynamoDB Streams client for the test endpoint.
 func StreamsClient(t testing.TB) *dynamodbstreams.Client {
 	t.Helper()
-	return dynamolocal.StreamsClient(Endpoint(t))
+	return dynamolocal.StreamsClient(Endpoint(t), func(o *dynamodbstreams.Options) { o.HTTPClient = boundedHTTP() })
 }
 
 // UniqueName returns prefix followed by a random suffix, for table names and ids.
