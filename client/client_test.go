@@ -128,13 +128,13 @@ func TestResubscribeDiscardsStale(t *testing.T) {
 	}
 	select {
 	case <-reached:
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("seq 20 never delivered")
 	}
 	// The rest of the first replay reaches the client meanwhile.
 	select {
 	case <-replayed:
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("seq 45 of the first replay never sent")
 	}
 	if err := c.Subscribe(ctx, 5); err != nil {
@@ -176,7 +176,7 @@ func TestUnauthorizedStops(t *testing.T) {
 	}
 	select {
 	case <-c.Done():
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("client still running after its token was revoked")
 	}
 	if err := c.Wait(); !errors.Is(err, client.ErrUnauthorized) {
@@ -315,7 +315,7 @@ func TestCommandsAndNotices(t *testing.T) {
 	}
 	var reply strings.Builder
 	for {
-		ev := r.next(t, wait)
+		ev := r.next(t, wait())
 		if ev.Type == "assistant/chunk" {
 			reply.WriteString(payloadText(t, ev))
 		}
@@ -376,7 +376,7 @@ func TestSubprotocolAuth(t *testing.T) {
 	if err := c.Subscribe(ctxT(t), 0); err != nil {
 		t.Fatal(err)
 	}
-	if ev := r.next(t, wait); ev.Seq != 0 || ev.Type != "session/created" {
+	if ev := r.next(t, wait()); ev.Seq != 0 || ev.Type != "session/created" {
 		t.Fatalf("first event %s", ev.Raw)
 	}
 	_, err := client.Dial(ctxT(t), s.url(agent), "tt_nope", client.Options{SubprotocolAuth: true})

@@ -136,9 +136,10 @@ func (s *testStack) seed(t *testing.T, agent string, first, last int) {
 	}
 }
 
-// wait bounds every wait for the stack: generous, because DynamoDB Local on a
-// loaded machine can take seconds per request.
-const wait = 30 * time.Second
+// wait bounds a wait for the stack: internal/hang's bound, minutes grown with the
+// machine's load — a hang detector, since DynamoDB Local on a loaded machine can take
+// seconds per request.
+func wait() time.Duration { return hang.Bound() }
 
 func agentID() string { return dynamotest.UniqueName("a") }
 
@@ -202,7 +203,7 @@ func (r *recorder) next(t *testing.T, d time.Duration) client.Event {
 func (r *recorder) until(t *testing.T, typ string) client.Event {
 	t.Helper()
 	for {
-		if ev := r.next(t, wait); ev.Type == typ {
+		if ev := r.next(t, wait()); ev.Type == typ {
 			return ev
 		}
 	}
@@ -212,7 +213,7 @@ func (r *recorder) until(t *testing.T, typ string) client.Event {
 func (r *recorder) expectSeqs(t *testing.T, from, to int64) {
 	t.Helper()
 	for want := from; want <= to; want++ {
-		if ev := r.next(t, wait); ev.Seq != want {
+		if ev := r.next(t, wait()); ev.Seq != want {
 			t.Fatalf("event seq %d delivered, want %d; trail %v", ev.Seq, want, r.snapshotTrail())
 		}
 	}
@@ -287,7 +288,7 @@ func (r *recorder) waitNotice(t *testing.T, n int) client.Notice {
 
 func dial(t *testing.T, url, token string, o client.Options) *client.Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	c, err := client.Dial(ctx, url, token, o)
 	if err != nil {
@@ -299,7 +300,7 @@ func dial(t *testing.T, url, token string, o client.Options) *client.Client {
 
 // ctxT bounds a test's operations.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*wait())
 	t.Cleanup(cancel)
 	return ctx
 }

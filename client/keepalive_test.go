@@ -43,7 +43,7 @@ func TestKeepaliveOnIdleSocket(t *testing.T) {
 	var frames []string
 	select {
 	case frames = <-got:
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("the server got no three frames")
 	}
 	for i, f := range frames[:2] {
@@ -106,7 +106,7 @@ func TestNoKeepaliveWhileTrafficFlows(t *testing.T) {
 		if f != `{"type":"inject","text":"hi","wake":false,"order":2}` {
 			t.Errorf("the server's next frame = %s, want the inject (order 2) and no keepalive before it", f)
 		}
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("the server got nothing")
 	}
 }
@@ -150,7 +150,7 @@ func TestKeepaliveWhileOnlyReceiving(t *testing.T) {
 	var seq int64
 	for ; seq == 0 || time.Since(subscribed) < interval; seq++ {
 		push <- seq
-		if ev := r.next(t, wait); ev.Seq != seq {
+		if ev := r.next(t, wait()); ev.Seq != seq {
 			t.Fatalf("event seq %d delivered, want %d", ev.Seq, seq)
 		}
 	}
@@ -164,7 +164,7 @@ func TestKeepaliveWhileOnlyReceiving(t *testing.T) {
 		if f != `{"type":"keepalive"}` {
 			t.Errorf("the client's frame after %d events received = %s, want exactly {\"type\":\"keepalive\"}", seq, f)
 		}
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("the server got nothing")
 	}
 	if n := r.count(client.StateReconnecting); n != 0 {
@@ -201,7 +201,7 @@ func TestKeepaliveNow(t *testing.T) {
 		if f[0] != `{"type":"keepalive"}` || f[1] != `{"type":"cancel","order":2}` {
 			t.Errorf("frames after the subscribe = %q, want the keepalive then the cancel numbered 2", f)
 		}
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("the server got nothing")
 	}
 }

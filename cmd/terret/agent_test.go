@@ -106,7 +106,7 @@ func (p *ownDev) connect(t *testing.T, agentID string) *agentConn {
 	if code != 0 {
 		t.Fatalf("token create: %s %s", out, errOut)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, strings.Replace(p.ready.WSURL, "{agent_id}", agentID, 1),
 		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + strings.TrimSpace(out)}}})
@@ -117,31 +117,32 @@ func (p *ownDev) connect(t *testing.T, agentID string) *agentConn {
 	t.Cleanup(func() { c.CloseNow() })
 	a := &agentConn{t: t, c: c, dev: p, id: agentID}
 	a.send(`{"type":"subscribe","from_seq":0}`)
-	a.until(func(f string) bool { return strings.Contains(f, `"type":"hello"`) })
+	a.until("hello", func(f string) bool { return strings.Contains(f, `"type":"hello"`) })
 	return a
 }
 
 func (a *agentConn) send(frame string) {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	if err := a.c.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
-		a.t.Fatal(err)
+		a.t.Fatalf("%s: send %s: %v", a.id, frame, err)
 	}
 }
 
-// frameWait bounds the wait for one frame: a turn's next event, on a loaded machine.
-const frameWait = 60 * time.Second
-
-// until reads frames until one satisfies ok, and returns it.
-func (a *agentConn) until(ok func(string) bool) string {
+// until reads frames until one satisfies ok, and returns it. Each frame's wait is
+// internal/hang's bound (a hang detector, no claim about speed); a failure names what
+// was awaited and the frames read so far.
+func (a *agentConn) until(what string, ok func(string) bool) string {
 	a.t.Helper()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), frameWait)
+		bound := hang.Bound()
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		_, b, err := a.c.Read(ctx)
 		cancel()
 		if err != nil {
-			a.t.Fatalf("%s: read: %v", a.id, err)
+			a.t.Fatalf("%s: waiting for %s: no frame in %s: %v\nframes so far:\n%s\nterret dev stderr:\n%s",
+				a.id, what, bound, err, strings.Join(a.frames, "\n"), a.dev.stderr)
 		}
 		f := string(b)
 		a.frames = append(a.frames, f)
@@ -172,7 +173,7 @@ func (a *agentConn) turn(text string) []event {
 	b, _ := json.Marshal(map[string]any{"type": "inject", "text": text, "wake": true})
 	a.send(string(b))
 	from, want := len(a.frames), a.ends+1
-	a.until(func(string) bool { return a.ends == want })
+	a.until(fmt.Sprintf("turn/end of the turn woken by %.60q", text), func(string) bool { return a.ends == want })
 	var evs []event
 	for _, f := range a.frames[from:] {
 		var ev event
@@ -192,9 +193,9 @@ func (a *agentConn) setModel(role, spec string) string {
 	a.send(`{"type":"cancel"}`)
 	// Either an error frame comes back, or the state item changes; a cancel (no turn
 	// runs, so it answers not_running) paces the polling of the table.
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(hang.Bound()); time.Now().Before(deadline); {
 		var answer string
-		a.until(func(f string) bool {
+		a.until("an error frame answering set_model or cancel", func(f string) bool {
 			if strings.Contains(f, `"type":"error"`) && !strings.Contains(f, `"code":"not_running"`) {
 				answer = f
 			}
@@ -215,7 +216,7 @@ func (a *agentConn) setModel(role, spec string) string {
 // modelMain reads the agent's main model from its state item.
 func (a *agentConn) modelMain() string {
 	a.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	out, err := dynamolocal.Client(a.dev.ready.DynamoDBEndpoint).GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(a.dev.ready.Tables["AgentsTable"]),
@@ -470,7 +471,7 @@ func TestOwnAgent(t *testing.T) {
 	want := policies(a.frames) + 1
 	replay := p.connect(t, "acme1")
 	replay.send(`{"type":"set_policy","patterns":["*"]}`)
-	replay.until(func(string) bool { return policies(replay.frames) == want })
+	replay.until(fmt.Sprintf("the replayed log's %d policy/updated events", want), func(string) bool { return policies(replay.frames) == want })
 	all += strings.Join(replay.frames, "\n")
 	for _, k := range []string{acmeKey, localKey} {
 		if strings.Contains(all, k) {

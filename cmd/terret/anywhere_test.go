@@ -18,6 +18,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 // devRun is a `terret dev` process started by a test.
@@ -56,8 +57,11 @@ func launchDev(t *testing.T, bin, dir, state string, args ...string) *devRun {
 }
 
 // waitReady waits for the ready file, failing if the process exits first.
-func (d *devRun) waitReady(t *testing.T, within time.Duration) {
+// waitReady waits for the ready file, bounded by internal/hang's bound (a hang
+// detector: a start on a loaded machine may take minutes).
+func (d *devRun) waitReady(t *testing.T) {
 	t.Helper()
+	within := hang.Bound()
 	deadline := time.Now().Add(within)
 	for {
 		if b, err := os.ReadFile(d.readyFile); err == nil && json.Unmarshal(b, &d.ready) == nil {
@@ -88,7 +92,7 @@ func (d *devRun) stop(t *testing.T) {
 	}
 	select {
 	case <-d.done:
-	case <-time.After(90 * time.Second):
+	case <-time.After(hang.Bound()):
 		t.Fatalf("terret dev did not stop on SIGTERM\nstderr:\n%s", d.stderr)
 	}
 	if d.exitErr != nil {
@@ -138,7 +142,7 @@ type session struct {
 
 func dialSession(t *testing.T, url, token string) *session {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
 	if err != nil {
@@ -154,7 +158,7 @@ func dialSession(t *testing.T, url, token string) *session {
 
 func (s *session) send(frame string) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	if err := s.c.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
 		s.t.Fatalf("send %s: %v", frame, err)
@@ -164,7 +168,7 @@ func (s *session) send(frame string) {
 // next reads one frame, keeping it if it is an event.
 func (s *session) next() string {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	_, b, err := s.c.Read(ctx)
 	if err != nil {
@@ -224,7 +228,7 @@ func TestDevInstalledAnywhere(t *testing.T) {
 
 	began := time.Now()
 	d := launchDev(t, bin, work, state, "--addr", "127.0.0.1:0")
-	d.waitReady(t, 5*time.Minute)
+	d.waitReady(t)
 	t.Logf("first start (install included): %s", time.Since(began).Round(time.Millisecond))
 	for _, want := range []string{"terret dev: installing DynamoDB Local", "terret dev: installed DynamoDB Local in"} {
 		if !strings.Contains(d.stderr.String(), want) {
@@ -282,7 +286,7 @@ func TestDevInstalledAnywhere(t *testing.T) {
 
 	began = time.Now()
 	d2 := launchDev(t, bin, work, state, "--addr", "127.0.0.1:0")
-	d2.waitReady(t, 2*time.Minute)
+	d2.waitReady(t)
 	t.Logf("restart: %s", time.Since(began).Round(time.Millisecond))
 	if strings.Contains(d2.stderr.String(), "installing DynamoDB Local") {
 		t.Fatalf("restart installed DynamoDB Local again:\n%s", d2.stderr)
@@ -336,8 +340,8 @@ func TestDevInstances(t *testing.T) {
 	bin, state := terretBin(t), t.TempDir()
 	a := launchDev(t, bin, t.TempDir(), state, "--addr", "127.0.0.1:0", "--dynamodb-endpoint", endpoint, "--table-prefix", dynamotest.UniqueName("ia")+"-")
 	b := launchDev(t, bin, t.TempDir(), state, "--addr", "127.0.0.1:0", "--dynamodb-endpoint", endpoint, "--table-prefix", dynamotest.UniqueName("ib")+"-")
-	a.waitReady(t, time.Minute)
-	b.waitReady(t, time.Minute)
+	a.waitReady(t)
+	b.waitReady(t)
 	recs, err := devstate.List(state)
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("records %+v (%v), want two", recs, err)
@@ -408,7 +412,7 @@ func TestDevResumesAfterCrash(t *testing.T) {
 	dynamotest.Endpoint(t) // skip (or fail under CI) where DynamoDB Local cannot run
 	bin, state := terretBin(t), t.TempDir()
 	d := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0") // in the checkout: its DynamoDB Local
-	d.waitReady(t, 2*time.Minute)
+	d.waitReady(t)
 	out, errOut, code := runIn(t, bin, state, "token", "create", "--agent", "r1")
 	if code != 0 {
 		t.Fatalf("token create: exit %d, %s", code, errOut)
@@ -425,7 +429,7 @@ func TestDevResumesAfterCrash(t *testing.T) {
 	<-d.done
 
 	d2 := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0")
-	d2.waitReady(t, 2*time.Minute)
+	d2.waitReady(t)
 	if recs, _ := devstate.List(state); len(recs) != 1 || recs[0].PID != d2.cmd.Process.Pid {
 		t.Fatalf("records after the restart: %+v, want only the new instance's", recs)
 	}

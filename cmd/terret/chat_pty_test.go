@@ -164,7 +164,7 @@ func testChatTerminal(t *testing.T, e *e2e) {
 		if err != nil {
 			t.Fatalf("chat exited with %v after /quit", err)
 		}
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("chat did not quit")
 	}
 }
@@ -220,7 +220,7 @@ func testChatPastTip(t *testing.T, e *e2e) {
 		if err != nil {
 			t.Fatalf("chat exited with %v after Ctrl-D", err)
 		}
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatal("chat did not exit on Ctrl-D")
 	}
 }

@@ -44,7 +44,7 @@ func testChatPiped(t *testing.T, e *e2e) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		_ = cmd.Process.Kill()
 		<-done
 		t.Fatalf("chat did not exit at the end of its input; it printed:\n%s", out)
@@ -85,7 +85,7 @@ func testChatPipedParked(t *testing.T, e *e2e) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		_ = cmd.Process.Kill()
 		<-done
 		t.Fatalf("chat did not exit at the end of its input with the turn parked; it printed:\n%s", out)
@@ -110,7 +110,7 @@ func testChatPipedParked(t *testing.T, e *e2e) {
 	}
 
 	// Still parked: approving it from another client completes the turn.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*wait)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*wait())
 	defer cancel()
 	ends := make(chan string, 10)
 	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{OnEvent: func(ev client.Event) error {
@@ -291,7 +291,7 @@ func testChatSuperseded(t *testing.T, e *e2e) {
 	if l := p.line(t); !strings.HasPrefix(l, "· connected to "+agent) {
 		t.Fatalf("first line %q", l)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{})
 	if err != nil {

@@ -138,11 +138,11 @@ func (p *devProc) wsURL(agent string) string {
 
 func readFrame(t *testing.T, c *websocket.Conn) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	_, b, err := c.Read(ctx)
 	if err != nil {
-		t.Fatalf("read: %v", err)
+		t.Fatalf("read a frame: %v", err)
 	}
 	return string(b)
 }
@@ -165,7 +165,7 @@ func TestDevCommand(t *testing.T) {
 	if code != 0 || strings.Count(out, "\n") != 1 || !strings.HasPrefix(tok, "tt_") {
 		t.Fatalf("token create = %q (stderr %q, exit %d), want one token line", out, errOut, code)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, p.wsURL("a1"), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
 	if err != nil {
@@ -223,7 +223,7 @@ func TestDevCommand(t *testing.T) {
 		if err != nil {
 			t.Fatalf("terret dev exited with %v after SIGTERM", err)
 		}
-	case <-time.After(60 * time.Second):
+	case <-time.After(hang.Bound()):
 		t.Fatal("terret dev did not stop on SIGTERM")
 	}
 	if left, _ := filepath.Glob(filepath.Join(devstate.Dir(p.stateDir), "*.json")); len(left) != 0 {

@@ -101,7 +101,7 @@ func startSlowDev(t *testing.T, bin string, env []string, args ...string) *slowD
 func (d *slowDev) expect(t *testing.T, want []string) {
 	t.Helper()
 	var seen []string
-	timeout := time.After(2 * wait)
+	timeout := time.After(2 * wait())
 	for i := 0; i < len(want); {
 		select {
 		case l, ok := <-d.lines:
@@ -116,7 +116,7 @@ func (d *slowDev) expect(t *testing.T, want []string) {
 				i++
 			}
 		case <-timeout:
-			t.Fatalf("no line %q after %s; lines:\n%s", want[i], 2*wait, strings.Join(seen, "\n"))
+			t.Fatalf("no line %q after %s; lines:\n%s", want[i], 2*wait(), strings.Join(seen, "\n"))
 		}
 	}
 	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -27,7 +26,7 @@ func TestDevMetrics(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("token create exit %d", code)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	tok := strings.TrimSpace(out)
 	dial := func() *websocket.Conn {

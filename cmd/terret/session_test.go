@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 
@@ -119,7 +118,7 @@ func TestSessionCommands(t *testing.T) {
 // helloEpoch opens a connection and returns its hello's epoch.
 func helloEpoch(t *testing.T, url, token string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
 	if err != nil {
@@ -146,7 +145,7 @@ func TestSessionEpochAcrossDevRestart(t *testing.T) {
 	dynamotest.Endpoint(t) // skip (or fail under CI) where DynamoDB Local cannot run
 	bin, state := terretBin(t), t.TempDir()
 	d := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0")
-	d.waitReady(t, 2*time.Minute)
+	d.waitReady(t)
 	out, errOut, code := runIn(t, bin, state, "token", "create", "--agent", "e1")
 	if code != 0 {
 		t.Fatalf("token create: exit %d, %s", code, errOut)
@@ -159,7 +158,7 @@ func TestSessionEpochAcrossDevRestart(t *testing.T) {
 	d.stop(t)
 
 	d2 := launchDev(t, bin, ".", state, "--addr", "127.0.0.1:0")
-	d2.waitReady(t, 2*time.Minute)
+	d2.waitReady(t)
 	if after := helloEpoch(t, d2.url("e1"), tok); after != first {
 		t.Fatalf("epoch %s after the restart on the same data, was %s", after, first)
 	}

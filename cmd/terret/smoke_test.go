@@ -23,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 // TestSmoke runs `terret smoke` against a running terret dev, found as chat and tail
@@ -30,7 +31,7 @@ import (
 // against a URL where nothing listens: exit status 1, the failed step named.
 func TestSmoke(t *testing.T) {
 	endpoint := dynamotest.Endpoint(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	st, err := devstack.Start(ctx, devstack.Options{
 		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smoke") + "-",
@@ -80,7 +81,7 @@ func TestSmoke(t *testing.T) {
 
 	// A gateway without the keepalive route (a deployment from before the extension):
 	// the keepalive step fails and names the missing route; the steps before it pass.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute) // the first minute is spent
+	ctx2, cancel2 := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel2()
 	old, err := devstack.Start(ctx2, devstack.Options{
 		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smoke") + "-",

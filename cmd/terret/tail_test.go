@@ -27,12 +27,14 @@ import (
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
-// wait bounds every wait on the stack or a process: generous, because DynamoDB Local
-// on a loaded machine can take seconds per request.
-const wait = 30 * time.Second
+// wait bounds a wait on the stack or a process: internal/hang's bound, minutes grown
+// with the machine's load — a hang detector, since DynamoDB Local on a loaded machine
+// can take seconds per request.
+func wait() time.Duration { return hang.Bound() }
 
 // e2e is the built terret binary and an in-process `terret dev` (approvals mounted)
 // for it to talk to.
@@ -67,7 +69,7 @@ func TestBinary(t *testing.T) {
 		e.bin, err = buildTerret(t.TempDir())
 		built <- err
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	st, err := devstack.Start(ctx, devstack.Options{
 		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("cli") + "-",
@@ -202,8 +204,8 @@ func (p *proc) line(t *testing.T) string {
 		return l
 	case <-p.exited:
 		t.Fatalf("terret exited (%v) before printing a line; stderr: %s", p.err, p.stderr)
-	case <-time.After(wait):
-		t.Fatalf("no line within %s; stderr: %s", wait, p.stderr)
+	case <-time.After(wait()):
+		t.Fatalf("no line within %s; stderr: %s", wait(), p.stderr)
 	}
 	return ""
 }
@@ -213,7 +215,7 @@ func (p *proc) exit(t *testing.T) int {
 	t.Helper()
 	select {
 	case <-p.exited:
-	case <-time.After(wait):
+	case <-time.After(wait()):
 		t.Fatalf("terret still running; stderr: %s", p.stderr)
 	}
 	if p.err == nil {
@@ -300,7 +302,7 @@ func testTailSuperseded(t *testing.T, e *e2e) {
 	tok := e.token(t, agent)
 	p := start(t, e.command(t, nil, "tail", "--agent", agent, "--url", e.url(agent), "--token", tok))
 	p.line(t)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
 	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{})
 	if err != nil {

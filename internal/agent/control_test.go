@@ -472,3 +472,57 @@ func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
 }
+
+// holdingLog holds the runner just after it appended an event of type typ (the event is
+// in the log, and on its way to the clients) until release is closed.
+type holdingLog struct {
+	agent.Log
+	typ      string
+	once     sync.Once
+	appended chan struct{}
+	release  chan struct{}
+}
+
+func (h *holdingLog) Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error) {
+	ev, err := h.Log.Append(ctx, sessionID, typ, payload)
+	if err == nil && typ == h.typ {
+		h.once.Do(func() {
+			close(h.appended)
+			select {
+			case <-h.release:
+			case <-time.After(hang()):
+			}
+		})
+	}
+	return ev, err
+}
+
+// TestCancelAfterTurnEndLogged: a cancel served after the turn's turn/end is logged —
+// a client that saw the turn end and then sent cancel — while the runner has not yet
+// cleared the turn from the state item is answered not_running, as any cancel with no
+// turn running is (docs/lifecycle.md), rather than taken for the ended turn and
+// answered by nothing. It stays answered so when it waited: the next turn is not
+// cancelled by it.
+func TestCancelAfterTurnEndLogged(t *testing.T) {
+	t.Parallel()
+	hl := &holdingLog{typ: agent.TypeTurnEnd, appended: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, opts{wrapLog: func(l agent.Log) agent.Log { hl.Log = l; return hl }})
+	e.inject("hi", true)
+	waitChan(t, hl.appended, "the runner holding after the turn/end append")
+	err := e.svc.Cancel(e.ctx, e.agentID, "too late")
+	close(hl.release)
+	if !errors.Is(err, agent.ErrNotRunning) {
+		t.Errorf("cancel after the turn/end was logged, the turn still recorded: %v, want %v", err, agent.ErrNotRunning)
+	}
+	e.waitTurnEnds(1)
+	e.settle()
+	e.inject("again", true)
+	evs := e.waitTurnEnds(2)
+	e.settle()
+	e.noErrors()
+	for _, te := range ofType(evs, agent.TypeTurnEnd) {
+		if p := payload(te); p["status"] != agent.StatusCompleted {
+			t.Errorf("turn/end %v, want completed: the cancel answered not_running stops nothing\n%s", p, dump(evs))
+		}
+	}
+}

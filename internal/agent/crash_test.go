@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	hangbound "github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
 )
@@ -399,4 +401,91 @@ func TestCrashAfterClaimingLeaseWrite(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lateRenewDB lands a dead runner's last lease renewal — sent just before it died,
+// written by DynamoDB after — right after the next invocation's first look at the
+// lease (its first acquire attempt, which finds the lease live), and moves the agents'
+// clock past every lease from that invocation's second attempt on.
+type lateRenewDB struct {
+	agent.DB
+	t          *testing.T
+	table, id  string
+	clock      *atomic.Int64 // unix ms of the runtime's clock (Config.Now)
+	armed      atomic.Bool
+	lateUntil  atomic.Int64
+	failedSeen atomic.Int64 // failed acquire attempts since armed
+}
+
+func (d *lateRenewDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := d.DB.UpdateItem(ctx, in, opts...)
+	var cf *types.ConditionalCheckFailedException
+	if !d.armed.Load() || !strings.HasPrefix(aws.ToString(in.ConditionExpression), "(attribute_not_exists(#owner) OR") || !errors.As(err, &cf) {
+		return out, err
+	}
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "agent#" + d.id}, "sk": &types.AttributeValueMemberS{Value: "state"}}
+	switch d.failedSeen.Add(1) {
+	case 1: // the dead runner's renewal lands now
+		got, gerr := d.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.table), Key: key, ConsistentRead: aws.Bool(true)})
+		if gerr != nil {
+			d.t.Errorf("read the state item: %v", gerr)
+			return out, err
+		}
+		if _, uerr := d.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(d.table), Key: key,
+			UpdateExpression:          aws.String("SET #lease_until = :until"),
+			ConditionExpression:       aws.String("#owner = :me"),
+			ExpressionAttributeNames:  map[string]string{"#lease_until": "lease_until", "#owner": "owner"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":until": &types.AttributeValueMemberN{Value: fmt.Sprint(d.lateUntil.Load())}, ":me": got.Item["owner"]},
+		}); uerr != nil {
+			d.t.Errorf("the dead runner's late renewal: %v", uerr)
+		}
+	default: // time passes: the dead runner's lease expires
+		d.clock.Add(2 * testLease.Milliseconds())
+	}
+	return out, err
+}
+
+// TestLateRenewalOfADeadRunner: a renewal a runner sent just before it died can be
+// written after the next invocation first found the lease live. It proves nothing
+// about the holder — only a renewal sent after that look does — so the next invocation
+// waits for the lease to expire and resumes the dead runner's turn, instead of leaving
+// the turn to a holder that will never release it.
+func TestLateRenewalOfADeadRunner(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	var d *lateRenewDB
+	crash := func(p string) bool {
+		if p != agent.CrashAfterAcquire || d.armed.Load() {
+			return false
+		}
+		// Half a lease later the runner sends a renewal, and dies.
+		clock.Add(testLease.Milliseconds() / 2)
+		d.lateUntil.Store(clock.Load() + testLease.Milliseconds())
+		d.armed.Store(true)
+		return true
+	}
+	e := newEnv(t, opts{crash: crash, wrapDB: func(db agent.DB) agent.DB {
+		d = &lateRenewDB{DB: db, t: t, clock: &clock}
+		return d
+	}})
+	d.table, d.id = e.names["AgentsTable"], e.agentID
+	e.restart(func(c *agent.Config) { c.Now = func() time.Time { return time.UnixMilli(clock.Load()) } })
+	e.inject("hi", true)
+	hangbound.Until(t, "the runner's crash after it took the lease", d.armed.Load)
+	e.settle()
+	if evs := e.events(); count(evs, agent.TypeTurnEnd) != 0 {
+		t.Fatalf("the crashed runner logged a turn/end\n%s", dump(evs))
+	}
+
+	e.restart(nil)
+	if err := e.runner.Run(e.ctx, e.agentID); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	evs := e.events()
+	if d.failedSeen.Load() < 2 || count(evs, agent.TypeTurnEnd) != 1 || lastTurnEnd(t, evs)["status"] != agent.StatusCompleted {
+		t.Fatalf("after the dead runner's late renewal (%d acquire attempts found the lease held): want its turn resumed and ended by the next invocation\n%s",
+			d.failedSeen.Load(), dump(evs))
+	}
+	e.noErrors()
 }

@@ -50,8 +50,9 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 // waking inject queued) or parked on approvals, then releases the lease — unless a
 // stimulus arrived meanwhile, in which case it goes round again. If another
 // invocation holds the lease, Run waits until that holder shows it is alive (it
-// renews its lease, and will see this invocation's stimulus before it lets go) or
-// its lease expires (it died: Run takes over and resumes its turn).
+// renews its lease after Run first found it held, and will see this invocation's
+// stimulus before it lets go) or its lease expires (it died: Run takes over and
+// resumes its turn).
 //
 // When ctx's deadline is nearer than DeadlineMargin at a step boundary, Run releases
 // the lease and invokes the runner function again for the agent; the new invocation
@@ -237,6 +238,7 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 		return state{}, false, err
 	}
 	var seen *state
+	var first time.Time // the first attempt, which found the lease held
 	for {
 		now := inv.c.now()
 		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
@@ -253,10 +255,16 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 				continue // the lease is free, but the claim no longer holds: take the lease alone
 			}
 		}
-		if seen != nil && (st.Runner != seen.Runner || st.LeaseUntil != seen.LeaseUntil) {
+		if seen != nil && (st.Runner != seen.Runner || st.LeaseUntil != seen.LeaseUntil) &&
+			st.LeaseUntil > first.Add(ttl).UnixMilli() {
 			// The holder renewed (or handed on) after this stimulus was recorded: it
-			// will find the stimulus when it tries to release.
+			// will find the stimulus when it tries to release. Only a lease write sent
+			// after the first attempt shows that: one a holder sent before it died can
+			// be written after that attempt, with an end no later than its time + ttl.
 			return state{}, false, nil
+		}
+		if seen == nil {
+			first = now
 		}
 		seen = &st
 		wait := time.UnixMilli(st.LeaseUntil).Sub(now) + 20*time.Millisecond

@@ -94,9 +94,12 @@ const InFlightBound = 2 * time.Second
 // runs after this one: with no turn running, a queued wake sent earlier makes the
 // cancel owed, and the runner cancels the turn that wake starts. It returns
 // ErrNotRunning only if no such turn is running or owed — after waiting up to
-// InFlightBound past the frame's receipt for one still in flight (see there). Cost:
-// 1 write and one asynchronous invoke with a turn running; otherwise 1–2 writes, an
-// inbox query per look, and 1 write to withdraw.
+// InFlightBound past the frame's receipt for one still in flight (see there). A turn
+// whose turn/end is logged is not running, though the state item records it until its
+// runner's release: a client that saw the turn end and then sent cancel is answered
+// ErrNotRunning, not left without an answer. Cost: 1 write, a read of the log's
+// newest events (turnEnded) and one asynchronous invoke with a turn running;
+// otherwise 1–2 writes, an inbox query per look, and 1 write to withdraw.
 func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 	reason, _ = boundText(reason, MaxReasonBytes)
 	st := s.c.stamp(ctx)
@@ -106,13 +109,25 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 		deadline = time.Time{}
 	}
 	owed := false
+	ended := "" // a turn the state item records whose turn/end is logged
 	for look := 0; ; look++ {
-		out, err := s.c.store.cancelRunning(ctx, agentID, reason, key)
+		out, cur, err := s.c.store.cancelRunning(ctx, agentID, reason, key, ended)
 		if err != nil {
 			return err
 		}
 		switch out {
 		case cancelledRunning:
+			// The state item records a turn until its runner's release, a little after
+			// the turn/end — which a client may have seen before it sent this cancel.
+			// That turn is not running, unless this cancel is what ended it.
+			te, done, err := s.c.turnEnded(ctx, agentID, cur)
+			if err != nil {
+				return err
+			}
+			if done && (te.Status != StatusCancelled || cur.CancelTurn == cur.TurnID) {
+				ended = cur.TurnID
+				continue // no turn running: as below
+			}
 			s.c.pause(PauseCancelRecorded, agentID)
 			return s.c.invoke(ctx, agentID)
 		case cancelNewerTurn:
@@ -135,7 +150,7 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 			return nil // the runner that wake started cancels its turn at the start
 		}
 		if !s.c.now().Before(deadline) {
-			gone, err := s.c.store.forgo(ctx, agentID, key)
+			gone, err := s.c.store.forgo(ctx, agentID, key, ended)
 			if err != nil {
 				return err
 			}
@@ -148,6 +163,31 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 			return err
 		}
 	}
+}
+
+// endedTail is how many of the log's newest events turnEnded reads for a recorded
+// turn's turn/end. While the state item records an ended turn, only its runner's
+// release is still to come, and only a set_policy appends meanwhile.
+const endedTail = 16
+
+// turnEnded returns the turn/end of the turn the state item st records, if it is among
+// the log's newest endedTail events: the turn is over, its runner yet to clear it from
+// the state item. Cost: the tip (1 read unit) and a strongly consistent read of the
+// newest events from the turn's first seq on, at most endedTail (usually 1 read unit).
+func (c *core) turnEnded(ctx context.Context, agentID string, st state) (turnEnd, bool, error) {
+	if st.TurnID == "" {
+		return turnEnd{}, false, nil
+	}
+	tip, err := c.log.Tip(ctx, agentID)
+	if err != nil {
+		return turnEnd{}, false, fmt.Errorf("agent: read tip of %s: %w", agentID, err)
+	}
+	evs, err := c.log.Read(ctx, agentID, max(st.TurnSeq, tip-endedTail+1), endedTail)
+	if err != nil {
+		return turnEnd{}, false, fmt.Errorf("agent: read log of %s: %w", agentID, err)
+	}
+	te, ok := turnEndOf(evs, st.TurnID)
+	return te, ok, nil
 }
 
 // Approve records the verdict approved on callID and resumes the turn. It returns

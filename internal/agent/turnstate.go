@@ -231,32 +231,42 @@ const (
 // stimulus, if the turn's waking inject was sent before the cancel (key). It also
 // raises CancelAt to key, so a turn that a wake sent before the cancel starts later
 // (its handler ran late) is cancelled too. A later cancel already recorded makes this
-// one a no-op that reports cancelledRunning. Cost: 1 write unit.
-func (st *store) cancelRunning(ctx context.Context, agentID, reason, key string) (cancelOutcome, error) {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r, #cancel_at = :k, #cancel_at_reason = :r ADD #pending :one"),
-		ConditionExpression: aws.String("attribute_exists(#turn_id) AND (attribute_not_exists(#turn_key) OR #turn_key <= :k) " +
-			"AND (attribute_not_exists(#cancel_at) OR #cancel_at <= :k)"),
+// one a no-op that reports cancelledRunning. A recorded turn with id ended (not "")
+// is one whose turn/end is logged: it counts as no turn (cancelNoTurn). It returns
+// the state item as found, before the write. Cost: 1 write unit.
+func (st *store) cancelRunning(ctx context.Context, agentID, reason, key, ended string) (cancelOutcome, state, error) {
+	cond := "attribute_exists(#turn_id) AND (attribute_not_exists(#turn_key) OR #turn_key <= :k) " +
+		"AND (attribute_not_exists(#cancel_at) OR #cancel_at <= :k)"
+	vals := map[string]types.AttributeValue{":r": s(reason), ":k": s(key), ":one": n(1)}
+	if ended != "" {
+		cond += " AND #turn_id <> :ended"
+		vals[":ended"] = s(ended)
+	}
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:                    aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r, #cancel_at = :k, #cancel_at_reason = :r ADD #pending :one"),
+		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            names("cancel_turn", attrTurnID, "turn_key", "cancel_reason", "cancel_at", "cancel_at_reason", attrPending),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":r": s(reason), ":k": s(key), ":one": n(1)},
+		ExpressionAttributeValues:           vals,
+		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		cur, derr := decodeState(item)
 		switch {
 		case derr != nil:
-			return 0, derr
-		case cur.TurnID == "":
-			return cancelNoTurn, nil
+			return 0, state{}, derr
+		case cur.TurnID == "" || cur.TurnID == ended:
+			return cancelNoTurn, cur, nil
 		case cur.TurnKey != "" && cur.TurnKey > key:
-			return cancelNewerTurn, nil
+			return cancelNewerTurn, cur, nil
 		}
-		return cancelledRunning, nil // a later cancel is recorded: it covers this one
+		return cancelledRunning, cur, nil // a later cancel is recorded: it covers this one
 	}
 	if err != nil {
-		return 0, fmt.Errorf("agent: cancel turn of %s: %w", agentID, err)
+		return 0, state{}, fmt.Errorf("agent: cancel turn of %s: %w", agentID, err)
 	}
-	return cancelledRunning, nil
+	cur, err := decodeState(out.Attributes)
+	return cancelledRunning, cur, err
 }
 
 // owe records a cancel that found no turn running: CancelAt rises to key, so the turn
@@ -278,14 +288,21 @@ func (st *store) owe(ctx context.Context, agentID, reason, key string) error {
 }
 
 // forgo withdraws the owed cancel recorded with key, if it is still the latest and no
-// turn has been recorded since. It reports false when a turn was recorded meanwhile
-// (the cancel may apply to it after all).
-func (st *store) forgo(ctx context.Context, agentID, key string) (bool, error) {
+// turn has been recorded since — but for ended (not ""), a recorded turn whose turn/end
+// is logged. It reports false when a turn was recorded meanwhile (the cancel may apply
+// to it after all).
+func (st *store) forgo(ctx context.Context, agentID, key, ended string) (bool, error) {
+	cond := "#cancel_at = :k AND attribute_not_exists(#turn_id)"
+	vals := map[string]types.AttributeValue{":k": s(key)}
+	if ended != "" {
+		cond = "#cancel_at = :k AND (attribute_not_exists(#turn_id) OR #turn_id = :ended)"
+		vals[":ended"] = s(ended)
+	}
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String("REMOVE #cancel_at, #cancel_at_reason"),
-		ConditionExpression:                 aws.String("#cancel_at = :k AND attribute_not_exists(#turn_id)"),
+		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            names("cancel_at", "cancel_at_reason", attrTurnID),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key)},
+		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
@@ -293,7 +310,7 @@ func (st *store) forgo(ctx context.Context, agentID, key string) (bool, error) {
 		if derr != nil {
 			return false, derr
 		}
-		return cur.TurnID == "", nil
+		return cur.TurnID == "" || cur.TurnID == ended, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("agent: withdraw cancel of %s: %w", agentID, err)

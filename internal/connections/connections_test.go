@@ -17,6 +17,7 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 type fixture struct {
@@ -275,7 +276,7 @@ func TestSlotsBoundAcrossInstances(t *testing.T) {
 						}
 						select {
 						case <-full:
-						case <-time.After(time.Minute):
+						case <-time.After(hang.Bound()):
 							t.Errorf("holder %s: never %d holders at once", holder, n)
 						}
 						holding.Add(-1)

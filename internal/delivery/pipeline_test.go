@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -93,7 +94,7 @@ func TestCursorWritePipelined(t *testing.T) {
 			// sender would never reach the bound.
 			select {
 			case <-bound:
-			case <-time.After(10 * time.Second):
+			case <-time.After(hang.Bound()):
 				close(records.release) // let the sender finish
 				t.Fatalf("%d frames posted, then the posts stopped while the cursor write was in flight; want hello and %d events", socket.count(conn), every)
 			}

@@ -109,7 +109,7 @@ func TestConcurrentDeliveryExact(t *testing.T) {
 				resubbed := false
 				final := int64(writers * perWriter)
 				for {
-					f, err := c.next(20 * time.Second)
+					f, err := c.next(hang())
 					if err != nil {
 						t.Errorf("%s: %v (expected seq %d)", agent, err, ck.next)
 						return
@@ -265,7 +265,7 @@ func TestMaxConcurrentReplays(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					c.send(`{"type":"subscribe","from_seq":0}`)
-					if f := c.must(90 * time.Second); f.Seq == nil || *f.Seq != 0 {
+					if f := c.must(hang()); f.Seq == nil || *f.Seq != 0 {
 						t.Errorf("client %d: first frame %s", i, f)
 					}
 				}()

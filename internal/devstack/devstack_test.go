@@ -28,7 +28,7 @@ func TestUnauthorized(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.dial(t, "a1", tc.token)
-			f := c.must(10 * time.Second)
+			f := c.must(hang())
 			if f.Type != "error" || f.Code != "unauthorized" {
 				t.Fatalf("first frame %s, want error unauthorized", f)
 			}
@@ -100,7 +100,7 @@ func TestResubscribeMidStream(t *testing.T) {
 	c.send(`{"type":"subscribe","from_seq":5}`)
 	// Discard until the new replay's first event, as the spec tells clients to.
 	for {
-		f := c.must(10 * time.Second)
+		f := c.must(hang())
 		if f.Seq == nil {
 			t.Fatalf("protocol frame %s during resubscribe", f)
 		}
@@ -122,7 +122,7 @@ func TestReplayTruncated(t *testing.T) {
 	c.hello("a1")
 	appendN(t, e.log, "a1", 20) // tip 20
 	c.send(`{"type":"subscribe","from_seq":3}`)
-	f := c.must(10 * time.Second)
+	f := c.must(hang())
 	if f.Type != "replay_truncated" || f.Req != 3 || f.From != 16 || f.Seq != nil {
 		t.Fatalf("first frame %s, want replay_truncated{requested_from_seq 3, from_seq 16}", f)
 	}
@@ -132,7 +132,7 @@ func TestReplayTruncated(t *testing.T) {
 	// Within the limit: no replay_truncated.
 	c.send(`{"type":"subscribe","from_seq":19}`)
 	for {
-		f := c.must(10 * time.Second)
+		f := c.must(hang())
 		if f.Type == "replay_truncated" {
 			t.Fatalf("replay_truncated for a subscribe within the limit: %s", f)
 		}

@@ -181,7 +181,7 @@ func (c *client) must(d time.Duration) frame {
 	c.t.Helper()
 	f, err := c.next(d)
 	if err != nil {
-		c.t.Fatalf("read frame: %v", err)
+		c.t.Fatalf("read frame (waited up to %s): %v", d.Round(time.Second), err)
 	}
 	return f
 }

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -124,7 +123,7 @@ func longTurn(t *testing.T, c *client) {
 	c.send(map[string]any{"type": "inject", "wake": true,
 		"text": `{"script":[{"call":[{"tool":"sleep","args":{"ms":300000}}]},{"say":"done"}]}`})
 	for {
-		f := c.must(30 * time.Second)
+		f := c.must(hang())
 		if f.Type == "tool/call" {
 			return
 		}
@@ -140,7 +139,7 @@ func longTurn(t *testing.T, c *client) {
 func closingError(t *testing.T, c *client, code string) frame {
 	t.Helper()
 	for {
-		f := c.must(2 * time.Minute)
+		f := c.must(hang())
 		if f.Type == "error" {
 			if f.Code != code {
 				t.Fatalf("error frame %s, want code %s", f, code)
@@ -169,7 +168,7 @@ func (e env) checkFreshTurn(t *testing.T, c *client, agent string) {
 	t.Helper()
 	c.send(`{"type":"inject","text":"hello","wake":true}`)
 	for {
-		f := c.must(30 * time.Second)
+		f := c.must(hang())
 		if f.Type == "turn/end" {
 			if !strings.Contains(string(f.Pay), `"completed"`) {
 				t.Fatalf("fresh turn ended %s", f)

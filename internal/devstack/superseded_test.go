@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/devstack"
@@ -45,11 +46,15 @@ func TestHelloBeforeSuperseded(t *testing.T) {
 			e := startStack(t, devstack.Options{Observer: g})
 			tok := e.token(t, "a1")
 			first := e.dial(t, "a1", tok)
-			<-g.reached
+			select {
+			case <-g.reached:
+			case <-time.After(hang()):
+				t.Fatalf("the first connection's sender never reached the gate %s", point)
+			}
 			second := e.dial(t, "a1", tok) // its $connect supersedes first, whose hello is owed
 			second.hello("a1")
 			close(g.release)
-			if f := first.must(10e9); f.Type != "hello" {
+			if f := first.must(hang()); f.Type != "hello" {
 				t.Fatalf("superseded connection's first frame %s, want hello", f)
 			}
 			first.expectError("superseded")

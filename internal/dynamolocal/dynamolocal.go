@@ -373,16 +373,17 @@ func Config() aws.Config {
 	}
 }
 
-// Client returns a DynamoDB client for endpoint.
-func Client(endpoint string) *dynamodb.Client {
-	return dynamodb.NewFromConfig(Config(), func(o *dynamodb.Options) {
+// Client returns a DynamoDB client for endpoint; optFns apply after its own options.
+func Client(endpoint string, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
+	return dynamodb.NewFromConfig(Config(), append([]func(*dynamodb.Options){func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(strings.TrimRight(endpoint, "/"))
-	})
+	}}, optFns...)...)
 }
 
-// StreamsClient returns a DynamoDB Streams client for endpoint.
-func StreamsClient(endpoint string) *dynamodbstreams.Client {
-	return dynamodbstreams.NewFromConfig(Config(), func(o *dynamodbstreams.Options) {
+// StreamsClient returns a DynamoDB Streams client for endpoint; optFns apply after its
+// own options.
+func StreamsClient(endpoint string, optFns ...func(*dynamodbstreams.Options)) *dynamodbstreams.Client {
+	return dynamodbstreams.NewFromConfig(Config(), append([]func(*dynamodbstreams.Options){func(o *dynamodbstreams.Options) {
 		o.BaseEndpoint = aws.String(strings.TrimRight(endpoint, "/"))
-	})
+	}}, optFns...)...)
 }

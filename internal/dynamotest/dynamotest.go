@@ -23,13 +23,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/tables"
 )
 
@@ -63,16 +64,9 @@ func Endpoint(t testing.TB) string {
 			}
 			return
 		}
-		// The start is bounded only by the test binary's deadline (go test -timeout),
-		// less a margin to report it: on a loaded machine the JVM may take minutes, which
-		// is no failure.
-		limit := 90 * time.Second
-		if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
-			if dl, ok := d.Deadline(); ok {
-				limit = max(time.Until(dl)-30*time.Second, limit)
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		// The start is bounded as any wait for a condition (internal/hang): on a loaded
+		// machine the JVM may take minutes, which is no failure; a hang is.
+		ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 		defer cancel()
 		srv, err := dynamolocal.Start(ctx, dynamolocal.Options{})
 		if err != nil {
@@ -138,15 +132,24 @@ func binaryOffset() int {
 var errNoEndpoint = errors.New(EnvEndpoint + " names no endpoint")
 
 // Client returns a DynamoDB client for the test endpoint.
+//
+// Each request it sends is bounded as any wait (internal/hang): a server that stops
+// answering fails the test with the request's error within minutes, instead of holding
+// it until the test binary's deadline.
 func Client(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	return dynamolocal.Client(Endpoint(t))
+	return dynamolocal.Client(Endpoint(t), func(o *dynamodb.Options) { o.HTTPClient = boundedHTTP() })
+}
+
+// boundedHTTP is the SDK's HTTP client with each request bounded by hang.Bound.
+func boundedHTTP() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTimeout(hang.Bound())
 }
 
 // StreamsClient returns a DynamoDB Streams client for the test endpoint.
 func StreamsClient(t testing.TB) *dynamodbstreams.Client {
 	t.Helper()
-	return dynamolocal.StreamsClient(Endpoint(t))
+	return dynamolocal.StreamsClient(Endpoint(t), func(o *dynamodbstreams.Options) { o.HTTPClient = boundedHTTP() })
 }
 
 // UniqueName returns prefix followed by a random suffix, for table names and ids.
@@ -165,18 +168,22 @@ func CreateTables(t testing.TB) tables.Names {
 		t.Fatalf("dynamotest: %v", err)
 	}
 	names := tables.NamesWithPrefix(defs, UniqueName("t")+"-")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Bounded as any wait (internal/hang): a shared server under load may take
+	// minutes to create them.
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 	defer cancel()
 	db := Client(t)
 	// Drop the tables with the test: a long-lived shared DynamoDB Local slows down as
 	// data piles up.
 	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
+		defer cancel()
 		for _, name := range names {
-			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+			_, _ = db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &name})
 		}
 	})
 	if err := tables.Ensure(ctx, db, defs, names); err != nil {
-		t.Fatalf("dynamotest: %v", err)
+		t.Fatalf("dynamotest: create the template's tables: %v", err)
 	}
 	return names
 }

@@ -4,35 +4,53 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 )
 
-// TestBound: the bound ends Margin before the binary's deadline, whatever that is, and
-// is never under a second.
+// TestBound: the bound is Limit grown with the load average per CPU (up to
+// MaxLoadFactor), and ends Margin before the binary's deadline, whatever that is, never
+// under a second.
 func TestBound(t *testing.T) {
 	f := flag.Lookup("test.timeout")
 	if f == nil {
 		t.Fatal("no test.timeout flag")
 	}
-	prev := f.Value.String()
-	t.Cleanup(func() { _ = f.Value.Set(prev) })
+	prev, prevLoad := f.Value.String(), loadPath
+	t.Cleanup(func() { _ = f.Value.Set(prev); loadPath = prevLoad })
+	cpus := float64(runtime.NumCPU())
 	tests := []struct {
+		name     string
 		timeout  string
+		loadavg  string // "" : no load average to read
 		min, max time.Duration
 	}{
-		{"0s", 10 * time.Minute, 10 * time.Minute},
-		{"1s", time.Second, time.Second},
-		{"1h", time.Hour - Margin - time.Minute, time.Hour - Margin},
+		{"no deadline, idle", "0s", "0.00 0.01 0.05 1/100 42", Limit, Limit},
+		{"no deadline, no load average", "0s", "", Limit, Limit},
+		{"no deadline, load twice the CPUs", "0s", fmt.Sprintf("%.2f 1 1 1/100 42", 2*cpus), 2 * Limit, 2 * Limit},
+		{"no deadline, load far above", "0s", fmt.Sprintf("%.2f 1 1 1/100 42", 100*cpus), MaxLoadFactor * Limit, MaxLoadFactor * Limit},
+		{"deadline nearer than the bound", "1m", "0.00 0 0 1/1 1", time.Minute - Margin - time.Minute, time.Minute - Margin},
+		{"deadline past", "1s", "0.00 0 0 1/1 1", time.Second, time.Second},
+		{"deadline far", "10h", "0.00 0 0 1/1 1", Limit, Limit},
 	}
 	for _, tc := range tests {
-		if err := f.Value.Set(tc.timeout); err != nil {
-			t.Fatal(err)
-		}
-		if got := Bound(); got < tc.min || got > tc.max {
-			t.Errorf("-timeout %s: Bound() = %v, want within [%v, %v]", tc.timeout, got, tc.min, tc.max)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if err := f.Value.Set(tc.timeout); err != nil {
+				t.Fatal(err)
+			}
+			loadPath = filepath.Join(t.TempDir(), "loadavg")
+			if tc.loadavg != "" {
+				if err := os.WriteFile(loadPath, []byte(tc.loadavg+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := Bound(); got < max(tc.min, time.Second) || got > tc.max {
+				t.Errorf("-timeout %s, loadavg %q: Bound() = %v, want within [%v, %v]", tc.timeout, tc.loadavg, got, tc.min, tc.max)
+			}
+		})
 	}
 }
 
@@ -58,7 +76,7 @@ func TestUntil(t *testing.T) {
 		UntilNil(rec, "a state never reached", func() error { return errors.New("cursor at 3") })
 	}()
 	<-done
-	want := "hang: a state never reached: not reached before the test binary's deadline: cursor at 3"
+	want := "hang: a state never reached: not reached in 1s: cursor at 3"
 	if rec.msg != want {
 		t.Fatalf("failure = %q, want %q", rec.msg, want)
 	}

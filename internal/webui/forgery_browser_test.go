@@ -23,6 +23,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/gatewaytest"
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/webui"
 )
@@ -109,7 +110,7 @@ func TestBrowserCannotForgeEvents(t *testing.T) {
 	t.Cleanup(func() { victim.Conn.CloseNow() })
 	next := func() map[string]any {
 		t.Helper()
-		b, err := victim.Next(time.Minute)
+		b, err := victim.Next(hang.Bound())
 		if err != nil {
 			t.Fatalf("victim: %v", err)
 		}

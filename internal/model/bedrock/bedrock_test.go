@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/model/bedrock"
 )
@@ -317,7 +318,7 @@ func TestStreamContextCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(hang.Bound()):
 		t.Fatal("Stream did not return after cancellation")
 	}
 }

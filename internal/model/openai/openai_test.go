@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/model/openai"
 )
@@ -342,7 +343,7 @@ func TestStreamContextCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(hang.Bound()):
 		t.Fatal("Stream did not return after cancellation")
 	}
 }
