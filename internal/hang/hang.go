@@ -45,6 +45,14 @@ func Bound() time.Duration {
 	return b
 }
 
+// Scaled is d times the machine's load average per CPU when that is above 1 (at most
+// MaxLoadFactor): for a test whose code under test runs against a deadline of its own
+// (a runner invocation's timeout), so that a loaded machine gives it the same room as
+// an idle one would, instead of turning load into a failure.
+func Scaled(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * loadFactor())
+}
+
 // deadlineLeft is the time to the test binary's deadline; false when it has none
 // (-timeout 0) or is not a test binary.
 func deadlineLeft() (time.Duration, bool) {
