@@ -318,6 +318,7 @@ func (b *bench) report(lc *levelCounter) *report {
 		l := b.res.lagged
 		sec := fmt.Sprintf("slow readers (outbound_queue %d, events of %d KiB)", l.Queue, l.EventBytes>>10)
 		add(sec, "paused reader: events appended until it was dropped", "events", float64(l.Appended), nil, noTarget)
+		add(sec, "paused reader: of those, appended each once the one before was posted", "events", float64(l.Paced), nil, noTarget)
 		add(sec, "paused reader: events it received before lagged", "events", float64(l.Received), nil, noTarget)
 		add(sec, "paused reader: events behind (tip − last received) when lagged fired", "events", float64(l.Behind), fl(float64(l.Queue+1)), atMost(float64(2*l.Queue)))
 		add(sec, "paused reader: sent lagged", "bool", b2f(l.GotLagged), fl(1), atLeast(1))
