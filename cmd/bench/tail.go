@@ -102,7 +102,7 @@ type tailResult struct {
 }
 
 // runTail measures append → client receive for the fast path (the runtime's
-// delivery.Notifier, as service.Agent builds it) and for the stream-only path (no
+// delivery.Notifier, as agentservice.Agent builds it) and for the stream-only path (no
 // notifier: the stream consumer alone delivers), each with its own subscribed client,
 // in blocks interleaved with blocks of the floor so that drift of the shared machine
 // hits all alike. The writer appends one event at a time and waits for its receipt
@@ -126,10 +126,10 @@ func (b *bench) runTail(ctx context.Context) error {
 	}
 	defer batchedCl.close()
 	lg := b.st.log()
-	// service.Agent's fast path: a Notifier over a Deliverer built by service, with the
+	// agentservice.Agent's fast path: a Notifier over a Deliverer built by service, with the
 	// runtime's one-second budget per send.
 	notifier := delivery.NewNotifier(service.Deliverer(b.st.cfg, b.st.awsCfg, b.st.logger, service.Tuning{}), time.Second)
-	fastLog := sessionlog.Notify(lg, notifier.OnAppend) // as service.AgentWith wires the runtime's log
+	fastLog := sessionlog.Notify(lg, notifier.OnAppend) // as agentservice.AgentWith wires the runtime's log
 
 	fastTo := func(session string, cl *wsClient) func(int64) (time.Duration, time.Duration, error) {
 		return func(seq int64) (time.Duration, time.Duration, error) {

@@ -14,8 +14,9 @@ import (
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/config/useraws"
 	"github.com/terret/terret-ws/internal/profile"
-	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/tools"
 )
 
@@ -164,11 +165,11 @@ func checkAgentProfile(ctx context.Context, file, base string, deployed bool) (s
 			return "", problems(base, err)
 		}
 	}
-	modelAWS, err := config.AWS(ctx)
+	modelAWS, err := useraws.Load(ctx)
 	if err != nil {
 		return "", err
 	}
-	penv := service.ProfileEnv(modelAWS, service.AgentOptions{Local: !deployed})
+	penv := agentservice.ProfileEnv(modelAWS, agentservice.AgentOptions{Local: !deployed})
 	if deployed {
 		penv.LookupEnv = nil // the functions' environment is not this shell's
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/terret/terret-ws/client"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/config/useraws"
 )
 
 // The optional steps of `terret smoke`, run after replay on its last connection, in
@@ -199,7 +200,7 @@ func (s *smoke) rotate(ctx context.Context, c *client.Client) (string, error) {
 // --connections-table, default AWS credentials, --region) or the running terret dev's.
 func smokeTokens(ctx context.Context, env config.CLIEnv, table, region, addr string) (*auth.Store, error) {
 	if table != "" {
-		cfg, err := config.AWS(ctx)
+		cfg, err := useraws.Load(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -261,7 +262,7 @@ func (r routeThrottle) String() string {
 // SDK client) and prints its default route throttle and each route's own.
 // https://docs.aws.amazon.com/apigatewayv2/latest/api-reference/apis-apiid-stages-stagename.html
 func (r *stageRef) describe(ctx context.Context) (string, error) {
-	cfg, err := config.AWS(ctx)
+	cfg, err := useraws.Load(ctx)
 	if err != nil {
 		return "", err
 	}

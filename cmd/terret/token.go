@@ -14,6 +14,7 @@ import (
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/config/useraws"
 	"github.com/terret/terret-ws/internal/devstate"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 )
@@ -52,7 +53,7 @@ func (f storeFlags) open(ctx context.Context, env config.CLIEnv) (store, error) 
 		if *f.table == "" {
 			return store{}, fmt.Errorf("%w: --region needs --connections-table", errUsage)
 		}
-		awsCfg, err := config.AWS(ctx)
+		awsCfg, err := useraws.Load(ctx)
 		if err != nil {
 			return store{}, err
 		}

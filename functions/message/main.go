@@ -4,12 +4,13 @@ package main
 
 import (
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 )
 
 func main() {
 	env := service.Boot("message")
 	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
-	rt, err := service.Agent(env.Config, env.AWS, d, env.Logger)
+	rt, err := agentservice.Agent(env.Config, env.AWS, d, env.Logger)
 	if err != nil {
 		service.Exit(err)
 	}

@@ -5,11 +5,12 @@ package main
 
 import (
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 )
 
 func main() {
 	env := service.Boot("runner")
-	rt, err := service.Agent(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), env.Logger)
+	rt, err := agentservice.Agent(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), env.Logger)
 	if err != nil {
 		service.Exit(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/terret/terret-ws/internal/agent/control"
 )
 
 // Size bounds. An event envelope over sessionlog.MaxEnvelopeBytes (128 KiB) is
@@ -12,13 +14,13 @@ import (
 // bounds count JSON-encoded bytes (escapes included), leaving room for the envelope
 // and the payload's other fields.
 const (
-	MaxTextBytes   = 64 << 10 // inject text (user/message, context/injected)
-	MaxResultBytes = 64 << 10 // a tool result
-	MaxArgsBytes   = 64 << 10 // a tool call's arguments (not cut: the call is refused)
-	MaxChunkBytes  = 32 << 10 // one assistant/chunk's text; longer text is split
-	MaxErrorBytes  = 8 << 10  // a tool result's error text
-	MaxReasonBytes = 4 << 10  // turn/end and approval/resolved reasons
-	MaxTitleRunes  = 80       // session/titled
+	MaxTextBytes   = control.MaxTextBytes // inject text (user/message, context/injected)
+	MaxResultBytes = 64 << 10             // a tool result
+	MaxArgsBytes   = 64 << 10             // a tool call's arguments (not cut: the call is refused)
+	MaxChunkBytes  = 32 << 10             // one assistant/chunk's text; longer text is split
+	MaxErrorBytes  = 8 << 10              // a tool result's error text
+	MaxReasonBytes = 4 << 10              // turn/end and approval/resolved reasons
+	MaxTitleRunes  = 80                   // session/titled
 )
 
 // encodedLen is how many bytes r takes inside a JSON string as the session log writes

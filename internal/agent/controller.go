@@ -1,31 +1,19 @@
 package agent
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/terret/terret-ws/internal/agent/control"
 
 // Errors of Service's frame methods (socket.Controller), mapped to protocol error codes
-// by the message function.
+// by the message function. They live in package control, which the routes import
+// without the runtime; these are the same values.
 var (
-	ErrNotRunning  = errors.New("agent: no turn running")
-	ErrStaleCall   = errors.New("agent: no standing approval request for call")
-	ErrUnsupported = errors.New("agent: approvals are not mounted")
-	ErrBadSpec     = errors.New("agent: invalid model role or spec")
+	ErrNotRunning  = control.ErrNotRunning
+	ErrStaleCall   = control.ErrStaleCall
+	ErrUnsupported = control.ErrUnsupported
+	ErrBadSpec     = control.ErrBadSpec
 	// ErrTextTooLong: an inject's text is over MaxTextBytes (see TextTooLongError).
-	ErrTextTooLong = errors.New("agent: inject text too long")
+	ErrTextTooLong = control.ErrTextTooLong
 )
 
-// TextTooLongError refuses an inject whose text is over MaxTextBytes JSON-encoded: the
-// one bound on injected text, for every caller (the message function answers it with
-// bad_frame). Nothing is queued or logged, so nothing a client sent is cut.
-type TextTooLongError struct {
-	Bytes int // the text's JSON-encoded size, quotes included
-}
-
-func (e *TextTooLongError) Error() string {
-	return fmt.Sprintf("agent: inject text is %d bytes JSON-encoded, at most %d allowed in one event", e.Bytes, MaxTextBytes)
-}
-
-// Is makes errors.Is(err, ErrTextTooLong) hold.
-func (e *TextTooLongError) Is(target error) bool { return target == ErrTextTooLong }
+// TextTooLongError refuses an inject whose text is over MaxTextBytes JSON-encoded
+// (control.TextTooLongError).
+type TextTooLongError = control.TextTooLongError

@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +33,22 @@ var (
 // TokenPrefix starts every token, so that a leaked one is easy to recognise.
 const TokenPrefix = "tt_"
 
-var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
-// ValidAgentID reports whether id may name an agent: 1–128 of [A-Za-z0-9._-].
-func ValidAgentID(id string) bool { return agentIDPattern.MatchString(id) }
+// ValidAgentID reports whether id may name an agent: 1–128 of [A-Za-z0-9._-]. A loop
+// over the bytes rather than a regexp: `{1,128}` compiles to a program of 128 copies,
+// built at every function's cold start.
+func ValidAgentID(id string) bool {
+	if len(id) < 1 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Key is the pk of an agent's token item.
 func Key(agentID string) string { return "tokens#" + agentID }

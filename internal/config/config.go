@@ -15,7 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
@@ -213,13 +213,28 @@ func positive(getenv func(string) string, name string, def int) (int, error) {
 	return n, nil
 }
 
-// AWS loads the AWS configuration (credentials, region) the default way.
-func AWS(ctx context.Context) (aws.Config, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return aws.Config{}, fmt.Errorf("config: load aws config: %w", err)
+// LambdaAWS is the AWS configuration of a deployed function, read from the variables
+// Lambda sets in every function's environment: the region (AWS_REGION, else
+// AWS_DEFAULT_REGION) and the execution role's credentials (AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) — what AWS's default chain resolves first
+// there ([Lambda's defined runtime environment variables]). It reads no shared config
+// or credentials file and builds no other credential provider (SSO, STS, instance
+// metadata), so a function carries none of them and its cold start spends nothing on
+// them. The service clients fill in the SDK's defaults for what is left unset (HTTP
+// client, retryer: DynamoDB's is set by DynamoDB below). Missing credentials are an
+// init error.
+//
+// [Lambda's defined runtime environment variables]: https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars.html#configuration-envvars-runtime
+func LambdaAWS(getenv func(string) string) (aws.Config, error) {
+	region := orDefault(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
+	key, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")
+	if region == "" || key == "" || secret == "" {
+		return aws.Config{}, fmt.Errorf("%w: AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set (Lambda sets them)", ErrInvalid)
 	}
-	return cfg, nil
+	return aws.Config{
+		Region:      region,
+		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(key, secret, getenv("AWS_SESSION_TOKEN"))),
+	}, nil
 }
 
 // DynamoDBMaxAttempts is how many times a DynamoDB request is tried before its error

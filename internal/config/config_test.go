@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -125,5 +126,62 @@ func TestRetentionDays(t *testing.T) {
 		if err != nil && (!errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "RETENTION_DAYS")) {
 			t.Errorf("RETENTION_DAYS=%q: error %v, want config.ErrInvalid naming RETENTION_DAYS", tc.v, err)
 		}
+	}
+}
+
+// TestLambdaAWS: a function's AWS configuration comes from Lambda's environment alone —
+// region (AWS_REGION first, AWS_DEFAULT_REGION else) and the role's credentials, the
+// session token included — and missing ones are an init error naming the variables.
+func TestLambdaAWS(t *testing.T) {
+	full := map[string]string{
+		"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-east-1",
+		"AWS_ACCESS_KEY_ID": "AKIAFN", "AWS_SECRET_ACCESS_KEY": "s3cret", "AWS_SESSION_TOKEN": "tok",
+	}
+	without := func(names ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range full {
+			m[k] = v
+		}
+		for _, n := range names {
+			delete(m, n)
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		region  string
+		token   string
+		wantErr bool
+	}{
+		{"lambda's variables", full, "eu-west-1", "tok", false},
+		{"default region only", without("AWS_REGION"), "us-east-1", "tok", false},
+		{"no session token", without("AWS_SESSION_TOKEN"), "eu-west-1", "", false},
+		{"no region", without("AWS_REGION", "AWS_DEFAULT_REGION"), "", "", true},
+		{"no key id", without("AWS_ACCESS_KEY_ID"), "", "", true},
+		{"no secret", without("AWS_SECRET_ACCESS_KEY"), "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.LambdaAWS(func(k string) string { return tc.env[k] })
+			if tc.wantErr {
+				if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
+					t.Fatalf("err = %v, want ErrInvalid naming the variables", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Region != tc.region {
+				t.Errorf("region %q, want %q", cfg.Region, tc.region)
+			}
+			creds, err := cfg.Credentials.Retrieve(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if creds.AccessKeyID != "AKIAFN" || creds.SecretAccessKey != "s3cret" || creds.SessionToken != tc.token {
+				t.Errorf("credentials %q/%q/%q, want AKIAFN/s3cret/%q", creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken, tc.token)
+			}
+		})
 	}
 }

@@ -119,9 +119,10 @@ func (k *kickTracker) settled(t *testing.T) {
 }
 
 type rigConfig struct {
-	db    *dynamodb.Client                        // default: the shared DynamoDB Local
-	names tables.Names                            // default: fresh tables there
-	posts func(delivery.PostAPI) delivery.PostAPI // wraps the @connections client
+	db    *dynamodb.Client                            // default: the shared DynamoDB Local
+	names tables.Names                                // default: fresh tables there
+	posts func(delivery.PostAPI) delivery.PostAPI     // wraps the @connections client
+	logs  func(delivery.LogReader) delivery.LogReader // wraps the log the Deliverer reads
 	cfg   delivery.Config
 	// served, if set, receives the connection id of each frame once the message
 	// function has served it: a barrier for "it did not post".
@@ -156,7 +157,11 @@ func startRig(t *testing.T, rc rigConfig) *rig {
 		tokens: auth.New(rc.db, rc.names["ConnectionsTable"]),
 		kicks:  invoke,
 	}
-	r.d = delivery.New(rc.cfg, r.log, r.conns, posts, invoke)
+	var logs delivery.LogReader = r.log
+	if rc.logs != nil {
+		logs = rc.logs(logs)
+	}
+	r.d = delivery.New(rc.cfg, logs, r.conns, posts, invoke)
 	r.fast = delivery.NewNotifier(r.d, time.Second)
 	t.Cleanup(r.fast.FlushAll)
 	var agent socket.Controller // a nil *T would not be a nil interface

@@ -3,6 +3,8 @@ package delivery
 import (
 	"context"
 	"time"
+
+	"github.com/terret/terret-ws/internal/protocol"
 )
 
 // A reader that stops reading shows in one of two ways, and both feed one rule: the
@@ -10,22 +12,29 @@ import (
 // the client has not been handed (laggingAt), closes it with lagged.
 //
 //   - The local gateway answers a post once its frame is written to a socket whose
-//     kernel send buffer is small (localgw.Config.SendBuffer), so posts slow down as
-//     soon as the client's own receive buffer is full (slowPost below).
+//     kernel send buffer is small (localgw.Config.SendBuffer), or after its write
+//     timeout with the frame still queued: a post to a reader that stopped waits.
 //   - API Gateway refuses a post with LimitExceededException when "the WebSocket client
 //     side buffer is full" (ErrFull, post.go): the frame is not taken and the cursor
-//     stays before it; a sender whose post is refused that way checks the bound.
+//     stays before it; the sender retries it for about 0.8 s (post), then checks the
+//     bound.
 //
-// slowPost is how long a live post may take before the sender checks the
-// outbound-queue bound at once (laggingAt) rather than at its next read of the log. A
-// post waits for a slow reader only where the transport pushes back: the local
-// gateway answers a post once its frame is written, or after its write timeout with
-// the frame still queued. A sender in the middle of a batch (up to OutboundQueue+1
-// events) would otherwise wait that long per event before noticing that the client
-// stopped reading, and the gateway would drop the client before the protocol's bound
-// (lagged) reached it. On API Gateway a post takes tens of milliseconds whatever the
-// client does, so the check costs one read only after an unusually slow post.
-const slowPost = 500 * time.Millisecond
+// Either way a live post goes unanswered while the log's tip moves on, and the bound is
+// in events, not time: a sender that looked only between posts would let the appender
+// run as far past the bound as it appends during one post (a write timeout of 2 s let
+// 200 events of a fast appender through with a bound of 16). So a live post that is
+// still unanswered after watchAfter is watched (postWatched): the sender reads the
+// log's tip every watchEvery until the post answers, and closes the connection with
+// lagged as soon as a read finds the tip past the bound — the records at once (the
+// connection's state, the ownership), the lagged frame and the delete once the post
+// under way has answered, so that the frame goes behind it.
+//
+// A post on API Gateway takes tens of milliseconds whatever the client does, so the
+// watch costs reads (1 read unit each) only for a post that waits or is being retried.
+const (
+	watchAfter = 100 * time.Millisecond
+	watchEvery = 100 * time.Millisecond
+)
 
 // laggingAt reports whether the live tail of agentID is more than OutboundQueue events
 // ahead of next, the sender's cursor: one read of the log's tip.
@@ -35,4 +44,39 @@ func (d *Deliverer) laggingAt(ctx context.Context, agentID string, next int64) (
 		return false, err
 	}
 	return tip-next+1 > int64(d.cfg.OutboundQueue), nil
+}
+
+// postWatched posts b, a frame of the live tail starting at the cursor s.p.Next, and
+// watches the bound while the post waits (see watchAfter). It returns errLagging once
+// the connection is disowned as lagged (s.disowned; closeLagged posts the frame and
+// deletes it) and the post under way has answered; otherwise the post's own outcome.
+func (s *sender) postWatched(b []byte) error {
+	done := make(chan error, 1)
+	go func() { done <- s.d.post(s.ctx, s.o.ConnID, b) }()
+	t := time.NewTimer(watchAfter)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+		}
+		lag, err := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next)
+		if err != nil || !lag {
+			t.Reset(watchEvery) // a failed read: the next look, or the post's answer, decides
+			continue
+		}
+		s.lg.InfoContext(s.ctx, "reader past the outbound-queue bound while a post waits", "next_seq", s.p.Next)
+		if err := s.join(); err != nil {
+			<-done
+			return err
+		}
+		if err := s.d.disown(s.ctx, s.o, protocol.CodeLagged); err != nil {
+			<-done
+			return err
+		}
+		s.released, s.disowned = true, true
+		<-done // the frame under way goes before lagged
+		return errLagging
+	}
 }

@@ -56,6 +56,9 @@ type sender struct {
 	// released: the lease is no longer this sender's to give back — let go, lost to
 	// another holder, or gone with the record.
 	released bool
+	// disowned: the connection was found lagging while a post waited (postWatched) and
+	// its records closed; closeLagged has only the frame and the delete left to do.
+	disowned bool
 	tally    tally // posts not yet reported to a DeliveryObserver (observe.go)
 }
 
@@ -385,8 +388,15 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 				}
 			}
 		}
-		posted := time.Now()
-		if err := s.d.post(s.ctx, s.o.ConnID, b); err != nil {
+		if live {
+			err = s.postWatched(b) // the bound is watched while the post waits (lagged.go)
+		} else {
+			err = s.d.post(s.ctx, s.o.ConnID, b)
+		}
+		if err != nil {
+			if errors.Is(err, errLagging) {
+				return err
+			}
 			if live && errors.Is(err, ErrFull) {
 				// API Gateway's shape of a reader that stopped (lagged.go): the frame was
 				// not taken, so the cursor stays before it. Past the bound, lagged.
@@ -400,16 +410,6 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		i += k
 		s.p.Next = batch[i-1].Seq + 1
 		s.unrecorded += k
-		if live && time.Since(posted) >= slowPost {
-			// A reader pushing back (lagged.go): check the outbound-queue bound now.
-			lag, err := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next)
-			if err != nil {
-				return err
-			}
-			if lag {
-				return errLagging
-			}
-		}
 		if s.pastStop() {
 			return errDeadline
 		}
@@ -420,6 +420,9 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 // closeLagged drops a connection whose live tail fell more than OutboundQueue events
 // behind. The record goes with the connection, and the lease with it.
 func (s *sender) closeLagged() error {
+	if s.disowned {
+		return s.d.drop(s.ctx, s.o.ConnID, protocol.CodeLagged, message(protocol.CodeLagged))
+	}
 	if err := s.join(); err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ import (
 
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/config"
+	"github.com/terret/terret-ws/internal/config/useraws"
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/emulator"
@@ -35,6 +36,7 @@ import (
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/stack"
 	"github.com/terret/terret-ws/internal/tables"
 )
@@ -195,7 +197,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	// The user's own AWS credentials for Bedrock and secrets, never the fixed local
 	// ones DynamoDB Local takes.
-	userAWS, err := config.AWS(ctx)
+	userAWS, err := useraws.Load(ctx)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -334,7 +336,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	msgD := service.Deliverer(st.Config, awsCfg, logger, tune)      // the message function's, shared as there
 	agentLog := slog.New(withoutRunnerTurnFailed{logger.Handler()}) // the console logs failed turns (console.go)
-	agent, err := service.AgentWith(st.Config, awsCfg, msgD, agentLog, service.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
+	agent, err := agentservice.AgentWith(st.Config, awsCfg, msgD, agentLog, agentservice.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +372,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.sweep = startSweeper(life, deliver, service.SweepInput, o.TokenSweep, logger)
-	st.quotaSweep = startSweeper(life, runner, service.QuotaSweepInput, o.QuotaSweep, logger)
+	st.quotaSweep = startSweeper(life, runner, agentservice.QuotaSweepInput, o.QuotaSweep, logger)
 	return st, nil
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/profile"
-	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 )
 
 // ErrProfile is a default profile (Options.Profile) that cannot be served: its file
@@ -54,7 +54,7 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfile, o.Profile, err)
 	}
-	src, err := profile.NewFileSource(ctx, o.Profile, service.ProfileEnv(userAWS, service.AgentOptions{Local: true}), logger)
+	src, err := profile.NewFileSource(ctx, o.Profile, agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Local: true}), logger)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfile, o.Profile, err)
 	}
@@ -76,7 +76,7 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 	}
 	// The functions' own check, with what they will have: no .env, no secret store
 	// reachable, no commands.
-	fenv := service.ProfileEnv(userAWS, service.AgentOptions{})
+	fenv := agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{})
 	fenv.LookupEnv = func(name string) (string, bool) { v, ok := dp.keys[name]; return v, ok }
 	fenv.Secrets = nil
 	if err := profile.Check(ctx, p, fenv); err != nil {

@@ -153,7 +153,7 @@ func Boot(function string) Env {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	awsCfg, err := config.AWS(context.Background())
+	awsCfg, err := config.LambdaAWS(os.Getenv)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

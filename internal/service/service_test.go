@@ -22,6 +22,7 @@ import (
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -277,7 +278,7 @@ func TestRuntimeWakeRunsTurn(t *testing.T) {
 	if _, err := log.Create(ctx, "a1"); err != nil { // as the first connect does
 		t.Fatal(err)
 	}
-	rt, err := service.Agent(e.cfg, dynamolocal.Config(), service.Deliverer(e.cfg, dynamolocal.Config(), e.log, service.Tuning{}), e.log)
+	rt, err := agentservice.Agent(e.cfg, dynamolocal.Config(), service.Deliverer(e.cfg, dynamolocal.Config(), e.log, service.Tuning{}), e.log)
 	if err != nil {
 		t.Fatal(err)
 	}

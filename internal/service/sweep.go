@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/delivery"
@@ -18,11 +17,6 @@ import (
 // SweepInput is the payload of the scheduled invocation of deliver that revokes expired
 // tokens (template.yaml, DeliverFunction's TokenSweep event).
 const SweepInput = `{"sweep":"tokens"}`
-
-// QuotaSweepInput is the payload of the scheduled invocation of runner that starts the
-// wakes quotas deferred (template.yaml, RunnerFunction's QuotaSweep event;
-// agent.Runner.SweepQuotas).
-const QuotaSweepInput = agent.QuotaSweepInput
 
 // Tokens returns the token store over cfg's connections table.
 func Tokens(cfg config.Config, awsCfg aws.Config) *auth.Store {

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -18,21 +18,21 @@ var ErrUnsupported = errors.New("socket: unsupported")
 // error text never reaches a client.
 func codeFor(err error) (protocol.Code, string) {
 	var bf *protocol.BadFrameError
-	var long *agent.TextTooLongError
+	var long *control.TextTooLongError
 	switch {
 	case errors.As(err, &bf):
 		return protocol.CodeBadFrame, bf.Message
 	case errors.As(err, &long):
-		return protocol.CodeBadFrame, fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", long.Bytes, agent.MaxTextBytes)
-	case errors.Is(err, agent.ErrBadSpec):
+		return protocol.CodeBadFrame, fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", long.Bytes, control.MaxTextBytes)
+	case errors.Is(err, control.ErrBadSpec):
 		return protocol.CodeBadFrame, "set_model: invalid role or model spec"
 	case errors.Is(err, sessionlog.ErrTooLarge):
 		return protocol.CodeBadFrame, "frame content is too large for one event"
-	case errors.Is(err, agent.ErrNotRunning):
+	case errors.Is(err, control.ErrNotRunning):
 		return protocol.CodeNotRunning, "no turn is running"
-	case errors.Is(err, agent.ErrStaleCall):
+	case errors.Is(err, control.ErrStaleCall):
 		return protocol.CodeStaleCall, "no standing approval request for that call_id"
-	case errors.Is(err, agent.ErrUnsupported):
+	case errors.Is(err, control.ErrUnsupported):
 		return protocol.CodeUnsupported, "approvals are not mounted: run terret dev with --approvals, or deploy with Approvals=true"
 	case errors.Is(err, ErrUnsupported):
 		return protocol.CodeUnsupported, "this deployment does not mount the plugin this frame needs"

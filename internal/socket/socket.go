@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
@@ -27,8 +26,9 @@ import (
 )
 
 // Controller serves the client frames other than subscribe; package agent implements
-// it (agent.Service). sessionID == agentID. Its errors are agent's sentinels, mapped to
-// protocol codes by codeFor.
+// it (agent.Service; internal/service/agentservice asserts it). sessionID == agentID.
+// Its errors are agent's sentinels (package agent/control, which socket imports instead
+// of the runtime), mapped to protocol codes by codeFor.
 type Controller interface {
 	// Inject queues text for the agent; with wake it also makes sure a turn runs.
 	Inject(ctx context.Context, sessionID, text string, wake bool) error
@@ -47,8 +47,6 @@ type Controller interface {
 	// SetPolicy replaces the tool allow list; patterns are already validated.
 	SetPolicy(ctx context.Context, sessionID string, patterns []string) error
 }
-
-var _ Controller = (*agent.Service)(nil)
 
 // Outbound is the routes' one path to a client: every frame a route makes a client
 // receive, and every close, goes through it. Package delivery implements it

@@ -13,6 +13,7 @@ import (
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -339,8 +340,8 @@ func TestDeliverEventSources(t *testing.T) {
 	// SweepQuotas.
 	qs := fs["RunnerFunction"].Props.Events["QuotaSweep"]
 	var qp struct{ Schedule, Input string }
-	if err := json.Unmarshal(qs.Properties, &qp); err != nil || qs.Type != "Schedule" || qp.Schedule != "rate(1 minute)" || qp.Input != service.QuotaSweepInput {
-		t.Errorf("runner QuotaSweep = %s %s, want Schedule rate(1 minute) with Input %s", qs.Type, qs.Properties, service.QuotaSweepInput)
+	if err := json.Unmarshal(qs.Properties, &qp); err != nil || qs.Type != "Schedule" || qp.Schedule != "rate(1 minute)" || qp.Input != agentservice.QuotaSweepInput {
+		t.Errorf("runner QuotaSweep = %s %s, want Schedule rate(1 minute) with Input %s", qs.Type, qs.Properties, agentservice.QuotaSweepInput)
 	}
 	if got := s.Resources("AWS::SQS::Queue"); strings.Join(got, ",") != "DeadLetterQueue" {
 		t.Errorf("queues = %v, want DeadLetterQueue", got)

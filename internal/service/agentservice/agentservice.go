@@ -1,4 +1,9 @@
-package service
+// Package agentservice builds the agent runtime as the message and runner functions
+// run it (and `terret dev` with its options): profiles, models, tools, the runner. It
+// is package service's part that only those two functions need — the runtime carries
+// every model client and tool kind — so that connect, disconnect and deliver, which
+// import service alone, do not carry it in their binaries or set it up at cold start.
+package agentservice
 
 import (
 	"context"
@@ -20,9 +25,21 @@ import (
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/secret"
 	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/socket"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/tools/lambdatool"
 	"github.com/terret/terret-ws/internal/tools/mcptool"
+)
+
+// QuotaSweepInput is the payload of the scheduled invocation of runner that starts the
+// wakes quotas deferred (template.yaml, RunnerFunction's QuotaSweep event;
+// agent.Runner.SweepQuotas).
+const QuotaSweepInput = agent.QuotaSweepInput
+
+// The message route hands agent frames to the runtime.
+var (
+	_ socket.Controller = (*agent.Service)(nil)
+	_ socket.Controller = (*Runtime)(nil)
 )
 
 // AgentOptions are what `terret dev` sets differently from the deployed functions.
@@ -104,10 +121,10 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	default:
 		def, err := tools.ParseProfile(cfg.AgentProfile)
 		if err != nil {
-			return agent.Config{}, fmt.Errorf("service: AGENT_PROFILE: %w", err)
+			return agent.Config{}, fmt.Errorf("agentservice: AGENT_PROFILE: %w", err)
 		}
 		if src, err = profile.NewSource(ctx, def, env, logger); err != nil {
-			return agent.Config{}, fmt.Errorf("service: AGENT_PROFILE: %w", err)
+			return agent.Config{}, fmt.Errorf("agentservice: AGENT_PROFILE: %w", err)
 		}
 	}
 	lam := cfg.Lambda(awsCfg)
