@@ -82,9 +82,11 @@ func (h helloEnds) next(t *testing.T, what string) helloEnd {
 // open and after the client left. $disconnect finds no record of the refused socket and
 // records its departure; the loop reads it at its next Gone, ends for that reason
 // (delivery.HelloLeft) with at most one post after $disconnect, and the invocation
-// returns. The wall time from deliver's first post to the loop's end is bounded at a
-// third of the grace: the one time bound of these tests, because holding the
-// invocation for the grace is the failure (at the default $connect throttle of 50 a
+// returns. The wall time from deliver's first post to the loop's end is bounded at half
+// the grace: the one time bound of these tests, because holding the invocation for the
+// grace is the failure; on an idle machine it is under 0.2 s, and what a loaded one adds
+// is $disconnect's own DynamoDB calls (seconds each at worst), so the bound has room for
+// them and still fails a loop that waits out the grace (at the default $connect throttle of 50 a
 // second, 1,500 concurrent invocations). Two orders: the client hangs up at once (its
 // $disconnect may come before the loop's first post), and after the first Gone.
 //
@@ -141,7 +143,7 @@ func TestRefusedHangUpEndsDeliver(t *testing.T) {
 			if posts > atDisconnect+1 || e.posts != posts {
 				t.Errorf("%d posts (the loop counted %d), %d when $disconnect had run: want at most one more", posts, e.posts, atDisconnect)
 			}
-			if bound := grace / 3; elapsed >= bound {
+			if bound := grace / 2; elapsed >= bound {
 				t.Errorf("deliver spent %s on a refused connection that left; want under %s (the grace is %s)", elapsed, bound, grace)
 			}
 		})
