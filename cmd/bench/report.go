@@ -330,7 +330,7 @@ func (b *bench) report(lc *levelCounter) *report {
 		sec := fmt.Sprintf("refused connections (wrong token): %d", rf.Connections)
 		n := float64(max(rf.Connections, 1))
 		add(sec, "Lambda invocations / refused connection", "invocations", float64(rf.Cost.Inv.total())/n, nil, noTarget)
-		add(sec, "write units / refused connection", "WRU", rf.Cost.wru()/n, fl(0), noTarget)
+		add(sec, "write units / refused connection", "WRU", rf.Cost.wru()/n, fl(1), noTarget) // its departure record, written at $disconnect
 		add(sec, "read units / refused connection", "RRU", rf.Cost.rru()/n, nil, noTarget)
 		add(sec, "gateway messages / refused connection", "msgs", float64(rf.Cost.posts())/n, fl(1), atMost(1.0))
 		r.addBreakdown(b, "refused", rf.Cost, 0)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
@@ -271,11 +272,19 @@ const RouteMargin = 3 * time.Second
 // throttled and failed requests up to DynamoDBMaxAttempts times, at most
 // DynamoDBMaxBackoff apart, and ends each operation, retries included, within
 // CallBudget when it is set.
+//
+// It has no client-side retry quota: the standard retryer's token bucket (500 tokens,
+// 5 per retry of a throttled request) would otherwise, after about 100 retries in one
+// execution environment, fail every further throttled request at its first answer,
+// without a retry (ratelimit.QuotaExceededError): sustained throttling would turn into
+// immediate failures of frames, stream batches and turns. The attempts and CallBudget
+// already bound what one operation spends.
 func (c Config) DynamoDB(awsCfg aws.Config) *dynamodb.Client {
 	return dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 			so.MaxAttempts = DynamoDBMaxAttempts
 			so.MaxBackoff = DynamoDBMaxBackoff
+			so.RateLimiter = ratelimit.None
 		})
 		o.RetryMaxAttempts = DynamoDBMaxAttempts // else aws.Config's (AWS_MAX_ATTEMPTS) would win
 		if c.CallBudget > 0 {

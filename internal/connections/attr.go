@@ -134,11 +134,12 @@ func txCondFailed(err error, items []txItem, name string) bool {
 	return false
 }
 
-// The key prefixes of the table's three kinds of item. An ownership record is keyed by
+// The key prefixes of the table's four kinds of item. An ownership record is keyed by
 // its agent: "agent#" here names that record, as in the agents table it names the
 // agent's own items; the two never share a table.
 const (
-	connPrefix  = "conn#"  // a socket's record
-	ownerPrefix = "agent#" // an agent's ownership record
-	slotPrefix  = "slot#"  // a replay slot
+	connPrefix   = "conn#"  // a socket's record
+	ownerPrefix  = "agent#" // an agent's ownership record
+	slotPrefix   = "slot#"  // a replay slot
+	departPrefix = "gone#"  // the departure of a socket that had no record (Depart)
 )

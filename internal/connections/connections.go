@@ -6,6 +6,8 @@
 //   - "agent#<agent_id>": the ownership record. It names the one connection that owns the
 //     agent's stream (one connection per agent) and carries that connection's delivery
 //     cursor and sender lease; see package delivery and docs/architecture.md.
+//   - "gone#<connection_id>": the departure of a socket that had no conn# record (one
+//     refused at connect), written by $disconnect for deliver to read (Depart).
 //
 // A connect writes both in one transaction that also checks the token is still current,
 // so a connect can never outlive a concurrent rotation unseen.

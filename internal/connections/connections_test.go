@@ -627,3 +627,40 @@ func TestMarksRace(t *testing.T) {
 		t.Errorf("mark = %v to %d; want to %d (the highest seq marked, plus one)", o.Pending, o.PendingTo, highest.Load()+1)
 	}
 }
+
+// TestDepart: a departure record is found by Departed, strongly consistent, at once;
+// another connection's is not; it carries its TTL (DepartTTL from the store's clock) and
+// makes no conn# record, so the connection stays unknown to every other reader.
+func TestDepart(t *testing.T) {
+	t.Parallel()
+	names := dynamotest.CreateTables(t)
+	db := dynamotest.Client(t)
+	at := time.Unix(1_900_000_000, 0)
+	st := connections.NewWithClock(db, names["ConnectionsTable"], func() time.Time { return at })
+	ctx := context.Background()
+	for _, id := range []string{"left", "stays"} {
+		if ok, err := st.Departed(ctx, id); err != nil || ok {
+			t.Fatalf("Departed(%s) before any departure = %v, %v; want false", id, ok, err)
+		}
+	}
+	if err := st.Depart(ctx, "left"); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{"left": true, "stays": false} {
+		if ok, err := st.Departed(ctx, id); err != nil || ok != want {
+			t.Errorf("Departed(%s) = %v, %v; want %v", id, ok, err, want)
+		}
+	}
+	if _, err := st.Conn(ctx, "left"); !errors.Is(err, connections.ErrNotFound) {
+		t.Errorf("Conn(left) after its departure: %v; want ErrNotFound", err)
+	}
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(names["ConnectionsTable"]),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "gone#left"}}, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp, ok := out.Item["expires_at"].(*types.AttributeValueMemberN)
+	if want := fmt.Sprint(at.Add(connections.DepartTTL).Unix()); !ok || exp.Value != want || len(out.Item) != 2 {
+		t.Errorf("departure item %v; want pk and expires_at %s only", out.Item, want)
+	}
+}

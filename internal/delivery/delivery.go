@@ -151,6 +151,9 @@ type Records interface {
 	ClaimWatch(ctx context.Context, agentID, watcher string, until time.Time) (bool, error)
 	EndWatch(ctx context.Context, seen connections.Owner, watcher string, force bool) (bool, error)
 	SetState(ctx context.Context, connID string, state connections.State) error
+	// Departed: $disconnect recorded that connID, a connection without a record, has
+	// left (connections.Store.Depart); the first-frame loop of a refused one reads it.
+	Departed(ctx context.Context, connID string) (bool, error)
 	Disown(ctx context.Context, agentID, connID string) error
 	Forget(ctx context.Context, connID, agentID string) error
 	// Hello first (welcome.go).

@@ -79,7 +79,8 @@ func (d *Deliverer) HandleKick(ctx context.Context, k Kick) error {
 			d.dropped(k.Code) // supersede counted its own
 		}
 		// The connection may still be finishing $connect: allow it the hello grace. A
-		// refused connection has no conn# record to end the loop early (recorded false).
+		// refused connection has no conn# record (recorded false): its departure record,
+		// which $disconnect writes, ends the loop early (postHello).
 		err := d.postHello(ctx, k.ConnectionID, protocol.Marshal(protocol.NewError(k.Code, message(k.Code))), false)
 		if errors.Is(err, ErrGone) {
 			return nil

@@ -84,6 +84,8 @@ type memRecords struct {
 	owners map[string]connections.Owner
 	conns  map[string]connections.Conn
 	stamps map[string]string // agent → the subscription in force's stamp
+	// departed: connections without a record whose departure $disconnect recorded.
+	departed map[string]bool
 	// watchers: agent → the watcher whose claim (ClaimWatch) the record carries.
 	watchers map[string]string
 	// onRelease, if set, runs as a Release begins: a test's way to act at the moment a
@@ -98,7 +100,7 @@ func newMemRecords() *memRecords { return newMemRecordsAt(time.Now) }
 func newMemRecordsAt(now func() time.Time) *memRecords {
 	return &memRecords{
 		now: now, owners: map[string]connections.Owner{}, conns: map[string]connections.Conn{},
-		stamps: map[string]string{}, watchers: map[string]string{},
+		stamps: map[string]string{}, watchers: map[string]string{}, departed: map[string]bool{},
 	}
 }
 
@@ -322,6 +324,19 @@ func (m *memRecords) SetState(_ context.Context, connID string, state connection
 		m.conns[connID] = c
 	}
 	return nil
+}
+
+func (m *memRecords) Departed(_ context.Context, connID string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.departed[connID], nil
+}
+
+// depart is connections.Store.Depart: $disconnect of a connection without a record.
+func (m *memRecords) depart(connID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.departed[connID] = true
 }
 
 func (m *memRecords) Disown(_ context.Context, agentID, connID string) error {

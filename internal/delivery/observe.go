@@ -117,3 +117,29 @@ func (s *sender) report() {
 	}
 	*t = tally{Delivered: Delivered{Lags: t.Lags[:0], ReplayLengths: t.ReplayLengths[:0]}}
 }
+
+// HelloEnd is how the first-frame loop of a connection (hello, or a refused one's
+// error frame) ended.
+type HelloEnd string
+
+// Ends of the first-frame loop.
+const (
+	HelloPosted    HelloEnd = "posted"     // the frame was taken
+	HelloLeft      HelloEnd = "left"       // $disconnect recorded that the client left
+	HelloGraceOver HelloEnd = "grace_over" // Gone until the hello grace ran out
+	HelloFailed    HelloEnd = "failed"     // another post error, or the invocation's end
+)
+
+// HelloObserver is an Observer that also hears how each first-frame loop ended, and
+// after how many posts. Its method must not block.
+type HelloObserver interface {
+	Observer
+	HelloEnded(connID string, end HelloEnd, posts int)
+}
+
+// helloEnded tells the HelloObserver, if any, how connID's first-frame loop ended.
+func (d *Deliverer) helloEnded(connID string, end HelloEnd, posts int) {
+	if o, ok := d.cfg.Observer.(HelloObserver); ok {
+		o.HelloEnded(connID, end, posts)
+	}
+}

@@ -47,8 +47,10 @@ func (d *Deliverer) Welcome(ctx context.Context, agentID string, superseded conn
 // and an asynchronous deliver invocation sends it error{unauthorized} and closes it
 // (KickDrop). An error means nothing will: the route refuses the handshake instead.
 // Cost: 1 Lambda invocation, 1 post (posted again while the connection is still
-// finishing $connect, within Config.HelloGrace), 1 DeleteConnection; no record is read
-// or written.
+// finishing $connect, within Config.HelloGrace, each Gone with 1 read unit of its
+// departure record, which ends the posts once the client has left), 1
+// DeleteConnection; no record is written here ($disconnect writes the departure
+// record: 1 write unit).
 func (d *Deliverer) TurnAway(ctx context.Context, connID string) error {
 	if err := d.kick(ctx, Kick{Kind: KickDrop, ConnectionID: connID, Code: protocol.CodeUnauthorized}); err != nil {
 		return fmt.Errorf("delivery: turn away %s: %w", connID, err)

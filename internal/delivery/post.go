@@ -69,41 +69,72 @@ const (
 // error frame of a refused one), allowing it a grace period: on AWS a post can race the
 // end of $connect and answer Gone until the socket is open — and Gone is also the answer
 // once the client has left, which no post can tell apart. So a Gone is retried with a
-// bounded exponential backoff until d.cfg.HelloGrace has passed, and, when the
-// connection has a conn# record (recorded), the loop ends as soon as that record is
-// gone: $disconnect deletes it (connections.Store.Forget), and $disconnect runs only
-// after $connect has completed, so a missing record means the client left.
+// bounded exponential backoff until d.cfg.HelloGrace has passed, and the loop ends as
+// soon as $disconnect has said the client left — $disconnect runs only after $connect
+// has completed, so what it wrote means the client left, not that the socket is still
+// opening:
 //
-// Cost per Gone answer: one post, plus for a recorded connection one strongly
-// consistent GetItem of the conn# record (1 RRU). A client that hangs up at once costs
-// those until $disconnect has run and at most one more; one that never opens costs at
-// most 22 posts (docs/security.md,
+//   - a connection with a conn# record (recorded): the record is gone ($disconnect
+//     deletes it, connections.Store.Forget);
+//   - a refused one (no record): its departure record is there ($disconnect writes it,
+//     connections.Store.Depart). Without it, a client that completes the handshake
+//     without a token and hangs up at once would hold this invocation for the whole
+//     grace.
+//
+// Cost per Gone answer: one post and one strongly consistent GetItem (1 RRU) of the
+// conn# record or of the departure record. A client that hangs up at once costs those
+// until $disconnect has run and at most one more; one that never opens, or whose
+// $disconnect is lost, costs at most 22 posts over the grace (docs/security.md,
 // "What a vanished connection costs").
 func (d *Deliverer) postHello(ctx context.Context, connID string, data []byte, recorded bool) error {
 	deadline := time.Now().Add(d.cfg.HelloGrace)
 	wait := helloFirstBackoff
+	posts := 0
 	for {
 		err := d.post(ctx, connID, data)
-		if !errors.Is(err, ErrGone) || time.Now().After(deadline) {
+		posts++
+		if err == nil {
+			d.helloEnded(connID, HelloPosted, posts)
+			return nil
+		}
+		if !errors.Is(err, ErrGone) {
+			d.helloEnded(connID, HelloFailed, posts)
 			return err
 		}
-		if recorded {
-			_, cerr := d.store.Conn(ctx, connID)
-			if errors.Is(cerr, connections.ErrNotFound) {
-				d.logger.InfoContext(ctx, "connection left before its first frame", "connection_id", connID)
-				return err
-			}
-			// Any other read error: keep to the grace and its backoff.
+		if time.Now().After(deadline) {
+			d.helloEnded(connID, HelloGraceOver, posts)
+			return err
+		}
+		if d.left(ctx, connID, recorded) {
+			d.logger.InfoContext(ctx, "connection left before its first frame", "connection_id", connID, "posts", posts)
+			d.helloEnded(connID, HelloLeft, posts)
+			return err
 		}
 		t := time.NewTimer(wait/2 + mrand.N(wait/2+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			d.helloEnded(connID, HelloFailed, posts)
 			return err
 		case <-t.C:
 		}
 		wait = min(2*wait, helloMaxBackoff)
 	}
+}
+
+// left reports whether $disconnect has recorded that connID left: its conn# record is
+// gone (recorded), or its departure record is there (a refused connection). A read that
+// fails answers false: the loop keeps to the grace and its backoff.
+func (d *Deliverer) left(ctx context.Context, connID string, recorded bool) bool {
+	if recorded {
+		_, err := d.store.Conn(ctx, connID)
+		return errors.Is(err, connections.ErrNotFound)
+	}
+	departed, err := d.store.Departed(ctx, connID)
+	if err != nil {
+		d.logger.WarnContext(ctx, "read departure", "connection_id", connID, "error", err)
+	}
+	return departed
 }
 
 // Close tells the owner connection why it is being dropped and drops it: an error

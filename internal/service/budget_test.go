@@ -15,8 +15,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/dynamolocal"
@@ -171,4 +175,86 @@ func logLine(t *testing.T, logs, msg string) string {
 	}
 	t.Fatalf("no %q line in the logs:\n%s", msg, logs)
 	return ""
+}
+
+// throttlingDynamoDB answers its first n requests with DynamoDB's 400 throttling errors
+// (ProvisionedThroughputExceededException and ThrottlingException in turn, as the
+// service sends them) and every later one with an empty GetItem result. It counts
+// requests.
+type throttlingDynamoDB struct {
+	srv      *httptest.Server
+	requests atomic.Int64
+}
+
+func startThrottlingDynamoDB(t *testing.T, n int64) *throttlingDynamoDB {
+	t.Helper()
+	b := &throttlingDynamoDB{}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := b.requests.Add(1)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		switch {
+		case i > n:
+			w.Write([]byte(`{}`))
+		case i%2 == 1:
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded."}`))
+		default:
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}`))
+		}
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// TestNoClientRetryQuota: sustained throttling is retried in full, however long it
+// lasts. One client meets 200 throttled answers in a row: every operation makes all
+// config.DynamoDBMaxAttempts attempts before it fails with the throttling error itself,
+// never with the SDK's retry quota (ratelimit.QuotaExceededError, which the standard
+// retryer's token bucket returns after about 100 retries, at once and without a
+// request), and the first operation after the 200th answer succeeds. The waits between
+// attempts are shortened to 1 ms for the test; the attempts and the quota are the
+// client's as config builds it.
+func TestNoClientRetryQuota(t *testing.T) {
+	t.Parallel()
+	const throttled = 200
+	db := startThrottlingDynamoDB(t, throttled)
+	cfg := deployed(t, "message", db.srv.URL, startPeer(t).srv.URL)
+	cfg.CallBudget = 0 // the budget bounds time, not attempts; it is not under test
+	c := cfg.DynamoDB(aws.Config{Region: dynamolocal.Region, Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")})
+	fast := func(o *dynamodb.Options) { o.Retryer = retry.AddWithMaxBackoffDelay(o.Retryer, time.Millisecond) }
+	in := &dynamodb.GetItemInput{
+		TableName: aws.String("connections"),
+		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "conn#c"}},
+	}
+	wantFailed := (throttled + config.DynamoDBMaxAttempts - 1) / config.DynamoDBMaxAttempts
+	for op := 1; ; op++ {
+		before := db.requests.Load()
+		_, err := c.GetItem(context.Background(), in, fast)
+		attempts := db.requests.Load() - before
+		if err == nil {
+			if op != wantFailed+1 {
+				t.Errorf("operation %d succeeded; want the first %d to fail, throttled on every attempt", op, wantFailed)
+			}
+			break
+		}
+		var quota ratelimit.QuotaExceededError
+		if errors.As(err, &quota) {
+			t.Fatalf("operation %d failed on the client's retry quota after %d requests in all: %v", op, db.requests.Load(), err)
+		}
+		var pte *types.ProvisionedThroughputExceededException
+		var api smithy.APIError
+		if !errors.As(err, &pte) && !(errors.As(err, &api) && api.ErrorCode() == "ThrottlingException") {
+			t.Fatalf("operation %d: %v; want the throttling error itself", op, err)
+		}
+		if want := int64(min(config.DynamoDBMaxAttempts, throttled-int(before))); attempts != want {
+			t.Fatalf("operation %d: %d attempts; want %d", op, attempts, want)
+		}
+		if op > wantFailed {
+			t.Fatalf("operation %d still failed after %d requests", op, db.requests.Load())
+		}
+	}
+	if got := db.requests.Load(); got != throttled+1 {
+		t.Errorf("%d requests in all; want %d throttled and one served", got, throttled+1)
+	}
 }

@@ -237,7 +237,8 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 	}
 	// No record of the refused socket is written: a frame it sends before the drop finds
 	// no connection record and is refused as unauthorized all the same, and $disconnect
-	// finds nothing to delete (docs/security.md, "What a refused connection costs").
+	// finds nothing to delete and records the departure instead (docs/security.md,
+	// "What a refused connection costs").
 	lg.Warn("unauthorized connection")
 	metrics.Add("RefusedConnections", metrics.Count, 1)
 	if err := s.out.TurnAway(ctx, connID); err != nil {
@@ -251,12 +252,20 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 
 // Disconnect serves $disconnect: it forgets the connection. It never touches a turn —
 // the agent's life is independent of the socket. API Gateway calls it best-effort; a
-// GoneException on a later post cleans up as well.
+// GoneException on a later post cleans up as well. A connection without a record (one
+// refused at connect) gets a departure record instead (connections.Store.Depart), so
+// that a deliver invocation still posting its unauthorized frame stops now rather than
+// at the end of the hello grace (docs/security.md, "What a refused connection costs").
 func (s *Server) Disconnect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	connID := req.RequestContext.ConnectionID
 	lg := s.logFor(ctx, connID)
 	c, err := s.conns.Conn(ctx, connID)
 	if errors.Is(err, connections.ErrNotFound) {
+		if err := s.conns.Depart(ctx, connID); err != nil {
+			lg.Error("disconnect", "error", err)
+			return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+		}
+		lg.Info("disconnected without a record")
 		return ok, nil
 	}
 	if err == nil {

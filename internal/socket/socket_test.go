@@ -523,8 +523,11 @@ func testConnect(t *testing.T, names tables.Names) {
 	}
 }
 
-// testDisconnect: $disconnect forgets the connection's record; a second one (API
-// Gateway calls it best-effort, and a refused socket has no record) is harmless.
+// testDisconnect: $disconnect forgets the connection's record and records no departure
+// for it (an accepted connection's hello loop reads the record itself); a second one
+// (API Gateway calls it best-effort, and a refused socket has no record) is harmless,
+// and records the departure of the connection it finds no record of, which ends a
+// refused connection's unauthorized-frame loop.
 func testDisconnect(t *testing.T, names tables.Names) {
 	r := newRig(t, names, false, 0)
 	a1 := agentFor(t, "a1")
@@ -539,10 +542,16 @@ func testDisconnect(t *testing.T, names tables.Names) {
 	if _, err := r.conns.Conn(context.Background(), conn); !errors.Is(err, connections.ErrNotFound) {
 		t.Fatalf("record after $disconnect: %v, want ErrNotFound", err)
 	}
+	if departed, err := r.conns.Departed(context.Background(), conn); err != nil || departed {
+		t.Errorf("departure of an accepted connection after $disconnect: %v, %v; want none", departed, err)
+	}
 	resp, err := r.srv.Disconnect(context.Background(), events.APIGatewayWebsocketProxyRequest{
 		RequestContext: events.APIGatewayWebsocketProxyRequestContext{ConnectionID: conn}})
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("second $disconnect: %d %v, want 200", resp.StatusCode, err)
+	}
+	if departed, err := r.conns.Departed(context.Background(), conn); err != nil || !departed {
+		t.Errorf("departure after a $disconnect that found no record: %v, %v; want recorded", departed, err)
 	}
 }
 

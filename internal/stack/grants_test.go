@@ -27,7 +27,8 @@ var (
 
 	// The connections table's items by pk prefix (docs/architecture.md): connections,
 	// ownership records, replay slots, token hashes ("tokens#"), the tokens' last use
-	// ("tokuse#") and the expiry sweep's buckets ("tokexp#"). connect reads a token's
+	// ("tokuse#"), the expiry sweep's buckets ("tokexp#") and refused connections'
+	// departures ("gone#", below). connect reads a token's
 	// hash and expiry; deliver's sweep removes expired hashes (only those attributes).
 	connsOwners      = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*"}, nil}
 	connsOwnersSlots = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "slot#*"}, nil}
@@ -41,12 +42,16 @@ var (
 	// no other attribute of the log (docs/architecture.md, "Retention").
 	logExpiry    = tableGrant{"LogTable", []string{"dynamodb:UpdateItem"}, nil, []string{"session_id", "seq", "expires_at"}}
 	sweepBuckets = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, []string{"tokexp#*"}, nil}
+	// A refused connection's departure ("gone#"): disconnect writes it, deliver reads
+	// it; nobody else reaches it, and neither may do more.
+	departWrite = tableGrant{"ConnectionsTable", []string{"dynamodb:PutItem"}, []string{"gone#*"}, nil}
+	departRead  = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"gone#*"}, nil}
 
 	wantTableGrants = map[string][]tableGrant{
 		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse},
 		"MessageFunction":    {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
-		"DisconnectFunction": {connsOwners},
-		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets},
+		"DisconnectFunction": {connsOwners, departWrite},
+		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets, departRead},
 		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, logExpiry, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 	}
 	// Posting frames and closing connections; reading a connection's details (GET) is

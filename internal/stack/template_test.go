@@ -9,9 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	terretws "github.com/terret/terret-ws"
 	"github.com/terret/terret-ws/internal/config"
+	connstore "github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/tables"
@@ -327,6 +330,14 @@ func TestDeliverEventSources(t *testing.T) {
 		if c == nil || c.MaximumRetryAttempts == nil || *c.MaximumRetryAttempts > 2 || c.MaximumEventAgeInSeconds == nil ||
 			c.DestinationConfig == nil || c.DestinationConfig.OnFailure.Type != "SQS" || c.DestinationConfig.OnFailure.Destination != "${DeadLetterQueue.Arn}" {
 			t.Errorf("%s: EventInvokeConfig must bound retries and age and send failures to the DeadLetterQueue, got %+v", id, c)
+		}
+	}
+	// A refused connection's departure record outlives every deliver invocation that
+	// may still post its unauthorized frame: one that starts as late as Lambda keeps an
+	// asynchronous event, and posts for the hello grace.
+	if c := fs["DeliverFunction"].Props.EventInvokeConfig; c != nil && c.MaximumEventAgeInSeconds != nil {
+		if latest := time.Duration(*c.MaximumEventAgeInSeconds)*time.Second + delivery.DefaultHelloGrace; connstore.DepartTTL < latest {
+			t.Errorf("connstore.DepartTTL %s: a deliver invocation may post to a refused connection until %s after it was asked for", connstore.DepartTTL, latest)
 		}
 	}
 	// The token sweep: every minute, the payload service.DeliverHandler routes to
