@@ -304,7 +304,24 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 				s.waiting(order)
 			}
 		}
-		stamp.InOrder = s.awaitTurn(ctx, lg, c, stamp)
+		inOrder, cur, werr := s.awaitTurn(ctx, lg, c, stamp)
+		switch {
+		case errors.Is(werr, connections.ErrNotFound):
+			// The connection closed while the frame waited (revoked, deleted,
+			// dropped): it applies nothing.
+			lg.Info("frame order wait: connection gone, frame not applied", "order", order)
+			s.refuse(ctx, lg, connID, protocol.CodeUnauthorized)
+			return ok, nil
+		case werr != nil:
+			lg.Error("frame order wait", "order", order, "error", werr)
+			s.fail(ctx, lg, connID)
+			return ok, nil
+		case cur.State != connections.StateAuthorized:
+			lg.Info("frame order wait: connection no longer authorized, frame not applied", "order", order, "state", string(cur.State))
+			s.refuse(ctx, lg, connID, refusalFor(cur.State))
+			return ok, nil
+		}
+		c, stamp.InOrder = cur, inOrder
 		taken = sync.OnceFunc(func() {
 			if err := s.conns.MarkOrder(context.WithoutCancel(ctx), connID, order); err != nil {
 				lg.Warn("mark frame order", "order", order, "error", err)
@@ -365,27 +382,39 @@ const MaxWaitingFrames = 16
 // one strongly consistent read (1 read unit), paced 2, 4, … up to 32 ms apart times the
 // frames still ahead of this one (turnPace): a frame deep in a burst looks rarely, so a
 // burst of n numbered frames costs on the order of n·log n looks rather than n².
-func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) bool {
+//
+// It also returns the connection's record as last read, which the caller checks
+// again before the frame applies anything: a frame that waited must not outlive its
+// connection's access (docs/security.md, "Parked frames"). A look that finds the record
+// gone returns connections.ErrNotFound and one that finds it no longer authorized stops
+// waiting at once. No look is added for it: each pause ends at the deadline at the
+// latest and is followed by a look, so the record returned is the one read last, at or
+// after the deadline (or Message's own read, for a frame handled after it). Any other
+// read error, or ctx done, is returned as it is.
+func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) (bool, connections.Conn, error) {
 	deadline := time.UnixMilli(st.At).Add(s.orderWait)
 	pause := 2 * time.Millisecond
 	for {
+		if c.State != connections.StateAuthorized {
+			return false, c, nil
+		}
 		if c.Order >= st.Order-1 {
-			return c.Order == st.Order-1
+			return c.Order == st.Order-1, c, nil
 		}
 		if !time.Now().Before(deadline) {
 			lg.Info("frame order gap: served without its predecessor", "order", st.Order, "done", c.Order)
-			return false
+			return false, c, nil
 		}
 		t := time.NewTimer(min(pause, time.Until(deadline)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return false, c, ctx.Err()
 		case <-t.C:
 		}
 		cur, err := s.conns.Conn(ctx, c.ID)
 		if err != nil {
-			return false
+			return false, c, err
 		}
 		c = cur
 		pause = turnPace(pause, st.Order-1-c.Order)
