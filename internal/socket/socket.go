@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
@@ -30,8 +31,11 @@ import (
 // it (agent.Service). sessionID == agentID. Its errors are agent's sentinels, mapped to
 // protocol codes by codeFor.
 type Controller interface {
-	// Inject queues text for the agent; with wake it also makes sure a turn runs.
-	Inject(ctx context.Context, sessionID, text string, wake bool) error
+	// InjectFrom queues text for the agent; with wake it also makes sure a turn runs.
+	// The queueing is conditional on connID still owning the agent (the agent's state
+	// item naming it, written by Connect's claim: Server.WithOwnerClaim):
+	// agent.ErrNotOwner when it no longer does, and nothing is queued.
+	InjectFrom(ctx context.Context, sessionID, text string, wake bool, connID string) error
 	// Cancel asks the running turn to stop. It returns agent.ErrNotRunning when no
 	// turn is open.
 	Cancel(ctx context.Context, sessionID, reason string) error
@@ -94,6 +98,9 @@ type Server struct {
 	origin []byte // RequireOrigin's secret; nil: no check
 	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
 	orderWait time.Duration
+	// ownerClaim, if set, is the agent's write Connect makes in its claim transaction
+	// (WithOwnerClaim).
+	ownerClaim func(agentID, connID string) types.TransactWriteItem
 	// waiting, if set, is called with the order of each frame that enters the
 	// turnstile's wait (for tests).
 	waiting func(order int64)
@@ -126,6 +133,15 @@ func New(tokens *auth.Store, conns *connections.Store, log SessionLog, out Outbo
 // outcome without waiting ten seconds.
 func (s *Server) WithOrderWait(d time.Duration) *Server {
 	s.orderWait = d
+	return s
+}
+
+// WithOwnerClaim makes Connect write w(agentID, connID) in the transaction that makes
+// the connection the agent's owner (agent.OwnerClaim: the agent's state item names the
+// connection, which every inject frame's inbox write is conditional on), and returns s;
+// call it before serving. Every deployment with the agent runtime sets it.
+func (s *Server) WithOwnerClaim(w func(agentID, connID string) types.TransactWriteItem) *Server {
+	s.ownerClaim = w
 	return s
 }
 
@@ -191,7 +207,11 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		_, err = s.log.Create(ctx, agentID)
 		if err == nil {
 			var superseded connections.Owner
-			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck)
+			var also []types.TransactWriteItem
+			if s.ownerClaim != nil {
+				also = append(also, s.ownerClaim(agentID, connID))
+			}
+			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, also...)
 			if err == nil {
 				used := make(chan error, 1) // the token's last use, written alongside the kick
 				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
@@ -345,7 +365,11 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 		code, msg := codeFor(err)
 		switch code {
 		case protocol.CodeInternal:
-			lg.Error("serve frame", "error", err)
+			if errors.Is(err, agent.ErrNotOwner) {
+				lg.Info("frame from a connection that lost the agent: not applied")
+			} else {
+				lg.Error("serve frame", "error", err)
+			}
 			s.fail(ctx, lg, connID)
 		case protocol.CodeSuperseded, protocol.CodeUnauthorized:
 			s.refuse(ctx, lg, connID, code)
@@ -442,7 +466,7 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 	}
 	switch f := frame.(type) {
 	case protocol.Inject:
-		return s.agent.Inject(ctx, c.AgentID, f.Text, f.Wake)
+		return s.agent.InjectFrom(ctx, c.AgentID, f.Text, f.Wake, c.ID)
 	case protocol.Cancel:
 		return s.agent.Cancel(ctx, c.AgentID, f.Reason)
 	case protocol.Approve:

@@ -41,9 +41,12 @@ var (
 	// no other attribute of the log (docs/architecture.md, "Retention").
 	logExpiry    = tableGrant{"LogTable", []string{"dynamodb:UpdateItem"}, nil, []string{"session_id", "seq", "expires_at"}}
 	sweepBuckets = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, []string{"tokexp#*"}, nil}
+	// connect's claim names the owner connection on the agent's state item, and
+	// touches no other attribute of the agents table (docs/security.md, "Parked frames").
+	ownerClaim = tableGrant{"AgentsTable", []string{"dynamodb:UpdateItem"}, []string{"agent#*"}, []string{"pk", "sk", "conn"}}
 
 	wantTableGrants = map[string][]tableGrant{
-		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse},
+		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse, ownerClaim},
 		"MessageFunction":    {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 		"DisconnectFunction": {connsOwners},
 		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets},
