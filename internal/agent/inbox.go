@@ -105,7 +105,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 			return false, fmt.Errorf("agent: encode inbox item: %w", err)
 		}
 		for range 3 {
-			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+			err = st.inboxUpdate(ctx, agentID, &dynamodb.UpdateItemInput{
 				UpdateExpression:                    aws.String("SET #inbox.#id = :it ADD #pending :one"),
 				ConditionExpression:                 aws.String("attribute_exists(#inbox) AND size(#inbox) < :max"),
 				ExpressionAttributeNames:            map[string]string{"#inbox": inboxAttr, "#id": it.ID, "#pending": attrPending},
@@ -123,7 +123,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 				break // the queue is full: an item of its own
 			}
 			// No queue yet: create it with this inject in it.
-			_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+			err = st.inboxUpdate(ctx, agentID, &dynamodb.UpdateItemInput{
 				UpdateExpression:          aws.String("SET #inbox = :q ADD #pending :one"),
 				ConditionExpression:       aws.String("attribute_not_exists(#inbox)"),
 				ExpressionAttributeNames:  map[string]string{"#inbox": inboxAttr, "#pending": attrPending},
@@ -145,7 +145,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 	for k, v := range key(agentID, inboxPrefix+it.ID) {
 		item[k] = v
 	}
-	if _, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.table), Item: item}); err != nil {
+	if err := st.inboxPut(ctx, item); err != nil {
 		return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 	}
 	return false, nil

@@ -46,13 +46,25 @@ func New(cfg Config) (*Service, error) {
 // (1 write unit per KB), 1 read unit, 1 more write unit while a runner works. With
 // wake, one asynchronous invoke.
 func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) error {
+	return s.InjectFrom(ctx, agentID, text, wake, "")
+}
+
+// InjectFrom is Inject for a client frame from connection connID: the inbox write is
+// conditional on the agent's state item naming connID as its owner (OwnerClaim, written
+// with the ownership record by each connect). Once that connection's access has ended
+// — superseded by another connect, or the session reset or deleted — the frame queues
+// nothing and InjectFrom returns ErrNotOwner (docs/security.md, "Parked frames").
+// Cost: Inject's for a short text (the condition is on the write it makes anyway); a
+// longer one's put becomes a transaction with a check of the state item (twice the
+// put's units, plus 2).
+func (s *Service) InjectFrom(ctx context.Context, agentID, text string, wake bool, connID string) error {
 	if n := TextBytes(text); n > MaxTextBytes {
 		return &TextTooLongError{Bytes: n}
 	}
 	now := s.c.now()
 	st := s.c.stamp(ctx)
 	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, At: now.UTC().Format(sessionlog.TimeFormat)}
-	counted, err := s.c.store.putInbox(ctx, agentID, it)
+	counted, err := s.c.store.putInbox(fromConn(ctx, connID), agentID, it)
 	if err != nil {
 		return err
 	}

@@ -159,6 +159,7 @@ const (
 	claimOwner    = "owner"      // the new ownership record
 	claimConn     = "conn"       // the new connection's record
 	claimReplaced = "superseded" // the replaced owner connection's record, marked superseded
+	claimAlso     = "also"       // another store's write made with the claim (Claim's also)
 )
 
 // Claim makes connID the owner of agentID, superseding any previous owner, and records
@@ -169,7 +170,10 @@ const (
 // replaced (ConnID "" when there was none, or when connID already owned the agent),
 // exactly as it stood when replaced: whether hello went out to the superseded
 // connection and who held its sender lease (see delivery.Deliverer.Welcome).
-func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck *types.ConditionCheck) (superseded Owner, err error) {
+//
+// also are writes of other stores made in the same transaction (the agent's state item
+// naming its owner: agent.Service.OwnerClaim), so they land exactly when the claim does.
+func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, tokenCheck *types.ConditionCheck, also ...types.TransactWriteItem) (superseded Owner, err error) {
 	if tokenCheck == nil {
 		return Owner{}, fmt.Errorf("connections: claim %s for %s: no token check", agentID, connID)
 	}
@@ -220,6 +224,9 @@ func (st *Store) Claim(ctx context.Context, agentID, connID, tokenHash string, t
 				TableName: aws.String(st.table), Key: connKey(prev.ConnID),
 				UpdateExpression: aws.String(set), ExpressionAttributeValues: vals,
 			}}})
+		}
+		for _, w := range also {
+			items = append(items, txItem{claimAlso, w})
 		}
 		err = st.transact(ctx, items)
 		if err == nil {

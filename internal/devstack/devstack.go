@@ -62,6 +62,10 @@ type Options struct {
 	ReplayPage           int                // events per replay read (default 1000)
 	Pages                http.Handler       // served at every other GET path (the web page)
 	GatewayLimits        bool               // the gateway enforces API Gateway's 32 KB frame and 128 KB message limits
+	// OrderWait bounds how long a numbered frame waits for its predecessor (default
+	// socket.OrderWait), in process only: tests lengthen it to park frames across a
+	// revocation or a delete.
+	OrderWait time.Duration
 	// IdleTimeout and MaxConnectionDuration are the gateway's connection limits
 	// (default API Gateway's: 10 minutes without a client frame, 2 hours in all).
 	IdleTimeout           time.Duration
@@ -341,6 +345,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	sock := service.Socket(st.Config, awsCfg, msgD, agent, logger)
+	if o.OrderWait > 0 {
+		sock.WithOrderWait(o.OrderWait)
+	}
 	d := service.Deliverer(st.Config, awsCfg, logger, tune)
 	tokens := service.Tokens(st.Config, awsCfg)
 	if o.TokenClock != nil {

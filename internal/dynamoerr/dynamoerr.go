@@ -49,3 +49,35 @@ func TxCondFailed(err error, i int) bool {
 	}
 	return aws.ToString(tce.CancellationReasons[i].Code) == condFailedCode
 }
+
+// TxCondFailedItem is TxCondFailed with the i-th item as it stood when its condition
+// failed: set when that item of the request asked for it
+// (ReturnValuesOnConditionCheckFailure ALL_OLD) and the item existed, nil otherwise.
+func TxCondFailedItem(err error, i int) (map[string]types.AttributeValue, bool) {
+	if !TxCondFailed(err, i) {
+		return nil, false
+	}
+	var tce *types.TransactionCanceledException
+	errors.As(err, &tce)
+	return tce.CancellationReasons[i].Item, true
+}
+
+// TxConflict reports whether err is a cancelled transaction none of whose conditions
+// failed but which met another request on one of its items (TransactionConflict):
+// nothing was written, and trying again may succeed.
+func TxConflict(err error) bool {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return false
+	}
+	conflict := false
+	for _, r := range tce.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case condFailedCode:
+			return false
+		case "TransactionConflict":
+			conflict = true
+		}
+	}
+	return conflict
+}

@@ -20,7 +20,9 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	agentpkg "github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
@@ -110,7 +112,7 @@ func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, tune T
 // Deliverer d. agent may be nil, in which case agent frames answer unsupported.
 func Socket(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, agent socket.Controller, logger *slog.Logger) *socket.Server {
 	db := cfg.DynamoDB(awsCfg)
-	return socket.New(
+	s := socket.New(
 		auth.New(db, cfg.ConnectionsTable),
 		connections.New(db, cfg.ConnectionsTable),
 		sessionlog.New(db, cfg.LogTable),
@@ -118,6 +120,12 @@ func Socket(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, agent s
 		agent,
 		logger,
 	)
+	if cfg.AgentsTable != "" { // connect's and message's; disconnect's never connects
+		s.WithOwnerClaim(func(agentID, connID string) types.TransactWriteItem {
+			return agentpkg.OwnerClaim(cfg.AgentsTable, agentID, connID)
+		})
+	}
+	return s
 }
 
 // Route bounds a route handler h (connect, message, disconnect) by its Lambda deadline:

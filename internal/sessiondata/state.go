@@ -29,6 +29,7 @@ const (
 	// The runner lease on the state item: holder and expiry (unix ms).
 	attrOwner      = "owner"
 	attrLeaseUntil = "lease_until"
+	attrOwnerConn  = "conn" // the owner connection a client frame's inbox write is conditional on (agent.InjectFrom)
 )
 
 // fencePrefix starts the runner-lease holder id a reset or delete writes. Runner ids
@@ -97,10 +98,14 @@ func (st *Store) takeFence(ctx context.Context, agentID string) (*fence, time.Ti
 func (st *Store) setFence(ctx context.Context, agentID string, f *fence) (map[string]types.AttributeValue, error) {
 	now := st.now()
 	out, err := st.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(st.t.Agents),
-		Key:                       stateKey(agentID),
-		UpdateExpression:          aws.String("SET #owner = :f, #lease_until = :u"),
-		ExpressionAttributeNames:  map[string]string{"#owner": attrOwner, "#lease_until": attrLeaseUntil},
+		TableName: aws.String(st.t.Agents),
+		Key:       stateKey(agentID),
+		// The fence also takes the agent's owner connection off the state item: from
+		// here on no client frame queues anything (agent.InjectFrom), so nothing a
+		// connection of the old session sent can land after the erase, in the session
+		// the agent id holds next. A connect after the operation names its own.
+		UpdateExpression:          aws.String("SET #owner = :f, #lease_until = :u REMOVE #conn"),
+		ExpressionAttributeNames:  map[string]string{"#owner": attrOwner, "#lease_until": attrLeaseUntil, "#conn": attrOwnerConn},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":f": str(f.id), ":u": num(now.Add(fenceTerm).UnixMilli())},
 		ReturnValues:              types.ReturnValueAllOld,
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
@@ -30,8 +31,11 @@ import (
 // Its errors are agent's sentinels (package agent/control, which socket imports instead
 // of the runtime), mapped to protocol codes by codeFor.
 type Controller interface {
-	// Inject queues text for the agent; with wake it also makes sure a turn runs.
-	Inject(ctx context.Context, sessionID, text string, wake bool) error
+	// InjectFrom queues text for the agent; with wake it also makes sure a turn runs.
+	// The queueing is conditional on connID still owning the agent (the agent's state
+	// item naming it, written by Connect's claim: Server.WithOwnerClaim):
+	// agent.ErrNotOwner when it no longer does, and nothing is queued.
+	InjectFrom(ctx context.Context, sessionID, text string, wake bool, connID string) error
 	// Cancel asks the running turn to stop. It returns agent.ErrNotRunning when no
 	// turn is open.
 	Cancel(ctx context.Context, sessionID, reason string) error
@@ -92,6 +96,9 @@ type Server struct {
 	origin []byte // RequireOrigin's secret; nil: no check
 	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
 	orderWait time.Duration
+	// ownerClaim, if set, is the agent's write Connect makes in its claim transaction
+	// (WithOwnerClaim).
+	ownerClaim func(agentID, connID string) types.TransactWriteItem
 	// waiting, if set, is called with the order of each frame that enters the
 	// turnstile's wait (for tests).
 	waiting func(order int64)
@@ -124,6 +131,15 @@ func New(tokens *auth.Store, conns *connections.Store, log SessionLog, out Outbo
 // outcome without waiting ten seconds.
 func (s *Server) WithOrderWait(d time.Duration) *Server {
 	s.orderWait = d
+	return s
+}
+
+// WithOwnerClaim makes Connect write w(agentID, connID) in the transaction that makes
+// the connection the agent's owner (agent.OwnerClaim: the agent's state item names the
+// connection, which every inject frame's inbox write is conditional on), and returns s;
+// call it before serving. Every deployment with the agent runtime sets it.
+func (s *Server) WithOwnerClaim(w func(agentID, connID string) types.TransactWriteItem) *Server {
+	s.ownerClaim = w
 	return s
 }
 
@@ -209,7 +225,11 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		_, err = s.log.Create(ctx, agentID)
 		if err == nil {
 			var superseded connections.Owner
-			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck)
+			var also []types.TransactWriteItem
+			if s.ownerClaim != nil {
+				also = append(also, s.ownerClaim(agentID, connID))
+			}
+			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, also...)
 			if err == nil {
 				used := make(chan error, 1) // the token's last use, written alongside the kick
 				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
@@ -334,7 +354,24 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 				s.waiting(order)
 			}
 		}
-		stamp.InOrder = s.awaitTurn(ctx, lg, c, stamp)
+		inOrder, cur, werr := s.awaitTurn(ctx, lg, c, stamp)
+		switch {
+		case errors.Is(werr, connections.ErrNotFound):
+			// The connection closed while the frame waited (revoked, deleted,
+			// dropped): it applies nothing.
+			lg.Info("frame order wait: connection gone, frame not applied", "order", order)
+			s.refuse(ctx, lg, connID, protocol.CodeUnauthorized)
+			return ok, nil
+		case werr != nil:
+			lg.Error("frame order wait", "order", order, "error", werr)
+			s.fail(ctx, lg, connID)
+			return ok, nil
+		case cur.State != connections.StateAuthorized:
+			lg.Info("frame order wait: connection no longer authorized, frame not applied", "order", order, "state", string(cur.State))
+			s.refuse(ctx, lg, connID, refusalFor(cur.State))
+			return ok, nil
+		}
+		c, stamp.InOrder = cur, inOrder
 		taken = sync.OnceFunc(func() {
 			if err := s.conns.MarkOrder(context.WithoutCancel(ctx), connID, order); err != nil {
 				lg.Warn("mark frame order", "order", order, "error", err)
@@ -358,7 +395,11 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 		code, msg := codeFor(err)
 		switch code {
 		case protocol.CodeInternal:
-			lg.Error("serve frame", "error", err)
+			if errors.Is(err, agent.ErrNotOwner) {
+				lg.Info("frame from a connection that lost the agent: not applied")
+			} else {
+				lg.Error("serve frame", "error", err)
+			}
 			s.fail(ctx, lg, connID)
 		case protocol.CodeSuperseded, protocol.CodeUnauthorized:
 			s.refuse(ctx, lg, connID, code)
@@ -395,27 +436,39 @@ const MaxWaitingFrames = 16
 // one strongly consistent read (1 read unit), paced 2, 4, … up to 32 ms apart times the
 // frames still ahead of this one (turnPace): a frame deep in a burst looks rarely, so a
 // burst of n numbered frames costs on the order of n·log n looks rather than n².
-func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) bool {
+//
+// It also returns the connection's record as last read, which the caller checks
+// again before the frame applies anything: a frame that waited must not outlive its
+// connection's access (docs/security.md, "Parked frames"). A look that finds the record
+// gone returns connections.ErrNotFound and one that finds it no longer authorized stops
+// waiting at once. No look is added for it: each pause ends at the deadline at the
+// latest and is followed by a look, so the record returned is the one read last, at or
+// after the deadline (or Message's own read, for a frame handled after it). Any other
+// read error, or ctx done, is returned as it is.
+func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) (bool, connections.Conn, error) {
 	deadline := time.UnixMilli(st.At).Add(s.orderWait)
 	pause := 2 * time.Millisecond
 	for {
+		if c.State != connections.StateAuthorized {
+			return false, c, nil
+		}
 		if c.Order >= st.Order-1 {
-			return c.Order == st.Order-1
+			return c.Order == st.Order-1, c, nil
 		}
 		if !time.Now().Before(deadline) {
 			lg.Info("frame order gap: served without its predecessor", "order", st.Order, "done", c.Order)
-			return false
+			return false, c, nil
 		}
 		t := time.NewTimer(min(pause, time.Until(deadline)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return false, c, ctx.Err()
 		case <-t.C:
 		}
 		cur, err := s.conns.Conn(ctx, c.ID)
 		if err != nil {
-			return false
+			return false, c, err
 		}
 		c = cur
 		pause = turnPace(pause, st.Order-1-c.Order)
@@ -443,7 +496,7 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 	}
 	switch f := frame.(type) {
 	case protocol.Inject:
-		return s.agent.Inject(ctx, c.AgentID, f.Text, f.Wake)
+		return s.agent.InjectFrom(ctx, c.AgentID, f.Text, f.Wake, c.ID)
 	case protocol.Cancel:
 		return s.agent.Cancel(ctx, c.AgentID, f.Reason)
 	case protocol.Approve:

@@ -70,7 +70,7 @@ func (r *recorder) record(ctx context.Context, method string, args ...any) error
 	return r.errs[method]
 }
 
-func (r *recorder) Inject(ctx context.Context, id, text string, wake bool) error {
+func (r *recorder) InjectFrom(ctx context.Context, id, text string, wake bool, _ string) error {
 	return r.record(ctx, "Inject", id, text, wake)
 }
 func (r *recorder) Cancel(ctx context.Context, id, reason string) error {

@@ -46,9 +46,12 @@ var (
 	// it; nobody else reaches it, and neither may do more.
 	departWrite = tableGrant{"ConnectionsTable", []string{"dynamodb:PutItem"}, []string{"gone#*"}, nil}
 	departRead  = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"gone#*"}, nil}
+	// connect's claim names the owner connection on the agent's state item, and
+	// touches no other attribute of the agents table (docs/security.md, "Parked frames").
+	ownerClaim = tableGrant{"AgentsTable", []string{"dynamodb:UpdateItem"}, []string{"agent#*"}, []string{"pk", "sk", "conn"}}
 
 	wantTableGrants = map[string][]tableGrant{
-		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse},
+		"ConnectFunction":    {{"LogTable", logWriter, nil, nil}, connsOwners, tokenRead, tokenCheck, tokenUse, ownerClaim},
 		"MessageFunction":    {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 		"DisconnectFunction": {connsOwners, departWrite},
 		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets, departRead},

@@ -214,6 +214,13 @@ func (rt *Runtime) Inject(ctx context.Context, sessionID, text string, wake bool
 	return rt.svc.Inject(ctx, sessionID, text, wake)
 }
 
+// InjectFrom serves an inject frame (agent.Service.InjectFrom).
+func (rt *Runtime) InjectFrom(ctx context.Context, sessionID, text string, wake bool, connID string) error {
+	ctx, flush := rt.fast.Invocation(ctx)
+	defer flush()
+	return rt.svc.InjectFrom(ctx, sessionID, text, wake, connID)
+}
+
 // Cancel serves cancel.
 func (rt *Runtime) Cancel(ctx context.Context, sessionID, reason string) error {
 	ctx, flush := rt.fast.Invocation(ctx)
