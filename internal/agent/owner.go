@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/dynamoerr"
 )
 
@@ -18,7 +18,7 @@ import (
 // names another connection as its owner (OwnerClaim), or none since a session delete
 // or reset — so the frame queued nothing. The message function refuses the frame as
 // from a connection that may not send.
-var ErrNotOwner = errors.New("agent: the frame's connection no longer owns the agent")
+var ErrNotOwner = control.ErrNotOwner
 
 // attrConn is the state item's copy of the ownership record's owner connection: set
 // by each connect's claim transaction (OwnerClaim), removed by a session reset or

@@ -144,12 +144,12 @@ type failing struct{}
 
 var errBroken = errors.New("broken for the test")
 
-func (failing) Inject(context.Context, string, string, bool) error     { return errBroken }
-func (failing) Cancel(context.Context, string, string) error           { return errBroken }
-func (failing) Approve(context.Context, string, string) error          { return errBroken }
-func (failing) Deny(context.Context, string, string, string) error     { return errBroken }
-func (failing) SetModel(context.Context, string, string, string) error { return errBroken }
-func (failing) SetPolicy(context.Context, string, []string) error      { return errBroken }
+func (failing) InjectFrom(context.Context, string, string, bool, string) error { return errBroken }
+func (failing) Cancel(context.Context, string, string) error                   { return errBroken }
+func (failing) Approve(context.Context, string, string) error                  { return errBroken }
+func (failing) Deny(context.Context, string, string, string) error             { return errBroken }
+func (failing) SetModel(context.Context, string, string, string) error         { return errBroken }
+func (failing) SetPolicy(context.Context, string, []string) error              { return errBroken }
 
 // testInternalAfterHello: an internal error on a freshly connected socket (an error
 // frame and the close) reaches it after hello, and the message function does not

@@ -36,7 +36,7 @@ func codeFor(err error) (protocol.Code, string) {
 		return protocol.CodeUnsupported, "approvals are not mounted: run terret dev with --approvals, or deploy with Approvals=true"
 	case errors.Is(err, ErrUnsupported):
 		return protocol.CodeUnsupported, "this deployment does not mount the plugin this frame needs"
-	case errors.Is(err, agent.ErrNotOwner):
+	case errors.Is(err, control.ErrNotOwner):
 		// The frame's connection lost the agent while the frame was handled (another
 		// connect took it over, or a reset or delete began): nothing was queued, and
 		// the connection closes with internal — a client that may still connect

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
@@ -395,7 +396,7 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 		code, msg := codeFor(err)
 		switch code {
 		case protocol.CodeInternal:
-			if errors.Is(err, agent.ErrNotOwner) {
+			if errors.Is(err, control.ErrNotOwner) {
 				lg.Info("frame from a connection that lost the agent: not applied")
 			} else {
 				lg.Error("serve frame", "error", err)

@@ -19,6 +19,9 @@ var (
 	ErrBadSpec     = errors.New("agent: invalid model role or spec")
 	// ErrTextTooLong: an inject's text is over MaxTextBytes (see TextTooLongError).
 	ErrTextTooLong = errors.New("agent: inject text too long")
+	// ErrNotOwner: the frame's connection no longer owns the agent (agent.ErrNotOwner
+	// says when): the frame queued nothing.
+	ErrNotOwner = errors.New("agent: the frame's connection no longer owns the agent")
 )
 
 // MaxTextBytes bounds an inject's text (user/message, context/injected), JSON-encoded.
