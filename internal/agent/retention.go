@@ -55,7 +55,7 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 		return
 	}
 	from := max(w.start, inv.expiredTo, 1)
-	to := min(ck.floor(), w.last) // seqs [from, to): below the history's floor, below the tip
+	to := min(ck.floor(), w.last)        // seqs [from, to): below the history's floor, below the tip
 	lo := max(w.floor, inv.expiredTo, 1) // the folded events below the window from here to `to` get a TTL
 	below := inv.foldedBelow(lo, to)     // the fold items holding them
 	if to <= from && len(below) == 0 {
