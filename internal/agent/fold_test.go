@@ -33,7 +33,7 @@ func (a *aged) checkFold(after string) int {
 // summary, budget estimate); and so after compactions, on a small budget.
 func TestFoldEqualsTheEvents(t *testing.T) {
 	t.Parallel()
-	for _, budget := range []int64{0, 1500} {
+	for _, budget := range []int64{0, 400} {
 		t.Run(fmt.Sprintf("budget %d", budget), func(t *testing.T) {
 			t.Parallel()
 			prof := tools.DefaultProfile()
