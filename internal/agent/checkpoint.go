@@ -148,15 +148,17 @@ func (inv *invocation) checkpoint(ended *endedTurn) *checkpoint {
 	}
 	floor = max(min(floor, seq), min(w.floor, seq))
 	ck := w.foldAt(seq).checkpoint(seq)
-	if seq > w.foldTo {
+	// The events the checkpoint moves past are folded, from the floor on: below it the
+	// history is the summary's.
+	if lo := max(w.foldTo, floor); seq > lo {
 		var evs []sessionlog.Event
 		for _, ev := range w.evs {
-			if ev.Seq >= w.foldTo && ev.Seq < seq {
+			if ev.Seq >= lo && ev.Seq < seq {
 				evs = append(evs, ev)
 			}
 		}
 		if len(evs) > 0 {
-			ck.put = piecesOf(w.foldTo, seq-1, evs[len(evs)-1].At, foldEvents(evs))
+			ck.put = piecesOf(lo, seq-1, evs[len(evs)-1].At, foldEvents(evs))
 		}
 	}
 	key := seq
