@@ -174,7 +174,7 @@ func TestFoldReadsDoNotGrowWithEvents(t *testing.T) {
 		if te := lastTurnEndOf(t, first); te["status"] != agent.StatusCompleted || count(first, agent.TypeContextCompacted) != 0 {
 			t.Fatalf("%d events: first turn:\n%s", n, dump(first))
 		}
-		for round := range 3 {
+		for round := range 2 {
 			a.restart()
 			a.reads.Reset()
 			a.logged.reset()
