@@ -498,7 +498,8 @@ func writeBatches(ctx context.Context, db *dynamodb.Client, table string, evs []
 
 // seedStreaming writes session/created and n events after it as a long-lived agent
 // that streams left them: four completed turns (user/message, turn/start, the answer
-// as many assistant/chunk events, turn/end), padded with session/titled; the answers
+// as many assistant/chunk events, turn/end), the first followed by its session/titled,
+// padded with session/titled; the answers
 // hold ageStreamText characters in all whatever n (at least one a chunk), so every
 // log's history is the same size.
 func seedStreaming(ctx context.Context, db *dynamodb.Client, table, id string, n int) error {
@@ -511,7 +512,7 @@ func seedStreaming(ctx context.Context, db *dynamodb.Client, table, id string, n
 	}
 	add("session/created", map[string]any{})
 	const turns = 4
-	chunks := max((n-turns*3)/turns, 1)
+	chunks := max((n-turns*3-1)/turns, 1)
 	per := max(ageStreamText/(turns*chunks), 1)
 	for k := range turns {
 		turn := fmt.Sprintf("turn_age_stream_%d", k)
@@ -526,6 +527,9 @@ func seedStreaming(ctx context.Context, db *dynamodb.Client, table, id string, n
 			add(agent.TypeAssistantChunk, c)
 		}
 		add(agent.TypeTurnEnd, map[string]any{"turn_id": turn, "status": "completed"})
+		if k == 0 {
+			add(agent.TypeSessionTitled, map[string]any{"title": "a long story"})
+		}
 	}
 	for len(evs) <= n {
 		add(agent.TypeSessionTitled, map[string]any{"title": "streaming"})
