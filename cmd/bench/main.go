@@ -65,6 +65,7 @@ type options struct {
 	frames                int
 	ageSizes              string // log lengths of the age phase
 	ageRounds             int
+	ageCases              string // cases of the age phase
 	poll                  time.Duration
 	maxReplays            int
 	quiet                 bool
@@ -102,6 +103,7 @@ type results struct {
 	lagged               laggedResult
 	agents               []fleetResult
 	age                  []ageResult
+	ageStream            []ageResult
 	ageSeeded            time.Duration
 	frames               []frameResult
 	ranPhases            map[string]bool
@@ -133,6 +135,7 @@ func main() {
 	flag.IntVar(&o.agentTurns, "agent-turns", 2, "counted turns of each agent in the agents phase (after one uncounted)")
 	flag.IntVar(&o.frames, "frames", 20, "client frames of each kind, plain and numbered, in the frames phase")
 	flag.StringVar(&o.ageSizes, "age-sizes", "100,10000,100000", "log lengths of the age phase, ascending (the first is the floor)")
+	flag.StringVar(&o.ageCases, "age-cases", "compacting,streaming", "cases of the age phase: compacting (turns that compact every few turns), streaming (logs of mostly assistant/chunk events whose history stays under the budget: no compaction)")
 	flag.IntVar(&o.ageRounds, "age-rounds", 15, "paired rounds of the age phase, each a plain turn on every log back to back, alternating which goes first")
 	flag.DurationVar(&o.poll, "poll-interval", 50*time.Millisecond, "stream poll interval (terret dev's default)")
 	flag.IntVar(&o.maxReplays, "max-concurrent-replays", 4, "max_concurrent_replays")

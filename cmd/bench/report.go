@@ -132,8 +132,10 @@ type report struct {
 	ReplayRounds map[string]replayRounds `json:"replay_rounds,omitempty"`
 	// Age holds the age phase's figures by log length, each turn's time and heap by
 	// round (the figures' "age" section is made from them).
-	Age   []ageResult `json:"age,omitempty"`
-	order []string
+	Age []ageResult `json:"age,omitempty"`
+	// AgeStreaming is the age phase's streaming case (logs of chunks that never compact).
+	AgeStreaming []ageResult `json:"age_streaming,omitempty"`
+	order        []string
 }
 
 type replayRounds struct {

@@ -161,6 +161,61 @@ func (a *aged) checkpointSeq() int64 {
 	return seq
 }
 
+// historyFloor reads the checkpoint's history floor (ck.hist.floor) from the state
+// item: below it, events may expire (-1: none).
+func (a *aged) historyFloor() int64 {
+	a.t.Helper()
+	out, err := dynamotest.Client(a.t).GetItem(a.ctx, &dynamodb.GetItemInput{TableName: aws.String(a.names["AgentsTable"]),
+		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "agent#" + a.id}, "sk": &types.AttributeValueMemberS{Value: "state"}},
+		ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	ck, _ := out.Item["ck"].(*types.AttributeValueMemberM)
+	if ck == nil {
+		return -1
+	}
+	h, _ := ck.Value["hist"].(*types.AttributeValueMemberM)
+	if h == nil {
+		return -1
+	}
+	var floor int64 = -1
+	if v, ok := h.Value["floor"].(*types.AttributeValueMemberN); ok {
+		fmt.Sscan(v.Value, &floor)
+	}
+	return floor
+}
+
+// foldItem is one of the agent's fold items: the seqs it covers and its TTL.
+type foldItem struct {
+	from, to, expires int64
+	key               map[string]types.AttributeValue
+}
+
+// folds reads the agent's fold items (sk "fold#…"), ascending.
+func (a *aged) folds() []foldItem {
+	a.t.Helper()
+	out, err := dynamotest.Client(a.t).Query(a.ctx, &dynamodb.QueryInput{TableName: aws.String(a.names["AgentsTable"]),
+		KeyConditionExpression: aws.String("pk = :p AND begins_with(sk, :f)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":p": &types.AttributeValueMemberS{Value: "agent#" + a.id}, ":f": &types.AttributeValueMemberS{Value: "fold#"}},
+		ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	var fs []foldItem
+	for _, it := range out.Items {
+		f := foldItem{key: map[string]types.AttributeValue{"pk": it["pk"], "sk": it["sk"]}}
+		fmt.Sscan(strings.TrimPrefix(it["sk"].(*types.AttributeValueMemberS).Value, "fold#"), &f.from)
+		fmt.Sscan(it["to"].(*types.AttributeValueMemberN).Value, &f.to)
+		if e, ok := it["expires_at"].(*types.AttributeValueMemberN); ok {
+			fmt.Sscan(e.Value, &f.expires)
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
 // seedLog writes n events (seq 1..n) with BatchWriteItem, as an agent from before
 // checkpoints left them: a policy/updated allowing only echo and guarded_echo at seq
 // 1, then completed turns of four events each (user/message, turn/start, one final

@@ -33,19 +33,29 @@ const compactorSystem = "You maintain the running summary of a long conversation
 	"Write at most %d words."
 
 // contextView is what a model call sends besides the system prompt and tools: the
-// newest summary and the events after the seq it covers.
+// newest summary and the events after the seq it covers — folded ones (histfold.go)
+// below the window's start, then the window's own.
 type contextView struct {
 	summary string
 	through int64 // -1: no summary
 	evs     []sessionlog.Event
+	weights map[int64]foldWeight // the folded events' shares of the budget, by seq
 }
 
-// view is the window's model context. The window starts at or below through+1
-// (checkpoint invariant 3), so it holds every event after through.
+// view is the window's model context. The window, with the history folded below its
+// start, holds every event after through (the checkpoint's floor is at most
+// through+1).
 func (w *logWindow) view() contextView {
-	v := contextView{through: -1}
+	v := contextView{through: -1, weights: w.weights}
 	if c := w.compacted; c != nil {
 		v.summary, v.through = c.Summary, c.ThroughSeq
+	}
+	var hist []sessionlog.Event
+	for i, ev := range w.hist {
+		if ev.Seq > v.through {
+			hist = w.hist[i:]
+			break
+		}
 	}
 	for i, ev := range w.evs {
 		if ev.Seq > v.through {
@@ -53,7 +63,26 @@ func (w *logWindow) view() contextView {
 			break
 		}
 	}
+	if len(hist) > 0 {
+		v.evs = append(hist[:len(hist):len(hist)], v.evs...)
+	}
 	return v
+}
+
+// tok is ev's share of the budget: eventTokens, or a folded event's share.
+func (v contextView) tok(ev sessionlog.Event) int64 {
+	if fw, ok := v.weights[ev.Seq]; ok && ev.ID == "" {
+		return fw.w
+	}
+	return eventTokens(ev)
+}
+
+// own is the share of ev alone, without the events folded into it.
+func (v contextView) own(ev sessionlog.Event) int64 {
+	if fw, ok := v.weights[ev.Seq]; ok && ev.ID == "" && fw.l > 0 {
+		return fw.l
+	}
+	return v.tok(ev)
 }
 
 // eventTokens is an event's share of the history budget: an estimate of its payload
@@ -89,11 +118,11 @@ func (v contextView) tokens(fixed int64, compactedSeq int64) int64 {
 	var total, since int64
 	var reported int64 = -1
 	for _, ev := range v.evs {
-		t := eventTokens(ev)
+		t := v.tok(ev)
 		total += t
 		since += t
 		if u := usageOf(ev); u != nil && u.InputTokens > 0 && ev.Seq > compactedSeq {
-			reported, since = max(0, u.InputTokens-fixed), t
+			reported, since = max(0, u.InputTokens-fixed), v.own(ev)
 		}
 	}
 	if reported >= 0 {
@@ -132,7 +161,8 @@ func stepStart(evs []sessionlog.Event) int64 {
 // protect is the first seq compaction keeps: the open turn's first event while the
 // turn takes at most half the budget (so the turn's own messages, its waking text
 // above all, stay whole), else the start of its current step (stepStart).
-func (inv *invocation) protect(evs []sessionlog.Event, limit int64) int64 {
+func (inv *invocation) protect(v contextView, limit int64) int64 {
+	evs := v.evs
 	step := stepStart(evs)
 	t := inv.log.turn
 	if t == nil {
@@ -145,7 +175,7 @@ func (inv *invocation) protect(evs []sessionlog.Event, limit int64) int64 {
 	var turn int64
 	for _, ev := range evs {
 		if ev.Seq >= start {
-			turn += eventTokens(ev)
+			turn += v.tok(ev)
 		}
 	}
 	if turn <= limit/2 {
@@ -224,7 +254,7 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 		limit = min(limit, max(size/2, 256))
 	}
 	tail := limit / 2
-	cs := cuts(v.evs, inv.protect(v.evs, limit))
+	cs := cuts(v.evs, inv.protect(v, limit))
 	if len(cs) == 0 {
 		return errNothingToCompact
 	}
@@ -234,7 +264,7 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 	var sum int64
 	for i := len(v.evs) - 1; i >= 0; i-- {
 		after[v.evs[i].Seq] = sum
-		sum += eventTokens(v.evs[i])
+		sum += v.tok(v.evs[i])
 	}
 	for _, c := range cs {
 		if after[c] <= tail {
@@ -253,7 +283,7 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 	idx, calls := 0, int64(0)
 	logFrom := from
 	for from <= target {
-		part, end := slice(v.evs, &idx, isCut, target, limit-model.EstimateTokens(len(summary))-256)
+		part, end := slice(v, &idx, isCut, target, limit-model.EstimateTokens(len(summary))-256)
 		if end < 0 {
 			break // cannot happen: target is a cut
 		}
@@ -303,13 +333,14 @@ func addModelUsage(a, b *modelUsage) *modelUsage {
 // slice takes the next events of evs from *idx up to a cut — as many as fit room
 // tokens, but at least up to the next cut (a unit too large alone is shown truncated
 // by render) — and returns them with the seq of that cut. target is a cut.
-func slice(evs []sessionlog.Event, idx *int, isCut map[int64]bool, target, room int64) ([]sessionlog.Event, int64) {
+func slice(v contextView, idx *int, isCut map[int64]bool, target, room int64) ([]sessionlog.Event, int64) {
+	evs := v.evs
 	room = max(room, 256)
 	begin := *idx
 	var used int64
 	end, endIdx := int64(-1), begin
 	for i := begin; i < len(evs) && evs[i].Seq <= target; i++ {
-		used += eventTokens(evs[i])
+		used += v.tok(evs[i])
 		if !isCut[evs[i].Seq] {
 			continue
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -40,18 +41,24 @@ func (c *core) retentionDays(prof tools.Profile) int64 {
 // invocation nears its deadline (closeToDeadline): a long first compaction of an agent
 // from before checkpoints may leave part of its old log.
 //
+// The fold items (histfold.go) wholly below the floor get their TTL too, with the
+// events they fold below the window (their own `at` unknown: the newest one's is
+// used): a fold keeps nothing longer than the events it folds.
+//
 // Cost: one UpdateItem per event, 1 write unit per KB of it, once in the event's life,
-// when a compaction moves the checkpoint past it; a plain turn's release moves the
-// checkpoint past nothing (it stays at the newest through_seq + 1), so a plain turn's
-// writes are unchanged. TTL's deletes are free.
+// when a compaction moves the history's floor past it, and one per fold item then; a
+// plain turn's release moves the floor past nothing (it stays at the newest
+// through_seq + 1), so a plain turn gives nothing a TTL. TTL's deletes are free.
 func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Logger) {
 	w := inv.log
 	if ck == nil || !w.begun {
 		return
 	}
 	from := max(w.start, inv.expiredTo, 1)
-	to := min(ck.Seq, w.last) // seqs [from, to): below the checkpoint, below the tip
-	if to <= from {
+	to := min(ck.floor(), w.last)        // seqs [from, to): below the history's floor, below the tip
+	lo := max(w.floor, inv.expiredTo, 1) // the folded events below the window from here to `to` get a TTL
+	below := inv.foldedBelow(lo, to)     // the fold items holding them
+	if to <= from && len(below) == 0 {
 		return
 	}
 	prof, err := inv.c.agentProfile(inv.profileJSON)
@@ -59,7 +66,7 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 		log.WarnContext(ctx, "retention: no profile; events kept", "error", err.Error())
 		return
 	}
-	inv.expiredTo = to
+	inv.expiredTo = max(inv.expiredTo, to)
 	days := inv.c.retentionDays(prof)
 	if days <= 0 {
 		return
@@ -91,6 +98,32 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 		}()
 	}
 	n, skipped := 0, 0
+	for _, p := range below {
+		// The fold item, then the events it folds below the window's start (the
+		// window's own are expired below): each at retention days after its newest.
+		at, perr := time.Parse(sessionlog.TimeFormat, p.at)
+		if perr != nil {
+			at = inv.c.now()
+		}
+		exp := at.Add(keep).Unix()
+		var errs []error
+		if p.to < to { // wholly below the floor: the item too
+			errs = append(errs, inv.c.store.expireFold(ctx, inv.agent, p.from, exp))
+			p.expired = errs[0] == nil
+		}
+		for seq := max(p.from, lo); seq <= p.to && seq < min(to, w.start); seq++ {
+			errs = append(errs, inv.c.log.Expire(ctx, inv.agent, seq, exp))
+			n++
+		}
+		mu.Lock()
+		for _, err := range errs {
+			if err != nil {
+				failed++
+				first = cmp.Or(first, err)
+			}
+		}
+		mu.Unlock()
+	}
 	for _, ev := range w.evs {
 		if ev.Seq < from || ev.Seq >= to || ev.Expires != 0 {
 			continue
@@ -113,4 +146,16 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 		return
 	}
 	log.DebugContext(ctx, "retention: events expire", "events", n, "from_seq", from, "to_seq", to, "retention_days", days)
+}
+
+// foldedBelow returns the fold items the window holds that fold events in [lo, to)
+// and have no TTL from this invocation yet.
+func (inv *invocation) foldedBelow(lo, to int64) []*pieceMeta {
+	var out []*pieceMeta
+	for i := range inv.log.pieces {
+		if p := &inv.log.pieces[i]; !p.expired && p.from < to && p.to >= lo {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -32,15 +32,15 @@ func TestRetentionAcrossAnOpenTurn(t *testing.T) {
 	}
 	turnStart := ofType(evs, agent.TypeTurnStart)[0].Seq
 	through := int64(compactions(evs)[0]["through_seq"].(float64))
-	ck := a.checkpointSeq()
-	if ck > turnStart || ck > through+1 || ck < 2 {
-		t.Fatalf("parked turn starts at %d, newest through_seq %d, checkpoint at %d", turnStart, through, ck)
+	ck := a.historyFloor()
+	if ck > turnStart || ck > through+1 || ck < 2 || ck > a.checkpointSeq() {
+		t.Fatalf("parked turn starts at %d, newest through_seq %d, history floor at %d, checkpoint at %d", turnStart, through, ck, a.checkpointSeq())
 	}
 	db := dynamotest.Client(t)
 	deleted := 0
 	for _, ev := range a.since(0) {
 		if (ev.Expires != 0) != (ev.Seq >= 1 && ev.Seq < ck) {
-			t.Fatalf("seq %d (%s; checkpoint %d, turn from %d) expires at %d", ev.Seq, ev.Type, ck, turnStart, ev.Expires)
+			t.Fatalf("seq %d (%s; history floor %d, turn from %d) expires at %d", ev.Seq, ev.Type, ck, turnStart, ev.Expires)
 		}
 		if ev.Expires == 0 {
 			continue
@@ -55,7 +55,7 @@ func TestRetentionAcrossAnOpenTurn(t *testing.T) {
 		deleted++
 	}
 	if deleted != int(ck-1) {
-		t.Fatalf("deleted %d events, want the %d below the checkpoint but seq 0", deleted, ck-1)
+		t.Fatalf("deleted %d events, want the %d below the history floor but seq 0", deleted, ck-1)
 	}
 	a.restart()
 	call := str(ofType(evs, agent.TypeToolCall)[1], "id")

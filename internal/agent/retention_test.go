@@ -18,10 +18,12 @@ import (
 )
 
 // TestRetentionKeepsWhatTheRunnerNeeds: with retention_days 30 in the profile (over a
-// deployment's 7), exactly the events below the checkpoint get a TTL, 30 days after
-// their `at` — never seq 0, the tip, the newest context/compacted or the events after
-// its through_seq. Then the test does what TTL does 31 days later (DynamoDB Local
-// expires nothing): it deletes every event that has expired by then. A cold runner's
+// deployment's 7), exactly the events below the checkpoint's history floor get a TTL,
+// 30 days after their `at` (or after the newest event of their fold, seconds later) —
+// never seq 0, the tip, the newest context/compacted or the events after its
+// through_seq — and so do the fold items wholly below the floor, and no other. Then the
+// test does what TTL does 31 days later (DynamoDB Local expires nothing): it deletes
+// every event and fold item that has expired by then. A cold runner's
 // next turn still completes with the newest summary and the history after it, and its
 // model request is the one it would have sent without the deletes.
 func TestRetentionKeepsWhatTheRunnerNeeds(t *testing.T) {
@@ -43,10 +45,10 @@ func TestRetentionKeepsWhatTheRunnerNeeds(t *testing.T) {
 	}
 	all := a.since(0)
 	cs := compactions(all)
-	ck := a.checkpointSeq()
+	ck := a.historyFloor()
 	through := int64(cs[len(cs)-1]["through_seq"].(float64))
-	if ck < 2 || ck > through+1 {
-		t.Fatalf("checkpoint %d, newest through_seq %d: want 2 ≤ checkpoint ≤ through_seq+1", ck, through)
+	if ck < 2 || ck > through+1 || ck > a.checkpointSeq() {
+		t.Fatalf("history floor %d, newest through_seq %d, checkpoint %d: want 2 ≤ floor ≤ through_seq+1, floor ≤ checkpoint", ck, through, a.checkpointSeq())
 	}
 	tip := all[len(all)-1].Seq
 	expiring := 0
@@ -60,7 +62,7 @@ func TestRetentionKeepsWhatTheRunnerNeeds(t *testing.T) {
 			want = at.Add(30 * 24 * time.Hour).Unix()
 			expiring++
 		}
-		if ev.Expires != want {
+		if ev.Expires < want || ev.Expires > want+3600 || (want == 0) != (ev.Expires == 0) {
 			t.Fatalf("seq %d (%s; checkpoint %d, tip %d) expires at %d, want %d", ev.Seq, ev.Type, ck, tip, ev.Expires, want)
 		}
 	}
@@ -83,6 +85,21 @@ func TestRetentionKeepsWhatTheRunnerNeeds(t *testing.T) {
 	}
 	if deleted != expiring || deleted == 0 {
 		t.Fatalf("deleted %d events, %d had a TTL", deleted, expiring)
+	}
+	expired := 0
+	for _, f := range a.folds() {
+		if (f.expires != 0) != (f.to < ck) {
+			t.Fatalf("fold item %d..%d expires at %d, history floor %d", f.from, f.to, f.expires, ck)
+		}
+		if f.expires != 0 && time.Unix(f.expires, 0).Before(later) {
+			if _, err := db.DeleteItem(context.Background(), &dynamodb.DeleteItemInput{TableName: aws.String(a.names["AgentsTable"]), Key: f.key}); err != nil {
+				t.Fatal(err)
+			}
+			expired++
+		}
+	}
+	if expired == 0 {
+		t.Fatal("no fold item expired below the history floor")
 	}
 	a.restart()
 	evs := a.turn("after the expiry")

@@ -218,12 +218,22 @@ func (inv *invocation) run(ctx context.Context) error {
 
 // release gives the lease up (store.release) and adopts the state as the write left it,
 // or as it was found when the write did not happen.
+// The fold items of the events ck moves past are written first (histfold.go): a
+// checkpoint never points above history that is not folded.
 func (inv *invocation) release(ctx context.Context, pending optional[int64], ended *endedTurn, ck *checkpoint) (released, wrote bool, err error) {
+	if ck != nil && len(ck.put) > 0 {
+		if err := inv.c.store.putFolds(ctx, inv.agent, ck.put); err != nil {
+			return false, false, err
+		}
+	}
 	cur, released, wrote, err := inv.c.store.release(ctx, inv.agent, inv.me, pending, ended, ck)
 	if err != nil {
 		return false, false, err
 	}
 	inv.adopt(cur)
+	if wrote {
+		inv.log.wrote(ck)
+	}
 	return released, wrote, nil
 }
 
@@ -301,7 +311,9 @@ func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
 	if err != nil || !quotaAllows(prof, pre.Counters, now) {
 		return nil, nil // the runner refuses the turn, or fails it on its profile
 	}
-	inv.log.begin(pre)
+	if err := inv.log.begin(ctx, inv.c.store, pre); err != nil {
+		return nil, err
+	}
 	if err := inv.log.refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -380,7 +392,9 @@ func (inv *invocation) apply(ctx context.Context, st state) error {
 	if inv.seenPending.is(st.Stimuli) {
 		return nil
 	}
-	inv.log.begin(st)
+	if err := inv.log.begin(ctx, inv.c.store, st); err != nil {
+		return err
+	}
 	if err := inv.log.refresh(ctx); err != nil {
 		return err
 	}

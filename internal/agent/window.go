@@ -29,6 +29,13 @@ type logWindow struct {
 	first     string
 	firstSeen bool
 	compacted *compaction // the newest context/compacted; nil: none in the window
+
+	// The history below start (histfold.go), as the checkpoint's fold items hold it.
+	hist    []sessionlog.Event   // the folded events from the floor's item to start, ascending
+	weights map[int64]foldWeight // their shares of the budget, by seq
+	pieces  []pieceMeta          // the fold items held: read, or written by this invocation
+	floor   int64                // the checkpoint's floor at begin: the first seq the history needs
+	foldTo  int64                // fold items cover the log below it (start, then each checkpoint written)
 }
 
 // fold is what the runner keeps of the past beyond the open turn: the policy in

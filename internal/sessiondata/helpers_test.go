@@ -124,7 +124,8 @@ func put(t *testing.T, db *dynamodb.Client, table string, item map[string]types.
 
 // runtimeState writes what a busy agent's runtime leaves in the agents table: a state
 // item with a profile, counters, an open turn, a queue, a policy claim, model roles
-// and a checkpoint-like attribute, and inbox items of its own.
+// and a checkpoint-like attribute, inbox items of its own, and two fold items of the
+// runner's history fold (sk "fold#<from>").
 func (r rig) runtimeState(t *testing.T, agent string) {
 	t.Helper()
 	put(t, r.db, r.tables.Agents, map[string]types.AttributeValue{
@@ -138,6 +139,10 @@ func (r rig) runtimeState(t *testing.T, agent string) {
 	})
 	for i := range 30 {
 		put(t, r.db, r.tables.Agents, map[string]types.AttributeValue{"pk": s("agent#" + agent), "sk": s(fmt.Sprintf("inbox#%03d", i)), "text": s("steer")})
+	}
+	for _, from := range []int{0, 3} {
+		put(t, r.db, r.tables.Agents, map[string]types.AttributeValue{"pk": s("agent#" + agent), "sk": s(fmt.Sprintf("fold#%020d", from)),
+			"to": n(from + 2), "h": &types.AttributeValueMemberB{Value: []byte(`[{"s":1,"t":"user/message","p":{"text":"hi"},"w":3}]`)}})
 	}
 	put(t, r.db, r.tables.Agents, map[string]types.AttributeValue{"pk": s("quota#deferred"), "sk": s(agent), "ref": s("r")})
 }

@@ -190,8 +190,8 @@ func TestDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if erased != 1000+30 {
-		t.Fatalf("erased %d items in batches, want 1,030 (log and inbox items)", erased)
+	if erased != 1000+30+2 {
+		t.Fatalf("erased %d items in batches, want 1,032 (log, inbox and fold items)", erased)
 	}
 	checkDeleted(t, r, "a1")
 	if n := count(t, r.db, r.tables.Log, "session_id", "other"); n != 30 {
