@@ -31,7 +31,9 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Inject queues text in the agent's inbox, or refuses text over MaxTextBytes
-// JSON-encoded with a *TextTooLongError and writes nothing; with wake it starts the runner, which starts a turn with the text as its
+// JSON-encoded with a *TextTooLongError and writes nothing, or refuses an inject past
+// the inbox's bound (MaxInboxItems, MaxInboxBytes) with an *InboxFullError and queues
+// nothing; with wake it starts the runner, which starts a turn with the text as its
 // user/message if the agent is idle, or drains it into the running or open turn's
 // next step as context/injected. The inbox is keyed by the frame's
 // protocol.Stamp (from ctx), so steers drain in the order the client sent them
