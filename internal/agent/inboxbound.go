@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -106,4 +107,63 @@ func numberAttr(item map[string]types.AttributeValue, name string) int64 {
 		return x
 	}
 	return 0
+}
+
+// The agent's cancels waiting out InFlightBound: how many (cancel_waiting), and the
+// deadline of the newest (cancel_wait_until, Unix ms). A count whose newest deadline
+// has passed is stale — every wait it counts is over, or its handler died — and the
+// next cancel to wait starts it again.
+const (
+	attrCancelWaiting   = "cancel_waiting"
+	attrCancelWaitUntil = "cancel_wait_until"
+)
+
+// enterCancelWait takes one of the agent's MaxWaitingCancels waits, until deadline,
+// reporting false, writing nothing, when all are taken. Cost: 1 write unit (2 when the
+// count was stale).
+func (st *store) enterCancelWait(ctx context.Context, agentID string, now, deadline time.Time) (bool, error) {
+	attrs := map[string]string{"#w": attrCancelWaiting, "#until": attrCancelWaitUntil}
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:         aws.String("ADD #w :one SET #until = :dl"),
+		ConditionExpression:      aws.String("attribute_not_exists(#w) OR attribute_not_exists(#until) OR (#w < :max AND #until >= :now)"),
+		ExpressionAttributeNames: attrs,
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":one": n(1), ":max": n(MaxWaitingCancels), ":now": n(now.UnixMilli()), ":dl": n(deadline.UnixMilli()),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	old, failed := dynamoerr.CondFailedItem(err)
+	if err != nil && !failed {
+		return false, fmt.Errorf("agent: enter cancel wait of %s: %w", agentID, err)
+	}
+	if !failed {
+		return true, nil
+	}
+	until := numberAttr(old, attrCancelWaitUntil)
+	if until >= now.UnixMilli() {
+		return false, nil // all taken
+	}
+	// Stale: start the count again, unless another cancel did first.
+	_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #w = :one, #until = :dl"),
+		ConditionExpression:       aws.String("#until = :old"),
+		ExpressionAttributeNames:  attrs,
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1), ":dl": n(deadline.UnixMilli()), ":old": n(until)},
+	})
+	if dynamoerr.CondFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("agent: enter cancel wait of %s: %w", agentID, err)
+	}
+	return true, nil
+}
+
+// leaveCancelWait gives the wait back. Cost: 1 write unit.
+func (st *store) leaveCancelWait(ctx context.Context, agentID string) {
+	_, _ = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("ADD #w :minus"),
+		ExpressionAttributeNames:  map[string]string{"#w": attrCancelWaiting},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":minus": n(-1)},
+	})
 }

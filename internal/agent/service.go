@@ -87,6 +87,15 @@ func (s *Service) Inject(ctx context.Context, agentID, text string, wake bool) e
 // seen every earlier frame take effect.
 const InFlightBound = 2 * time.Second
 
+// MaxWaitingCancels bounds the cancels of one agent waiting out InFlightBound at once
+// (a count on the state item: 1 write unit to enter, 1 to leave; a count left by a
+// handler that died waiting lapses with its deadline). A cancel that
+// finds them all taken does not wait: it cancels a turn running or owed, else answers
+// not_running at once. So un-numbered cancels hold at most this many handlers per
+// agent, for at most InFlightBound; the waiting ones already cover any wake still in
+// flight before them.
+const MaxWaitingCancels = 2
+
 // Cancel marks the agent's turn cancelled with reason (cut to MaxReasonBytes) and
 // starts the runner, which stops the turn at its next step boundary — or at once, if
 // the turn is parked on approvals.
@@ -96,7 +105,8 @@ const InFlightBound = 2 * time.Second
 // runs after this one: with no turn running, a queued wake sent earlier makes the
 // cancel owed, and the runner cancels the turn that wake starts. It returns
 // ErrNotRunning only if no such turn is running or owed — after waiting up to
-// InFlightBound past the frame's receipt for one still in flight (see there). Cost:
+// InFlightBound past the frame's receipt for one still in flight (see there), when
+// fewer than MaxWaitingCancels of the agent's cancels wait already. Cost:
 // 1 write and one asynchronous invoke with a turn running; otherwise 1–2 writes, an
 // inbox query per look, and 1 write to withdraw.
 func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
@@ -107,7 +117,7 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 	if st.InOrder {
 		deadline = time.Time{}
 	}
-	owed := false
+	owed, waiting := false, false
 	for look := 0; ; look++ {
 		out, err := s.c.store.cancelRunning(ctx, agentID, reason, key)
 		if err != nil {
@@ -135,6 +145,18 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 		}
 		if queued {
 			return nil // the runner that wake started cancels its turn at the start
+		}
+		if !waiting && s.c.now().Before(deadline) {
+			entered, err := s.c.store.enterCancelWait(ctx, agentID, s.c.now(), deadline)
+			if err != nil {
+				return err
+			}
+			if entered {
+				waiting = true
+				defer s.c.store.leaveCancelWait(context.WithoutCancel(ctx), agentID)
+			} else {
+				deadline = time.Time{} // all waits taken: no wait for this one
+			}
 		}
 		if !s.c.now().Before(deadline) {
 			gone, err := s.c.store.forgo(ctx, agentID, key)
