@@ -56,6 +56,7 @@ func TestQuotaCheckedBeforeEveryModelCall(t *testing.T) {
 		t.Fatalf("turn/end %v; want one turn ended rejected by tokens_per_month", ends)
 	}
 	billed := srv.tokens()
+	t.Logf("tokens_per_month %d: the provider billed %d tokens in %d requests; turn/end %v", cap, billed, len(srv.requests()), ends[0]["usage"])
 	if billed > cap || billed == 0 {
 		t.Fatalf("the provider billed %d tokens in %d requests against tokens_per_month %d", billed, len(srv.requests()), cap)
 	}
