@@ -544,7 +544,7 @@ func testAgentCommands(t *testing.T, p *ownDev, model *openaitest.Server) {
 		{`{"allowed_models": ["acme/*", ""]}`, `allowed_models[1]: empty glob`},
 		{`{"tools": [{"name": "d", "kind": "mcp", "spec": {"url": "http://x/mcp", "headers": {"Authorization": "Bearer sk-literal"}}}]}`, `tools[0].spec.headers.Authorization: a secret is never written in a profile`},
 		{`{"tools": [{"name": "d", "kind": "mcp", "spec": {"url": "http://x/mcp", "headers_env": {"Authorization": "TERRET_TEST_UNSET_KEY"}}}]}`, `tools[0].spec.headers_env.Authorization: environment variable TERRET_TEST_UNSET_KEY is not set`},
-		{`{"quotas": {"turns_per_hour": 5}}`, `quotas.turns_per_hour: unknown quota (turns_per_day, tokens_per_month)`},
+		{`{"quotas": {"turns_per_hour": 5}}`, `quotas.turns_per_hour: unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls)`},
 		{`not json`, `bad.json: not a JSON object`},
 	} {
 		writeFile(t, bad, c.profile)

@@ -287,6 +287,23 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 		if end < 0 {
 			break // cannot happen: target is a cut
 		}
+		if inv.c.modelSpec(inv.st, prof, RoleCompactor) != model.SpecScripted {
+			// The compactor's call is the turn's too: it may not pass a quota.
+			var est int64
+			for _, ev := range part {
+				est += eventTokens(ev)
+			}
+			est = min(est, limit) + model.EstimateTokens(len(summary))
+			if reason := inv.spendReason(prof, usage, calls, est); reason != "" {
+				if calls > 0 {
+					// The summaries made so far are kept, and their calls counted.
+					if _, err := inv.append(ctx, TypeContextCompacted, contextCompacted{ThroughSeq: from - 1, Summary: summary, FromSeq: logFrom, Model: spec, Usage: usage, Calls: calls}); err != nil {
+						return err
+					}
+				}
+				return &quotaError{reason: reason}
+			}
+		}
 		text, u, sp, err := inv.summarise(ctx, prof, summary, part, limit)
 		if err != nil {
 			return err

@@ -36,6 +36,7 @@ type chatServer struct {
 	refuseNext int
 	summaries  int
 	toolCalls  []string
+	billed     int64 // the tokens of every usage chunk sent (prompt plus completion)
 }
 
 type chatRequest struct {
@@ -129,6 +130,13 @@ func (s *chatServer) serve(w http.ResponseWriter, r *http.Request) {
 	if !req.compactor && !req.titler && !refuse && req.invalid == "" && len(s.toolCalls) > 0 {
 		call, s.toolCalls = s.toolCalls[0], s.toolCalls[1:]
 	}
+	switch {
+	case req.invalid != "" || refuse && call == "":
+	case call != "":
+		s.billed += int64(len(body)/4 + len(call)/4)
+	default:
+		s.billed += int64(len(body)/4 + len(text)/4)
+	}
 	s.reqs = append(s.reqs, req)
 	s.mu.Unlock()
 	if req.invalid != "" {
@@ -175,6 +183,13 @@ func (s *chatServer) requests() []chatRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]chatRequest(nil), s.reqs...)
+}
+
+// tokens is what the server billed: the tokens of every usage chunk it sent.
+func (s *chatServer) tokens() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.billed
 }
 
 func (s *chatServer) refuse(n int) {

@@ -96,8 +96,9 @@ func randomHex(nbytes int) string {
 // at most InlineTextBytes goes on the state item while fewer than MaxInline wait there
 // (the agent's first one also creates the queue: one failed conditional write more,
 // once); otherwise it is an item of its own. Cost: 1 write unit for an inline inject
-// (the state item stays small); 1 per KB of the item otherwise, plus 1 when the queue
-// on the state item was found full.
+// (the state item stays small); 1 per KB of the item otherwise, plus 1 counting it
+// against the inbox's bound (reserveInbox: past it, an *InboxFullError and nothing is
+// queued), plus 1 when the queue on the state item was found full.
 func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bool, error) {
 	if len(it.Text) <= InlineTextBytes {
 		v, err := attributevalue.Marshal(it)
@@ -145,7 +146,11 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 	for k, v := range key(agentID, inboxPrefix+it.ID) {
 		item[k] = v
 	}
+	if err := st.reserveInbox(ctx, agentID, int64(len(it.Text)), it.Wake); err != nil {
+		return false, err
+	}
 	if err := st.inboxPut(ctx, item); err != nil {
+		_ = st.releaseInbox(context.WithoutCancel(ctx), agentID, 1, int64(len(it.Text)))
 		return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 	}
 	return false, nil
@@ -234,13 +239,25 @@ func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state,
 	return out, cur, nil
 }
 
-// deleteInbox takes drained injects off the inbox: one DeleteItem per inbox item, and
-// one write for all those queued on the state item (a recorded turn's wake goes with
+// deleteInbox takes drained injects off the inbox: one DeleteItem per inbox item (and
+// one write uncounting them, see releaseInbox), and one write for all those queued on
+// the state item (a recorded turn's wake goes with
 // the turn). Removing a missing one is no error, so a repeated drain is harmless. When
 // it wrote the state item (wrote), cur is the state after that write.
 func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxItem) (cur state, wrote bool, err error) {
 	var remove []string
 	attrs := map[string]string{"#inbox": inboxAttr}
+	var own, ownBytes int64
+	for _, it := range items {
+		if it.attr == "" {
+			own, ownBytes = own+1, ownBytes+int64(len(it.Text))
+		}
+	}
+	// Uncounted before they go: a runner dying in between drains them again, and the
+	// count errs low, never leaving the inbox refusing injects it has room for.
+	if err := st.releaseInbox(ctx, agentID, own, ownBytes); err != nil {
+		return state{}, false, err
+	}
 	for _, it := range items {
 		switch it.attr {
 		case turnWakeAttr:

@@ -6,6 +6,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/terret/terret-ws/internal/dynamoerr"
+
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -30,7 +36,10 @@ const maxPolicyRepeats = 16
 // protocol.Stamp key (from ctx), and claims it on the state item, counting the
 // stimulus so a running turn reads the log again before its next tool call.
 //
-// A set_policy sent before one already claimed appends nothing. Handlers that race
+// A set_policy sent before one already received (seePolicy) or claimed appends
+// nothing: a burst of set_policy frames logs the newest, not each of them, and only
+// frames handled out of send order at the same time repeat one (at most
+// maxPolicyRepeats each). Handlers that race
 // may log out of send order; claims rise in both stamp and seq (claimPolicy), so a
 // handler whose claim is refused knows which way: its policy/updated logged after a
 // later-sent one's repeats that one after it; one that finds an earlier-sent one logged
@@ -39,21 +48,22 @@ const maxPolicyRepeats = 16
 // between its append and its claim leaves an unclaimed policy/updated, which the fold
 // reads as well; a stale tail it leaves is repeated over by the runner.
 //
-// Cost: 1 strongly consistent read of the state item, the append (1 write unit per KB,
+// Cost: 1 write of the state item (seePolicy), the append (1 write unit per KB,
 // and 1 read unit for the tip when this process has not appended to the log lately)
 // and the claim (1 write unit). A repeat — only for frames handled out of send order
-// at the same time — adds 1 read, 1 append and 1 claim.
+// at the same time — adds 1 read, 1 append and 1 claim. One sent before one already
+// received costs the write alone.
 func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) error {
 	if patterns == nil {
 		patterns = []string{}
 	}
 	key := s.c.stamp(ctx).Key()
-	cur, err := s.c.store.getState(ctx, agentID, "policy_at")
+	newest, err := s.c.store.seePolicy(ctx, agentID, key)
 	if err != nil {
 		return err
 	}
-	if cur.PolicyAt > key {
-		return nil // a later set_policy is logged and claimed
+	if !newest {
+		return nil // a later set_policy was received, or is logged and claimed
 	}
 	s.c.pause(PausePolicyRead, agentID)
 	ev, err := s.c.log.AppendStamped(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, key)
@@ -156,4 +166,25 @@ func (inv *invocation) policy(ctx context.Context) (tools.Policy, error) {
 		}
 	}
 	return tools.Policy{}, fmt.Errorf("agent: policy of %s: %w", inv.agent, errPolicyContended)
+}
+
+// seePolicy records key as the newest set_policy received, reporting false — writing
+// nothing — when a set_policy sent later was received (policy_seen) or claimed
+// (policy_at) already. Frames of one millisecond from a client that does not number
+// them share a key: each is taken as the newest. Cost: 1 write unit.
+func (st *store) seePolicy(ctx context.Context, agentID, key string) (bool, error) {
+	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression: aws.String("SET #policy_seen = :k"),
+		ConditionExpression: aws.String("(attribute_not_exists(#policy_seen) OR #policy_seen <= :k) AND " +
+			"(attribute_not_exists(#policy_at) OR #policy_at <= :k)"),
+		ExpressionAttributeNames:  names("policy_at", "policy_seen"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": s(key)},
+	})
+	if dynamoerr.CondFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("agent: record set_policy of %s: %w", agentID, err)
+	}
+	return true, nil
 }

@@ -94,7 +94,8 @@ func strs(v any) []string {
 
 // TestPolicyRace: two set_policy handled at once, x sent 1 ms before y, in each order
 // their steps can interleave. The last policy/updated logged is y's once both returned,
-// y's policy is never silently dropped, and x's, handled after y's claim, logs nothing.
+// y's policy is never silently dropped, and x's, handled after y was received, logs
+// nothing.
 func TestPolicyRace(t *testing.T) {
 	t.Parallel()
 	const x, y = 1, 2
@@ -105,9 +106,8 @@ func TestPolicyRace(t *testing.T) {
 		point string // where
 		want  []string
 	}{
-		// y logged first; x logs after it and claims first: y's claim finds x's, later
-		// in the log but sent earlier, and repeats y's policy after it.
-		{"y logged, x logged and claimed, y claims", y, agent.PausePolicyLogged, []string{"y@2", "x@1", "y@2"}},
+		// y logged first; x, sent earlier, finds y's received and logs nothing.
+		{"y logged, then x", y, agent.PausePolicyLogged, []string{"y@2"}},
 		// x read no claim; y logs and claims; x logs after y: its claim finds y's,
 		// earlier in the log but sent later, and repeats y's policy after its own.
 		{"x read, y logged and claimed, x logs", x, agent.PausePolicyRead, []string{"y@2", "x@1", "y@2"}},
@@ -155,12 +155,17 @@ func TestPolicyRace(t *testing.T) {
 func TestPolicyCrashRepeatedByRunner(t *testing.T) {
 	t.Parallel()
 	hook, crashed := crashOnce(agent.CrashPolicyLogged)
-	e := newEnv(t, opts{crash: hook})
+	h := newHolds(agent.PausePolicyRead) // holds the set_policy sent first, received first
+	e := newEnv(t, opts{crash: hook, pause: h.pause})
+	first := make(chan error, 1)
+	go func() { first <- e.svc.SetPolicy(stamped(e.ctx, 1), e.agentID, []string{"nothing"}) }()
+	h.await(t, agent.PausePolicyRead)
 	if err := e.svc.SetPolicy(stamped(e.ctx, 2), e.agentID, []string{"echo"}); !errors.Is(err, agent.ErrCrashed) {
 		t.Fatalf("set_policy sent second: %v, want the crash", err)
 	}
 	<-crashed
-	if err := e.svc.SetPolicy(stamped(e.ctx, 1), e.agentID, []string{"nothing"}); err != nil {
+	h.letGo(agent.PausePolicyRead)
+	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
 	if got, want := e.policies(), []string{"echo@2", "nothing@1"}; fmt.Sprint(got) != fmt.Sprint(want) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -150,4 +151,50 @@ func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, d
 		return state{}, fmt.Errorf("agent: roll quota counters of %s: %w", agentID, err)
 	}
 	return decodeState(out.Attributes)
+}
+
+// errQuota: a model call of the open turn would pass a cap (spendReason); the turn
+// ends rejected with the reason a *quotaError carries.
+var errQuota = errors.New("agent: quota reached")
+
+// quotaError is errQuota with the reason the turn ends with.
+type quotaError struct{ reason string }
+
+func (e *quotaError) Error() string        { return e.reason }
+func (e *quotaError) Is(target error) bool { return target == errQuota }
+
+// spendReason returns why the open turn may not make its next model call ("" when it
+// may), checked before every model call of a turn — the main model's and the
+// compactor's: the month's tokens (the counter as of the turn's start plus what the
+// turn used so far) and the turn's own budget (quotas.turn_tokens, turn_model_calls).
+// pending is usage of compactor calls not yet logged; estimate is the estimate of the
+// call's input tokens, so a call that would pass a token cap is not made.
+func (inv *invocation) spendReason(prof tools.Profile, pending *modelUsage, pendingCalls, estimate int64) string {
+	q := prof.Quotas
+	var used TurnUsage
+	if t := inv.log.turn; t != nil {
+		used = t.usage
+	}
+	if pending != nil {
+		used.InputTokens += pending.InputTokens
+		used.OutputTokens += pending.OutputTokens
+	}
+	used.ModelCalls += pendingCalls
+	tokens := used.InputTokens + used.OutputTokens
+	now := inv.c.now().UTC()
+	month := inv.st.QuotaTokens
+	if inv.st.QuotaMonth != now.Format("2006-01") {
+		month = 0
+	}
+	switch {
+	case q.TurnModelCalls > 0 && used.ModelCalls >= q.TurnModelCalls:
+		return fmt.Sprintf("quota: turn_model_calls %d reached", q.TurnModelCalls)
+	case q.TurnTokens > 0 && tokens+estimate > q.TurnTokens:
+		return fmt.Sprintf("quota: turn_tokens %d reached (%d used, the next call's input about %d)", q.TurnTokens, tokens, estimate)
+	case q.TokensPerMonth > 0 && month+tokens+estimate > q.TokensPerMonth:
+		y, m, _ := now.Date()
+		return fmt.Sprintf("quota: tokens_per_month %d reached; resets at %s", q.TokensPerMonth,
+			time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC).Format(time.RFC3339))
+	}
+	return ""
 }

@@ -31,7 +31,9 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Inject queues text in the agent's inbox, or refuses text over MaxTextBytes
-// JSON-encoded with a *TextTooLongError and writes nothing; with wake it starts the runner, which starts a turn with the text as its
+// JSON-encoded with a *TextTooLongError and writes nothing, or refuses an inject past
+// the inbox's bound (MaxInboxItems, MaxInboxBytes) with an *InboxFullError and queues
+// nothing; with wake it starts the runner, which starts a turn with the text as its
 // user/message if the agent is idle, or drains it into the running or open turn's
 // next step as context/injected. The inbox is keyed by the frame's
 // protocol.Stamp (from ctx), so steers drain in the order the client sent them
@@ -97,6 +99,15 @@ func (s *Service) InjectFrom(ctx context.Context, agentID, text string, wake boo
 // seen every earlier frame take effect.
 const InFlightBound = 2 * time.Second
 
+// MaxWaitingCancels bounds the cancels of one agent waiting out InFlightBound at once
+// (a count on the state item: 1 write unit to enter, 1 to leave; a count left by a
+// handler that died waiting lapses with its deadline). A cancel that
+// finds them all taken does not wait: it cancels a turn running or owed, else answers
+// not_running at once. So un-numbered cancels hold at most this many handlers per
+// agent, for at most InFlightBound; the waiting ones already cover any wake still in
+// flight before them.
+const MaxWaitingCancels = 2
+
 // Cancel marks the agent's turn cancelled with reason (cut to MaxReasonBytes) and
 // starts the runner, which stops the turn at its next step boundary — or at once, if
 // the turn is parked on approvals.
@@ -106,7 +117,8 @@ const InFlightBound = 2 * time.Second
 // runs after this one: with no turn running, a queued wake sent earlier makes the
 // cancel owed, and the runner cancels the turn that wake starts. It returns
 // ErrNotRunning only if no such turn is running or owed — after waiting up to
-// InFlightBound past the frame's receipt for one still in flight (see there). A turn
+// InFlightBound past the frame's receipt for one still in flight (see there), when
+// fewer than MaxWaitingCancels of the agent's cancels wait already. A turn
 // whose turn/end is logged is not running, though the state item records it until its
 // runner's release: a client that saw the turn end and then sent cancel is answered
 // ErrNotRunning, not left without an answer. Cost: 1 write, a read of the log's
@@ -120,7 +132,7 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 	if st.InOrder {
 		deadline = time.Time{}
 	}
-	owed := false
+	owed, waiting := false, false
 	ended := "" // a turn the state item records whose turn/end is logged
 	for look := 0; ; look++ {
 		out, cur, err := s.c.store.cancelRunning(ctx, agentID, reason, key, ended)
@@ -160,6 +172,18 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 		}
 		if queued {
 			return nil // the runner that wake started cancels its turn at the start
+		}
+		if !waiting && s.c.now().Before(deadline) {
+			entered, err := s.c.store.enterCancelWait(ctx, agentID, s.c.now(), deadline)
+			if err != nil {
+				return err
+			}
+			if entered {
+				waiting = true
+				defer s.c.store.leaveCancelWait(context.WithoutCancel(ctx), agentID)
+			} else {
+				deadline = time.Time{} // all waits taken: no wait for this one
+			}
 		}
 		if !s.c.now().Before(deadline) {
 			gone, err := s.c.store.forgo(ctx, agentID, key, ended)

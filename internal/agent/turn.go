@@ -327,6 +327,11 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 				return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": the current step alone is longer than the model's context window: "+refusal, nil)
 			case errors.Is(err, errCompaction):
 				return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
+			case errors.Is(err, errQuota):
+				if t = inv.log.turn; t == nil {
+					return outEnded, nil
+				}
+				return inv.endTurn(ctx, t, StatusRejected, err.Error(), nil)
 			default:
 				return 0, err
 			}
@@ -335,6 +340,13 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 			return outEnded, nil
 		}
 		v := inv.log.view()
+		compactedSeq := int64(-1)
+		if c := inv.log.compacted; c != nil {
+			compactedSeq = c.seq
+		}
+		if reason := inv.spendReason(prof, nil, 0, fixed+v.tokens(fixed, compactedSeq)); reason != "" {
+			return inv.endTurn(ctx, t, StatusRejected, reason, nil)
+		}
 		req := model.Request{System: withSummary(prof.System, v.summary), Messages: history(v.evs), Tools: toolSpecs}
 		ch = &chunker{
 			write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
@@ -683,6 +695,13 @@ func (inv *invocation) title(ctx context.Context) {
 		return
 	}
 	spec := inv.c.modelSpec(inv.st, prof, RoleTitler)
+	month := prof // the titler's call is no turn's: only the month's cap applies
+	month.Quotas.TurnTokens, month.Quotas.TurnModelCalls = 0, 0
+	if spec != model.SpecScripted && inv.spendReason(month, nil, 0, model.EstimateTokens(len(titlerSystem)+len(first))) != "" {
+		// Over the month's tokens: the session is named after its first message, with
+		// no model call.
+		spec = model.SpecScripted
+	}
 	if spec == model.SpecScripted {
 		// The scripted titler names the session after its first message, without a
 		// model call: a script meant for the main model must not run here.

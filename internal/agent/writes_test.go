@@ -68,7 +68,8 @@ func stateItem(t *testing.T, e *env) map[string]types.AttributeValue {
 // is short: the inject queues it on the state item (and counts the stimulus in the same
 // write), the lease write also claims the turn and takes the text off the queue, and
 // the release also clears and meters the ended turn. A longer text is an inbox item of
-// its own, put by the inject and deleted once logged: four writes. Either way the turn
+// its own, counted against the inbox's bound and put by the inject, uncounted and
+// deleted once logged: six writes. Either way the turn
 // is metered exactly once. (Lease renewals come on top, every third of the lease while
 // the runner works.)
 func TestTurnWrites(t *testing.T) {
@@ -77,6 +78,8 @@ func TestTurnWrites(t *testing.T) {
 		queue   = "UpdateItem SET #inbox.#id = :it ADD #pending :one"
 		claim   = "UpdateItem SET #owner = :me, #lease_until = :until, #pending = if_not_exists(#pending, :zero), #turn_id = :t, #turn_seq = :seq, #turn_key = :k"
 		release = "UpdateItem SET #ck = :ck REMOVE #owner, #lease_until, #turn_id" // the checkpoint rides the release
+		counted = "UpdateItem ADD #items :one, #bytes :size"                       // the inbox's bound
+		uncount = "UpdateItem ADD #items :items, #bytes :size"
 	)
 	for _, tc := range []struct {
 		name string
@@ -84,7 +87,7 @@ func TestTurnWrites(t *testing.T) {
 		want []string // each write's operation and the start of its update expression
 	}{
 		{"short text", "second", []string{queue, claim + ", #turn_wake = :w REMOVE #cancel_turn, #cancel_reason, #inbox.#q", release}},
-		{"long text", strings.Repeat("long text ", agent.InlineTextBytes/10+1), []string{"PutItem", claim + " REMOVE #cancel_turn, #cancel_reason", "DeleteItem", release}},
+		{"long text", strings.Repeat("long text ", agent.InlineTextBytes/10+1), []string{counted, "PutItem", claim + " REMOVE #cancel_turn, #cancel_reason", uncount, "DeleteItem", release}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

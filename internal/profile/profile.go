@@ -86,11 +86,13 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // Check reports every problem of p where env runs it, each at its JSON path, as a
 // *tools.ProfileError: unknown keys and kinds, providers that do not parse, model
 // roles naming a provider p does not configure, tools of unknown kinds or invalid
-// specs, keys that cannot be found (api_key_env unset, api_key_secret missing). ctx
-// bounds secret fetches.
+// specs, keys that cannot be found (api_key_env unset, api_key_secret missing),
+// credentials sent where they may not go (checkDestinations). ctx bounds secret
+// fetches.
 func Check(ctx context.Context, p tools.Profile, env Env) error {
 	pe := &tools.ProfileError{}
 	provs := parseProviders(ctx, pe, p, env, true)
+	checkDestinations(pe, p, provs)
 	checkModels(pe, p, provs)
 	checkAllowed(pe, p)
 	checkTools(ctx, pe, p, env)
@@ -119,6 +121,7 @@ func KeyEnvs(p tools.Profile) []string {
 func Models(ctx context.Context, p tools.Profile, env Env) (*model.Registry, error) {
 	pe := &tools.ProfileError{}
 	provs := parseProviders(ctx, pe, p, env, true)
+	checkDestinations(pe, p, provs)
 	if err := pe.Err(); err != nil {
 		return nil, err
 	}

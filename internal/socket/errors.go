@@ -19,11 +19,15 @@ var ErrUnsupported = errors.New("socket: unsupported")
 func codeFor(err error) (protocol.Code, string) {
 	var bf *protocol.BadFrameError
 	var long *control.TextTooLongError
+	var full *control.InboxFullError
 	switch {
 	case errors.As(err, &bf):
 		return protocol.CodeBadFrame, bf.Message
 	case errors.As(err, &long):
 		return protocol.CodeBadFrame, fmt.Sprintf("inject: field \"text\" is %d bytes JSON-encoded, at most %d allowed in one event", long.Bytes, control.MaxTextBytes)
+	case errors.As(err, &full):
+		return protocol.CodeBadFrame, fmt.Sprintf("inject: the agent's inbox is full (%d injects of %d bytes wait; at most %d injects, %d bytes): this inject is not queued; send it again once the agent's turn has drained the inbox",
+			full.Items, full.Bytes, control.MaxInboxItems, control.MaxInboxBytes)
 	case errors.Is(err, control.ErrBadSpec):
 		return protocol.CodeBadFrame, "set_model: invalid role or model spec"
 	case errors.Is(err, sessionlog.ErrTooLarge):

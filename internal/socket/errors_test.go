@@ -25,6 +25,8 @@ func TestCodeFor(t *testing.T) {
 		{"bad frame wrapped", wrap(&protocol.BadFrameError{Message: "m"}), protocol.CodeBadFrame, "m"},
 		{"bad model spec", wrap(agent.ErrBadSpec), protocol.CodeBadFrame, "set_model: invalid role or model spec"},
 		{"event too large", wrap(sessionlog.ErrTooLarge), protocol.CodeBadFrame, "frame content is too large for one event"},
+		{"inbox full", wrap(&agent.InboxFullError{Items: 32, Bytes: 70000}), protocol.CodeBadFrame,
+			"inject: the agent's inbox is full (32 injects of 70000 bytes wait; at most 32 injects, 262144 bytes): this inject is not queued; send it again once the agent's turn has drained the inbox"},
 		{"no turn running", wrap(agent.ErrNotRunning), protocol.CodeNotRunning, "no turn is running"},
 		{"stale call", wrap(agent.ErrStaleCall), protocol.CodeStaleCall, "no standing approval request for that call_id"},
 		{"approvals not mounted", wrap(agent.ErrUnsupported), protocol.CodeUnsupported,

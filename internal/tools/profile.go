@@ -72,6 +72,12 @@ const MinBudgetTokens = 256
 type Quotas struct {
 	TurnsPerDay    int64 `json:"turns_per_day,omitempty"`
 	TokensPerMonth int64 `json:"tokens_per_month,omitempty"` // input plus output tokens
+	// TurnTokens and TurnModelCalls bound one turn: the model tokens (input plus
+	// output, its compactor calls included) and the model calls it may use. They are
+	// checked before every model call of the turn; a turn that would pass one ends
+	// rejected.
+	TurnTokens     int64 `json:"turn_tokens,omitempty"`
+	TurnModelCalls int64 `json:"turn_model_calls,omitempty"`
 }
 
 // Models names the model spec of each role ("scripted" or "provider/model"); an empty
@@ -280,8 +286,12 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					dst = &p.Quotas.TurnsPerDay
 				case "tokens_per_month":
 					dst = &p.Quotas.TokensPerMonth
+				case "turn_tokens":
+					dst = &p.Quotas.TurnTokens
+				case "turn_model_calls":
+					dst = &p.Quotas.TurnModelCalls
 				default:
-					pe.Add("quotas."+name, "unknown quota (turns_per_day, tokens_per_month)")
+					pe.Add("quotas."+name, "unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls)")
 					continue
 				}
 				if decodeInto(pe, "quotas."+name, m[name], dst) && *dst < 0 {
@@ -432,6 +442,12 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.Quotas.TokensPerMonth != 0 {
 		out.Quotas.TokensPerMonth = over.Quotas.TokensPerMonth
+	}
+	if over.Quotas.TurnTokens != 0 {
+		out.Quotas.TurnTokens = over.Quotas.TurnTokens
+	}
+	if over.Quotas.TurnModelCalls != 0 {
+		out.Quotas.TurnModelCalls = over.Quotas.TurnModelCalls
 	}
 	if len(over.Providers) > 0 {
 		out.Providers = map[string]json.RawMessage{}

@@ -216,6 +216,8 @@ func TestProfileQuotas(t *testing.T) {
 	}{
 		{"both", `{"quotas":{"turns_per_day":20,"tokens_per_month":100000}}`, tools.Quotas{TurnsPerDay: 20, TokensPerMonth: 100000}, ""},
 		{"none", `{}`, tools.Quotas{}, ""},
+		{"per turn", `{"quotas":{"turn_tokens":50000,"turn_model_calls":40}}`, tools.Quotas{TurnTokens: 50000, TurnModelCalls: 40}, ""},
+		{"negative per turn", `{"quotas":{"turn_model_calls":-2}}`, tools.Quotas{}, "quotas.turn_model_calls: must be 0"},
 		{"unknown quota", `{"quotas":{"turns_per_hour":3}}`, tools.Quotas{}, "quotas.turns_per_hour: unknown quota"},
 		{"negative", `{"quotas":{"turns_per_day":-1}}`, tools.Quotas{}, "quotas.turns_per_day: must be 0"},
 		{"not a number", `{"quotas":{"tokens_per_month":"lots"}}`, tools.Quotas{}, "quotas.tokens_per_month: want int64"},
@@ -236,7 +238,7 @@ func TestProfileQuotas(t *testing.T) {
 		})
 	}
 	def := tools.Profile{Quotas: tools.Quotas{TurnsPerDay: 5, TokensPerMonth: 1000}}
-	if got := def.Merge(tools.Profile{Quotas: tools.Quotas{TurnsPerDay: 50}}).Quotas; got != (tools.Quotas{TurnsPerDay: 50, TokensPerMonth: 1000}) {
+	if got := def.Merge(tools.Profile{Quotas: tools.Quotas{TurnsPerDay: 50, TurnTokens: 9}}).Quotas; got != (tools.Quotas{TurnsPerDay: 50, TokensPerMonth: 1000, TurnTokens: 9}) {
 		t.Errorf("merged quotas %+v; want the override's turns_per_day and the default's tokens_per_month", got)
 	}
 }

@@ -24,6 +24,31 @@ var (
 	ErrNotOwner = errors.New("agent: the frame's connection no longer owns the agent")
 )
 
+// The inbox's bound (agent's inboxbound.go says how it is kept).
+const (
+	// MaxInboxItems is how many injects may wait as inbox items of their own.
+	MaxInboxItems = 32
+	// MaxInboxBytes is how many bytes of text the injects waiting as inbox items of
+	// their own may hold together: four injects of MaxTextBytes.
+	MaxInboxBytes = 4 * MaxTextBytes
+)
+
+// ErrInboxFull: the agent's inbox is at its bound (see InboxFullError).
+var ErrInboxFull = errors.New("agent: inbox full")
+
+// InboxFullError is an inject refused because the agent's inbox is at its bound: Items
+// injects of Bytes bytes wait as items of their own. Nothing was queued.
+type InboxFullError struct {
+	Items, Bytes int64
+}
+
+func (e *InboxFullError) Error() string {
+	return fmt.Sprintf("%v: %d injects of %d bytes wait (at most %d injects, %d bytes)", ErrInboxFull, e.Items, e.Bytes, MaxInboxItems, MaxInboxBytes)
+}
+
+// Is makes errors.Is(err, ErrInboxFull) hold.
+func (e *InboxFullError) Is(target error) bool { return target == ErrInboxFull }
+
 // MaxTextBytes bounds an inject's text (user/message, context/injected), JSON-encoded.
 const MaxTextBytes = 64 << 10
 
