@@ -15,6 +15,7 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/profile"
+	"github.com/terret/terret-ws/internal/rules"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -168,7 +169,7 @@ func checkAgentProfile(ctx context.Context, file, base string, deployed bool) (s
 	if err != nil {
 		return "", err
 	}
-	penv := service.ProfileEnv(modelAWS, service.AgentOptions{Local: !deployed})
+	penv := service.ProfileEnv(modelAWS, service.AgentOptions{Local: !deployed, Rules: rules.New().Rules})
 	if deployed {
 		penv.LookupEnv = nil // the functions' environment is not this shell's
 	}

@@ -4,12 +4,15 @@
 package main
 
 import (
+	"github.com/terret/terret-ws/internal/rules"
 	"github.com/terret/terret-ws/internal/service"
 )
 
 func main() {
 	env := service.Boot("runner")
-	rt, err := service.Agent(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), env.Logger)
+	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
+	// Only the runner evaluates profiles' rules: it alone links the CEL interpreter.
+	rt, err := service.AgentWith(env.Config, env.AWS, d, env.Logger, service.AgentOptions{Rules: rules.New().Rules})
 	if err != nil {
 		service.Exit(err)
 	}

@@ -123,6 +123,15 @@ func (e *Engine) Compile(rs []tools.Rule) (*Set, error) {
 	return s, nil
 }
 
+// Rules is Compile as the runtime takes it (agent.Config.Rules).
+func (e *Engine) Rules(rs []tools.Rule) (tools.RuleSet, error) {
+	s, err := e.Compile(rs)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // Decide returns the decision of the first rule that matches a call of tool with args
 // (a JSON object), or a Decision with no effect. A rule whose expression fails on args
 // (a missing key, a type mismatch, the cost limit) decides the call: it is denied, Err

@@ -38,6 +38,13 @@ type Decision struct {
 	Err    string
 }
 
+// RuleSet is a profile's compiled rules (package rules compiles them).
+type RuleSet interface {
+	// Decide returns the decision of the first rule matching a call of tool with
+	// args (a JSON object); Effect "" when none matches.
+	Decide(tool string, args json.RawMessage) Decision
+}
+
 // RulePath is the JSON path of a profile's i-th rule.
 func RulePath(i int) string { return fmt.Sprintf("rules[%d]", i) }
 
