@@ -41,7 +41,7 @@ const (
 	ErrTextRuleDenied = "denied by rule" // followed by the rule's JSON path
 	// ErrTextRuleAsk ends the error result of a call a rule parks where approvals
 	// are not enabled: nothing could approve it, so it is denied.
-	ErrTextRuleAsk = "it needs an approval and approvals are not enabled here"
+	ErrTextRuleAsk    = "it needs an approval and approvals are not enabled here"
 	ErrTextUnknown    = "unknown tool"
 	ErrTextArgsTooBig = "arguments too large to log; the call was not executed"
 	ErrTextArgsBad    = "arguments are not a JSON object; the call was not executed"
