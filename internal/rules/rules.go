@@ -97,7 +97,7 @@ func (e *Engine) Compile(rs []tools.Rule) (*Set, error) {
 		}
 		ast, iss := e.env.Compile(r.When)
 		if iss.Err() != nil {
-			pe.Add(path, "%s", oneLine(iss.Err().Error()))
+			pe.Add(path, "%s", issues(iss))
 			continue
 		}
 		if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
@@ -177,6 +177,23 @@ func eval(prg cel.Program, vars map[string]any) (bool, error) {
 		return false, fmt.Errorf("%w: the expression gave %s, not a boolean", ErrEval, out.Type().TypeName())
 	}
 	return b, nil
+}
+
+// issues describes CEL's compile errors on one line, each at its position in the
+// expression ("column 13: Syntax error: …"), without the excerpt of it CEL adds.
+func issues(iss *cel.Issues) string {
+	var parts []string
+	for _, e := range iss.Errors() {
+		pos := fmt.Sprintf("column %d", e.Location.Column()+1)
+		if l := e.Location.Line(); l > 1 {
+			pos = fmt.Sprintf("line %d, %s", l, pos)
+		}
+		parts = append(parts, pos+": "+oneLine(e.Message))
+	}
+	if len(parts) == 0 {
+		return oneLine(iss.Err().Error())
+	}
+	return strings.Join(parts, "; ")
 }
 
 // oneLine folds CEL's multi-line messages (source excerpt, caret) into one line.
