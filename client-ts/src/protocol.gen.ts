@@ -230,6 +230,7 @@ export interface ToolResultPayload {
   result?: Json;
   error?: string;
   truncated?: boolean;
+  rule?: string;
 }
 
 /** Payload of approval/requested. */
@@ -237,6 +238,7 @@ export interface ApprovalRequestedPayload {
   call_id: string;
   name: string;
   args: Json;
+  rule?: string;
 }
 
 /** Payload of approval/resolved. */

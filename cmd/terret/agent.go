@@ -16,6 +16,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/config/useraws"
 	"github.com/terret/terret-ws/internal/profile"
+	"github.com/terret/terret-ws/internal/rules"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -169,7 +170,7 @@ func checkAgentProfile(ctx context.Context, file, base string, deployed bool) (s
 	if err != nil {
 		return "", err
 	}
-	penv := agentservice.ProfileEnv(modelAWS, agentservice.AgentOptions{Local: !deployed})
+	penv := agentservice.ProfileEnv(modelAWS, agentservice.AgentOptions{Local: !deployed, Rules: rules.New().Rules})
 	if deployed {
 		penv.LookupEnv = nil // the functions' environment is not this shell's
 	}

@@ -23,6 +23,8 @@ func TestDevProfileRefusedBeforeStart(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "nokey.json"), `{"models": {"main": "acme/m"},
 	  "providers": {"acme": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "api_key_env": "TERRET_TEST_UNSET_KEY"}}}`)
 	writeFile(t, filepath.Join(dir, "command.json"), `{"tools": [{"name": "lookup", "kind": "mcp", "spec": {"command": ["/bin/true"]}}]}`)
+	writeFile(t, filepath.Join(dir, "rule.json"), `{"rules": [{"tool": "*", "when": "args.path ==", "effect": "deny"}]}`)
+	const ruleProblem = "rule.json: rules[0].when: column 13: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}"
 	tests := []struct {
 		name string
 		args []string
@@ -40,6 +42,10 @@ func TestDevProfileRefusedBeforeStart(t *testing.T) {
 			"--profile nokey.json: invalid profile:\nnokey.json: providers.acme.api_key_env: environment variable TERRET_TEST_UNSET_KEY is not set (locally it may also be in .env in the working directory)"},
 		{"key not set, emulated", []string{"--lambda-emulator", "--profile", "nokey.json"},
 			"--profile nokey.json: invalid profile:\nnokey.json: providers.acme.api_key_env: environment variable TERRET_TEST_UNSET_KEY is not set (locally it may also be in .env in the working directory)"},
+		{"rule does not compile", []string{"--profile", "rule.json"},
+			"--profile rule.json: invalid profile:\n" + ruleProblem},
+		{"rule does not compile, emulated", []string{"--lambda-emulator", "--profile", "rule.json"},
+			"--profile rule.json: invalid profile:\n" + ruleProblem},
 		{"command MCP server, emulated", []string{"--lambda-emulator", "--profile", "command.json"},
 			"--profile command.json: invalid profile for --lambda-emulator (the functions run it as AWS Lambda does: no command MCP servers, no api_key_secret):\n" +
 				"command.json: tools[0].spec.command: a command MCP server cannot run in AWS Lambda (no such program there); serve it over streamable HTTP and give spec.url"},

@@ -4,13 +4,16 @@
 package main
 
 import (
+	"github.com/terret/terret-ws/internal/rules"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 )
 
 func main() {
 	env := service.Boot("runner")
-	rt, err := agentservice.Agent(env.Config, env.AWS, service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{}), env.Logger)
+	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
+	// Only the runner evaluates profiles' rules: it alone links the CEL interpreter.
+	rt, err := agentservice.AgentWith(env.Config, env.AWS, d, env.Logger, agentservice.AgentOptions{Rules: rules.New().Rules})
 	if err != nil {
 		service.Exit(err)
 	}

@@ -101,6 +101,9 @@ type Config struct {
 	MainModel   string // spec of role main when the agent set none; "": scripted
 	TitlerModel string // spec of role titler when the agent set none; "": scripted
 	Approvals   bool   // the approvals plugin row is mounted
+	// Rules compiles profiles' rules over tool arguments (package rules). nil: a
+	// profile with rules cannot run tools here (its calls fail, naming the cause).
+	Rules RuleCompiler
 	// RetentionDays (the deployment's RETENTION_DAYS; a profile's retention_days wins)
 	// expires log events that many days after they were appended, once the checkpoint
 	// has passed them (retention.go); 0: keep them forever.

@@ -38,6 +38,10 @@ const (
 	ErrTextCancelled  = "cancelled before execution"
 	ErrTextPolicy     = "not allowed by policy"
 	ErrTextDenied     = "denied"
+	ErrTextRuleDenied = "denied by rule" // followed by the rule's JSON path
+	// ErrTextRuleAsk ends the error result of a call a rule parks where approvals
+	// are not enabled: nothing could approve it, so it is denied.
+	ErrTextRuleAsk    = "it needs an approval and approvals are not enabled here"
 	ErrTextUnknown    = "unknown tool"
 	ErrTextArgsTooBig = "arguments too large to log; the call was not executed"
 	ErrTextArgsBad    = "arguments are not a JSON object; the call was not executed"
@@ -106,12 +110,14 @@ type toolResult struct {
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	Truncated bool            `json:"truncated,omitempty"`
+	Rule      string          `json:"rule,omitempty"` // the rule that decided the call, by JSON path
 }
 
 type approvalRequested struct {
 	CallID string          `json:"call_id"`
 	Name   string          `json:"name"`
 	Args   json.RawMessage `json:"args"`
+	Rule   string          `json:"rule,omitempty"` // the rule that asks, by JSON path
 }
 
 type approvalResolved struct {

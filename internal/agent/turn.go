@@ -444,6 +444,7 @@ type plan struct {
 	tool    tools.Tool // nil: not executed
 	errText string     // the error result, when not executed or failed
 	park    bool       // waits for a verdict
+	rule    string     // the rule that decided it (JSON path), if one did
 	result  json.RawMessage
 }
 
@@ -452,7 +453,11 @@ type plan struct {
 // call is a run alone. Between runs the state is read again, so a cancel (or the
 // deadline) is observed between runs, never inside one.
 func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInfo) (outcome, error) {
-	_, set, err := inv.toolset()
+	prof, set, err := inv.toolset()
+	var rules tools.RuleSet
+	if err == nil {
+		rules, err = inv.c.rulesOf(prof)
+	}
 	if err != nil {
 		for _, c := range owed {
 			if _, aerr := inv.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: "tools unavailable"}); aerr != nil {
@@ -480,13 +485,13 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 		plans := make([]plan, len(run))
 		park := false
 		for j, c := range run {
-			plans[j] = inv.plan(c, set, policy, t)
+			plans[j] = inv.plan(c, set, policy, rules, t)
 			park = park || plans[j].park
 		}
 		if park {
 			for _, pl := range plans {
 				if pl.park && !t.requested[pl.call.ID] {
-					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args}); err != nil {
+					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args, Rule: pl.rule}); err != nil {
 						return 0, err
 					}
 				}
@@ -536,10 +541,30 @@ func splitRuns(calls []callInfo, set *tools.Set) [][]callInfo {
 }
 
 // plan decides one call: refused (bad arguments, unknown tool, outside the policy,
-// denied), parked for a verdict, or executed.
-func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, turn *turnView) plan {
+// denied by a rule, denied), parked for a verdict, or executed. After the allow list
+// the first matching rule decides, else the tool entry's default_effect, else the
+// tool's needs_approval: an allow runs the call without asking.
+func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, rules tools.RuleSet, turn *turnView) plan {
 	pl := plan{call: c}
 	t, ok := set.Lookup(c.Name)
+	if c.ArgsError == "" && ok && policy.Allows(c.Name) {
+		d := ruleDecision(rules, set, c)
+		pl.rule = d.Rule
+		switch d.Effect {
+		case tools.EffectDeny:
+			pl.errText = ruleDeniedText(d)
+			return pl
+		case tools.EffectAsk:
+			if !inv.c.cfg.Approvals {
+				pl.errText = ruleDeniedText(d) + ": " + ErrTextRuleAsk
+				return pl
+			}
+			return inv.verdict(pl, t, turn)
+		case tools.EffectAllow:
+			pl.tool = t
+			return pl
+		}
+	}
 	switch {
 	case c.ArgsError != "":
 		pl.errText = c.ArgsError
@@ -548,17 +573,24 @@ func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, tur
 	case !policy.Allows(c.Name):
 		pl.errText = ErrTextPolicy
 	case inv.c.cfg.Approvals && t.Definition().NeedsApproval:
-		v, decided := turn.verdicts[c.ID]
-		switch {
-		case !decided:
-			pl.park = true
-		case v.Verdict == VerdictApproved:
-			pl.tool = t
-		default:
-			pl.errText = deniedText(v.Reason)
-		}
+		return inv.verdict(pl, t, turn)
 	default:
 		pl.tool = t
+	}
+	return pl
+}
+
+// verdict plans a call that needs a verdict: parked until one is logged, then run or
+// denied.
+func (inv *invocation) verdict(pl plan, t tools.Tool, turn *turnView) plan {
+	v, decided := turn.verdicts[pl.call.ID]
+	switch {
+	case !decided:
+		pl.park = true
+	case v.Verdict == VerdictApproved:
+		pl.tool = t
+	default:
+		pl.errText = deniedText(v.Reason)
 	}
 	return pl
 }
@@ -605,10 +637,10 @@ func callTool(ctx context.Context, t tools.Tool, args json.RawMessage) (result j
 func resultOf(pl plan) toolResult {
 	if pl.errText != "" {
 		text, cut := boundText(pl.errText, MaxErrorBytes)
-		return toolResult{CallID: pl.call.ID, Error: text, Truncated: cut}
+		return toolResult{CallID: pl.call.ID, Error: text, Truncated: cut, Rule: pl.rule}
 	}
 	res, cut := boundResult(pl.result)
-	return toolResult{CallID: pl.call.ID, Result: res, Truncated: cut}
+	return toolResult{CallID: pl.call.ID, Result: res, Truncated: cut, Rule: pl.rule}
 }
 
 // cancelTurn stops the open turn: standing approval requests are denied with reason,

@@ -340,7 +340,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	msgD := service.Deliverer(st.Config, awsCfg, logger, tune)      // the message function's, shared as there
 	agentLog := slog.New(withoutRunnerTurnFailed{logger.Handler()}) // the console logs failed turns (console.go)
-	agent, err := agentservice.AgentWith(st.Config, awsCfg, msgD, agentLog, agentservice.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock})
+	agent, err := agentservice.AgentWith(st.Config, awsCfg, msgD, agentLog, agentservice.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock, Rules: ruleEngine.Rules})
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/emulator"
 	"github.com/terret/terret-ws/internal/profile"
+	"github.com/terret/terret-ws/internal/rules"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 )
 
@@ -54,7 +55,7 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfile, o.Profile, err)
 	}
-	src, err := profile.NewFileSource(ctx, o.Profile, agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Local: true}), logger)
+	src, err := profile.NewFileSource(ctx, o.Profile, agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Local: true, Rules: ruleEngine.Rules}), logger)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfile, o.Profile, err)
 	}
@@ -76,7 +77,7 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 	}
 	// The functions' own check, with what they will have: no .env, no secret store
 	// reachable, no commands.
-	fenv := agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{})
+	fenv := agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Rules: ruleEngine.Rules})
 	fenv.LookupEnv = func(name string) (string, bool) { v, ok := dp.keys[name]; return v, ok }
 	fenv.Secrets = nil
 	if err := profile.Check(ctx, p, fenv); err != nil {
@@ -125,3 +126,7 @@ func (dp *defaultProfile) pass(fns []emulator.Function, logger *slog.Logger) {
 		fns[i].Env = env
 	}
 }
+
+// ruleEngine compiles the rules of the profiles terret dev checks and runs, each rule
+// list once.
+var ruleEngine = rules.New()

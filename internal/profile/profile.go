@@ -67,6 +67,10 @@ type Env struct {
 	Bedrock func(region string) bedrock.API
 	// HTTP sends OpenAI-compatible requests (nil: a client of its own).
 	HTTP *http.Client
+	// Rules compiles a profile's rules over tool arguments (package rules' Rules);
+	// its error names each rule that does not compile. nil: the rules' expressions
+	// are not compiled here (a process that runs no turn; the runner compiles them).
+	Rules func(rs []tools.Rule) (tools.RuleSet, error)
 }
 
 // provider is one parsed providers entry.
@@ -96,7 +100,23 @@ func Check(ctx context.Context, p tools.Profile, env Env) error {
 	checkModels(pe, p, provs)
 	checkAllowed(pe, p)
 	checkTools(ctx, pe, p, env)
+	checkRules(pe, p, env)
 	return pe.Err()
+}
+
+// checkRules compiles p's rules where env can, recording each that does not compile.
+func checkRules(pe *tools.ProfileError, p tools.Profile, env Env) {
+	if env.Rules == nil || len(p.Rules) == 0 {
+		return
+	}
+	_, err := env.Rules(p.Rules)
+	var rpe *tools.ProfileError
+	switch {
+	case errors.As(err, &rpe):
+		pe.Problems = append(pe.Problems, rpe.Problems...)
+	case err != nil:
+		pe.Add("rules", "%v", err)
+	}
 }
 
 // KeyEnvs lists the environment variables p's providers name with api_key_env, sorted,

@@ -51,6 +51,9 @@ type Profile struct {
 	// appended, once the runner no longer needs them (docs/architecture.md,
 	// "Retention"); 0: the deployment's RETENTION_DAYS (0 there: keep forever).
 	RetentionDays int64 `json:"retention_days,omitempty"`
+	// Rules decide tool calls over their arguments, after the allow list (nil in an
+	// override: keep the default's). See Rule.
+	Rules []Rule `json:"rules,omitempty"`
 }
 
 // MaxRetentionDays bounds retention_days (ten years).
@@ -102,6 +105,9 @@ type ToolConfig struct {
 	Concurrency   Concurrency     `json:"concurrency,omitempty"`
 	NeedsApproval *bool           `json:"needs_approval,omitempty"`
 	Spec          json.RawMessage `json:"spec,omitempty"`
+	// DefaultEffect applies to the calls of this entry's tools that no rule decides:
+	// on an MCP server, every tool the server lists, including tools it adds later.
+	DefaultEffect Effect `json:"default_effect,omitempty"`
 }
 
 // Problem is one thing wrong with a profile: Path is the JSON path of the offending
@@ -298,12 +304,23 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					pe.Add("quotas."+name, "must be 0 (no cap) or more, got %d", *dst)
 				}
 			}
+		case "rules":
+			var list []json.RawMessage
+			if !decodeInto(pe, k, v, &list) || list == nil {
+				continue // null: as if absent
+			}
+			p.Rules = make([]Rule, 0, len(list))
+			for i, item := range list {
+				if r, ok := decodeRule(pe, RulePath(i), item); ok {
+					p.Rules = append(p.Rules, r)
+				}
+			}
 		case "retention_days":
 			if decodeInto(pe, k, v, &p.RetentionDays) && (p.RetentionDays < 1 || p.RetentionDays > MaxRetentionDays) {
 				pe.Add(k, "must be a whole number of days from 1 to %d, got %d", MaxRetentionDays, p.RetentionDays)
 			}
 		default:
-			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, quotas, context, retention_days)")
+			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, rules, quotas, context, retention_days)")
 		}
 	}
 	if err := pe.Err(); err != nil {
@@ -313,7 +330,7 @@ func DecodeProfile(raw []byte) (Profile, error) {
 }
 
 var toolKeys = map[string]bool{"name": true, "kind": true, "description": true, "schema": true,
-	"concurrency": true, "needs_approval": true, "spec": true}
+	"concurrency": true, "needs_approval": true, "spec": true, "default_effect": true}
 
 func decodeTool(pe *ProfileError, path string, raw json.RawMessage) (ToolConfig, bool) {
 	var obj map[string]json.RawMessage
@@ -323,7 +340,7 @@ func decodeTool(pe *ProfileError, path string, raw json.RawMessage) (ToolConfig,
 	n := len(pe.Problems)
 	for _, k := range sortedKeys(obj) {
 		if !toolKeys[k] {
-			pe.Add(path+"."+k, "unknown key (name, kind, description, schema, concurrency, needs_approval, spec)")
+			pe.Add(path+"."+k, "unknown key (name, kind, description, schema, concurrency, needs_approval, default_effect, spec)")
 		}
 	}
 	var t ToolConfig
@@ -331,6 +348,9 @@ func decodeTool(pe *ProfileError, path string, raw json.RawMessage) (ToolConfig,
 	decodeInto(pe, path+".kind", obj["kind"], &t.Kind)
 	decodeInto(pe, path+".description", obj["description"], &t.Description)
 	decodeInto(pe, path+".concurrency", obj["concurrency"], &t.Concurrency)
+	if decodeInto(pe, path+".default_effect", obj["default_effect"], &t.DefaultEffect) {
+		checkDefaultEffect(pe, path+".default_effect", t.DefaultEffect)
+	}
 	if v, ok := obj["needs_approval"]; ok {
 		var b bool
 		if decodeInto(pe, path+".needs_approval", v, &b) {
@@ -409,7 +429,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // Merge returns p with over laid on top: over's System if not empty, over's model
 // roles that are set, over's Tools if not nil (the whole list is replaced, so
-// `"tools": []` removes every tool), over's quotas that are set, and over's Providers entries replacing p's of
+// `"tools": []` removes every tool), over's Rules if not nil (likewise), over's quotas that are set, and over's Providers entries replacing p's of
 // the same name.
 func (p Profile) Merge(over Profile) Profile {
 	out := p
@@ -424,6 +444,9 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.Tools != nil {
 		out.Tools = over.Tools
+	}
+	if over.Rules != nil {
+		out.Rules = over.Rules
 	}
 	if over.AllowedModels != nil {
 		out.AllowedModels = over.AllowedModels
@@ -550,7 +573,7 @@ func (r *Registry) RegisterSetKind(kind string, b SetBuilder) error {
 // for a tool that cannot be built.
 func (r *Registry) Build(p Profile) (*Set, error) {
 	set := &Set{byName: map[string]Tool{}}
-	for _, cfg := range p.Tools {
+	for i, cfg := range p.Tools {
 		kind := cfg.Kind
 		if kind == "" {
 			kind = KindBuiltin
@@ -583,6 +606,12 @@ func (r *Registry) Build(p Profile) (*Set, error) {
 			}
 			set.byName[name] = t
 			set.list = append(set.list, t)
+			if cfg.DefaultEffect != "" {
+				if set.defaults == nil {
+					set.defaults = map[string]defaultEffect{}
+				}
+				set.defaults[name] = defaultEffect{effect: cfg.DefaultEffect, entry: i}
+			}
 		}
 	}
 	return set, nil
@@ -590,8 +619,25 @@ func (r *Registry) Build(p Profile) (*Set, error) {
 
 // Set is the built tools of one profile, in profile order.
 type Set struct {
-	list   []Tool
-	byName map[string]Tool
+	list     []Tool
+	byName   map[string]Tool
+	defaults map[string]defaultEffect
+}
+
+type defaultEffect struct {
+	effect Effect
+	entry  int // index of the profile's tool entry
+}
+
+// DefaultEffect is the default_effect of the profile entry that built the tool called
+// name, as a Decision naming that entry ("tools[1].default_effect"); Effect "" if the
+// entry sets none.
+func (s *Set) DefaultEffect(name string) Decision {
+	d, ok := s.defaults[name]
+	if !ok {
+		return Decision{}
+	}
+	return Decision{Effect: d.effect, Rule: fmt.Sprintf("tools[%d].default_effect", d.entry)}
 }
 
 // Lookup returns the tool called name.

@@ -55,6 +55,11 @@ type AgentOptions struct {
 	// ModelAWS, if set, is the AWS configuration of Bedrock and of secret fetches —
 	// the user's own credentials — instead of the one the tables are reached with.
 	ModelAWS *aws.Config
+	// Rules compiles profiles' rules over tool arguments (package rules' Rules): set
+	// by the processes that run turns or check profiles (the runner, `terret dev`,
+	// `terret agent put`), so the others do not link the CEL interpreter. nil: a
+	// profile's rules are decoded but not compiled, and its tool calls cannot run here.
+	Rules agent.RuleCompiler
 	// Local runs the profile on this machine: api_key_env is also read from .env in
 	// the working directory, and MCP servers may be started from a command.
 	Local bool
@@ -80,6 +85,7 @@ func ProfileEnv(modelAWS aws.Config, o AgentOptions) profile.Env {
 		Secrets:   secrets,
 		Kinds:     []string{tools.KindBuiltin, lambdatool.Kind, mcptool.Kind},
 		NoCommand: !o.Local,
+		Rules:     o.Rules,
 		Bedrock: func(region string) bedrock.API {
 			mu.Lock()
 			defer mu.Unlock()
@@ -156,6 +162,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		MainModel:      cfg.MainModel,
 		TitlerModel:    cfg.TitlerModel,
 		Approvals:      cfg.Approvals,
+		Rules:          o.Rules,
 		RetentionDays:  cfg.RetentionDays,
 		Logger:         logger,
 		Pause:          pause,
