@@ -189,14 +189,15 @@ func TestFailedResumeLeavesTurnOpen(t *testing.T) {
 
 func TestDeadlineHandover(t *testing.T) {
 	t.Parallel()
-	// Each invocation may run 6 s (grown with the machine's load: hang.Scaled); it hands
-	// over once less than all but 100 ms of that is left, so every step of 1 s of tool
-	// sleep ends its invocation, and the release and the successor's claim, slowed down
-	// by a loaded machine, still have about 5 s (times the load) before the deadline.
-	// Lambda's retries (four here) resume an invocation that missed it anyway.
+	// Each invocation may run 6 s; it hands over with less than half of that left, so
+	// the 4 s of tool sleeps take two invocations at least, and a DynamoDB request slowed
+	// down by a loaded machine still has 3 s to finish before the deadline. All three
+	// grow with the machine's load (hang.Scaled), so a loaded machine gives the same
+	// room as an idle one; Lambda's retries (four here) resume an invocation that
+	// missed its deadline anyway.
 	timeout := hangbound.Scaled(6 * time.Second)
 	e := newEnv(t, opts{timeout: timeout, margin: timeout - 100*time.Millisecond, retries: 4})
-	step := `{"call":[{"tool":"sleep","args":{"ms":1000}}]}`
+	step := fmt.Sprintf(`{"call":[{"tool":"sleep","args":{"ms":%d}}]}`, (timeout / 6).Milliseconds())
 	e.inject(script(step, step, step, step, `{"say":"made it"}`), true)
 	evs := e.waitTurnEnds(1)
 	e.settle()

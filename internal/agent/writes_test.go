@@ -69,7 +69,8 @@ func stateItem(t *testing.T, e *env) map[string]types.AttributeValue {
 // write), the lease write also claims the turn and takes the text off the queue, and
 // the release also clears and meters the ended turn. A longer text is an inbox item of
 // its own, counted against the inbox's bound and put by the inject, uncounted and
-// deleted once logged: six writes. Either way the turn
+// deleted once logged: six writes. The release is preceded by the put of
+// the turn's folded history (a fold item, docs/architecture.md). Either way the turn
 // is metered exactly once. (Lease renewals come on top, every third of the lease while
 // the runner works.)
 func TestTurnWrites(t *testing.T) {
@@ -80,14 +81,15 @@ func TestTurnWrites(t *testing.T) {
 		release = "UpdateItem SET #ck = :ck REMOVE #owner, #lease_until, #turn_id" // the checkpoint rides the release
 		counted = "UpdateItem ADD #items :one, #bytes :size"                       // the inbox's bound
 		uncount = "UpdateItem ADD #items :items, #bytes :size"
+		fold    = "PutItem" // the turn's history, folded, written before the checkpoint moves past it
 	)
 	for _, tc := range []struct {
 		name string
 		text string
 		want []string // each write's operation and the start of its update expression
 	}{
-		{"short text", "second", []string{queue, claim + ", #turn_wake = :w REMOVE #cancel_turn, #cancel_reason, #inbox.#q", release}},
-		{"long text", strings.Repeat("long text ", agent.InlineTextBytes/10+1), []string{counted, "PutItem", claim + " REMOVE #cancel_turn, #cancel_reason", uncount, "DeleteItem", release}},
+		{"short text", "second", []string{queue, claim + ", #turn_wake = :w REMOVE #cancel_turn, #cancel_reason, #inbox.#q", fold, release}},
+		{"long text", strings.Repeat("long text ", agent.InlineTextBytes/10+1), []string{counted, "PutItem", claim + " REMOVE #cancel_turn, #cancel_reason", uncount, "DeleteItem", fold, release}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

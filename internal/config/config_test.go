@@ -14,7 +14,7 @@ import (
 // TestOriginSecret: connect reads ORIGIN_SECRET (optional, empty: no check).
 func TestOriginSecret(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "DELIVER_FUNCTION": "d", "WS_MANAGEMENT_ENDPOINT": "https://x"}
+	env := map[string]string{"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "DELIVER_FUNCTION": "d", "WS_MANAGEMENT_ENDPOINT": "https://x"}
 	for _, want := range []string{"", "s3cret"} {
 		env["ORIGIN_SECRET"] = want
 		c, err := config.LoadFrom("connect", func(k string) string { return env[k] })
