@@ -101,6 +101,11 @@ const PauseEndpointVar = "TERRET_TEST_PAUSE_ENDPOINT"
 // two cannot drift apart unnoticed).
 const invokeSecretVar = "TERRET_INVOKE_SECRET"
 
+// LambdaRuntimeVars are the variables LambdaAWS reads: Lambda sets them in every
+// function's environment itself, so the template sets none of them (and may not:
+// they are reserved).
+var LambdaRuntimeVars = []string{"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+
 // Vars returns the environment variables function reads (besides the optional
 // LOG_LEVEL, METRICS_NAMESPACE, DYNAMODB_ENDPOINT, LAMBDA_ENDPOINT and the test-only
 // PauseEndpointVar), or nil for an unknown function.

@@ -199,6 +199,9 @@ func TestEnvironmentReaders(t *testing.T) {
 	t.Parallel()
 	root := repoRoot(t)
 	listed := map[string]bool{"LOG_LEVEL": true, "METRICS_NAMESPACE": true, "DYNAMODB_ENDPOINT": true, "LAMBDA_ENDPOINT": true}
+	for _, v := range config.LambdaRuntimeVars { // Lambda sets them itself
+		listed[v] = true
+	}
 	for _, fn := range wantFunctions {
 		for _, v := range config.Vars(FunctionName(fn)) {
 			listed[v] = true
