@@ -74,11 +74,15 @@ export async function startDev(flags = []) {
   }, 60000);
   const info = JSON.parse(readFileSync(ready, 'utf8'));
   const host = new URL(info.ws_url.replace('{agent_id}', 'x')).host;
+  // The page key /dev/token asks for: terret dev writes the page's address with it
+  // (#key=…) into the ready file, readable by this user only.
+  const pageKey = new URL(info.page_url ?? '').hash.replace(/^#key=/, '');
+  if (!pageKey) throw new Error(`terret dev's ready file has no page_url with a key: ${JSON.stringify(Object.keys(info))}`);
   return {
     host,
     url: (agent, h = host) => `ws://${h}/agents/${agent}/ws`,
     async token(agent) {
-      const r = await fetch(`http://${host}/dev/token?agent=${agent}`, { headers: { 'X-Terret-Dev': '1' } });
+      const r = await fetch(`http://${host}/dev/token?agent=${agent}`, { headers: { 'X-Terret-Dev': pageKey } });
       if (!r.ok) throw new Error(`dev token: ${r.status} ${await r.text()}`);
       return (await r.json()).token;
     },

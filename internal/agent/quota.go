@@ -79,9 +79,17 @@ func quotaText(turnsPerDay, tokensPerMonth, turns, tokens int64, now time.Time) 
 // the quota sweep start the runner once the quota allows — after the reset, or once
 // the operator raises the cap — with no further stimulus. One refusal is logged
 // per stimulus that finds the agent over quota, so a client sending into a capped
-// agent sees why nothing runs, and a runner going round does not repeat it.
+// agent sees why nothing runs, and neither a runner going round nor another invocation
+// for the same stimulus (a second asynchronous invoke, Lambda's retry, a waiting
+// invocation that takes the lease over after the one that refused) repeats it: the
+// stimulus count of the refusal is kept on the state item (quota_refused, 1 write
+// unit per refusal).
 func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error {
 	if inv.quotaRefused.ok && inv.quotaRefused == inv.seenPending {
+		return nil
+	}
+	if r := inv.st.QuotaRefused; r != nil && inv.seenPending.is(*r) {
+		inv.quotaRefused = inv.seenPending
 		return nil
 	}
 	// The marker first: a runner that dies after it leaves at worst a wake the sweep
@@ -101,7 +109,34 @@ func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error 
 	}
 	inv.quotaRefused = inv.seenPending
 	meterTurn(StatusRejected)
+	if inv.seenPending.ok {
+		st, err := inv.c.store.markQuotaRefused(ctx, inv.agent, inv.me, inv.seenPending.v)
+		if err != nil {
+			return err
+		}
+		inv.adopt(st)
+	}
 	return nil
+}
+
+// markQuotaRefused records on the state item that a quota refusal was logged at the
+// stimulus count pending, while me holds the lease, and returns the state after the
+// write. Cost: 1 write unit (state items are small).
+func (st *store) markQuotaRefused(ctx context.Context, agentID, me string, pending int64) (state, error) {
+	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
+		UpdateExpression:          aws.String("SET #quota_refused = :p"),
+		ConditionExpression:       aws.String("#owner = :me"),
+		ExpressionAttributeNames:  names(attrOwner, "quota_refused"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": n(pending), ":me": s(me)},
+		ReturnValues:              types.ReturnValueAllNew,
+	})
+	if dynamoerr.CondFailed(err) {
+		return state{}, errLeaseLost
+	}
+	if err != nil {
+		return state{}, fmt.Errorf("agent: mark quota refusal of %s: %w", agentID, err)
+	}
+	return decodeState(out.Attributes)
 }
 
 // endRefused ends a quota-refused turn left open by a runner that died after its

@@ -55,6 +55,9 @@ type state struct {
 	Inbox map[string]inboxItem `dynamodbav:"inbox,omitempty"`
 	// Ck is the runner's checkpoint (checkpoint.go); nil on an agent from before it.
 	Ck *checkpoint `dynamodbav:"ck,omitempty"`
+	// QuotaRefused is the stimulus count a quota refusal was last logged at
+	// (refuseForQuota): a later invocation that finds no stimulus since logs none again.
+	QuotaRefused *int64 `dynamodbav:"quota_refused,omitempty"`
 	Counters
 }
 
@@ -107,7 +110,7 @@ func names(attrs ...string) map[string]string {
 // counters, which only grow the read).
 var boundaryAttrs = []string{attrOwner, attrLeaseUntil, attrPending, attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
 	"cancel_at", "cancel_at_reason", "model_main", "model_titler", "model_compactor",
-	"quota_day", "quota_turns", "quota_month", "quota_tokens"}
+	"quota_day", "quota_turns", "quota_month", "quota_tokens", "quota_refused"}
 
 // getState reads the state item strongly consistent; attrs limits the attributes
 // read (none: all). A missing item is the zero state.
