@@ -55,3 +55,35 @@ func TestQuotaRefusalSurvivesCrash(t *testing.T) {
 		t.Errorf("counters %+v; want 1 turn metered, today's quota count 1 and the month's tokens its tokens (a refused turn is not metered)", c)
 	}
 }
+
+// TestQuotaRefusalOncePerStimulus: a wake refused for its quota is logged once, however
+// many invocations run for that one stimulus — a second asynchronous invoke, Lambda's
+// retry, an invocation that waited for the refusing one's lease. Only a new stimulus
+// logs a new refusal.
+func TestQuotaRefusalOncePerStimulus(t *testing.T) {
+	t.Parallel()
+	prof := tools.DefaultProfile()
+	prof.Quotas = tools.Quotas{TurnsPerDay: 1}
+	e := newEnv(t, opts{profile: &prof})
+	e.inject("one", true)
+	e.waitTurnEnds(1)
+	e.settle()
+	e.inject("two", true)
+	e.waitTurnEnds(2)
+	e.settle()
+	for range 3 { // more invocations for the same stimulus
+		if err := e.runner.Run(e.ctx, e.agentID); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	}
+	e.settle()
+	if evs := e.events(); count(evs, agent.TypeTurnEnd) != 2 {
+		t.Fatalf("want the refusal logged once for its one stimulus; log:\n%s", dump(evs))
+	}
+	e.inject("three", true)
+	evs := e.waitTurnEnds(3)
+	e.settle()
+	if ends := ofType(evs, agent.TypeTurnEnd); len(ends) != 3 || payload(ends[2])["status"] != agent.StatusRejected {
+		t.Fatalf("a new stimulus logs a new refusal; log:\n%s", dump(evs))
+	}
+}
