@@ -122,6 +122,16 @@ const STOPPED = new TerretError('client: closed');
 
 type Item = { data: string } | { end: Error };
 
+/** isKeepaliveAnswer: the gateway's answer to a keepalive, {"type":"keepalive"} (no seq). */
+function isKeepaliveAnswer(data: string): boolean {
+  try {
+    const f = JSON.parse(data);
+    return f !== null && typeof f === 'object' && f.type === 'keepalive' && !('seq' in f);
+  } catch {
+    return false;
+  }
+}
+
 /** The keepalive extension's frame, exactly (docs/protocol.md, "Extension: keepalive"). */
 export const KEEPALIVE_FRAME = '{"type":"keepalive"}';
 
@@ -524,7 +534,13 @@ export class TerretClient implements AsyncIterable<StreamItem> {
     this.dialing = conn;
     let item: Item;
     try {
-      item = await conn.next(this.opts.connectTimeoutMs);
+      // The keepalive's answer ({"type":"keepalive"}, from the gateway itself) can come
+      // before hello when a keepalive went out before hello arrived: it is not the
+      // server's first frame, so it is skipped here as it is after hello.
+      for (;;) {
+        item = await conn.next(this.opts.connectTimeoutMs);
+        if (!('data' in item) || !isKeepaliveAnswer(item.data)) break;
+      }
     } finally {
       this.dialing = null;
     }

@@ -194,6 +194,14 @@
 
   // src/client.ts
   var STOPPED = new TerretError("client: closed");
+  function isKeepaliveAnswer(data) {
+    try {
+      const f = JSON.parse(data);
+      return f !== null && typeof f === "object" && f.type === "keepalive" && !("seq" in f);
+    } catch {
+      return false;
+    }
+  }
   var KEEPALIVE_FRAME = '{"type":"keepalive"}';
   var DEFAULT_KEEPALIVE_MS = 9 * 60 * 1e3;
   var Conn = class {
@@ -551,7 +559,10 @@
       this.dialing = conn;
       let item;
       try {
-        item = await conn.next(this.opts.connectTimeoutMs);
+        for (; ; ) {
+          item = await conn.next(this.opts.connectTimeoutMs);
+          if (!("data" in item) || !isKeepaliveAnswer(item.data)) break;
+        }
       } finally {
         this.dialing = null;
       }
