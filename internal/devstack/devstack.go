@@ -158,6 +158,8 @@ type Stack struct {
 	emu    *emulator.Emulator
 	pause  *pausehook.Server // Options.Pause for the emulated functions
 
+	http lateHandler // the agent paths over HTTP (package httpapi), bound once built
+
 	measure    Measure
 	quotaSweep *sweeper
 	logStream  *types.StreamSpecification // held back (Measure.LogStreamLater)
@@ -305,6 +307,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		WriteTimeout: 2 * time.Second,
 		Logger:       quietLog,
 		Pages:        o.Pages,
+		HTTP:         &st.http,
 		// Measurements raise the $default bound (measure.go).
 		MaxConcurrency:        o.Measure.MaxConcurrency,
 		Limits:                o.GatewayLimits,
@@ -353,6 +356,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if o.TokenClock != nil {
 		tokens = tokens.WithClock(o.TokenClock)
 	}
+	st.http.Bind(service.HTTP(st.Config, awsCfg, logger))
 	connect.Bind(con.connect(perCall(sock.Connect)))
 	message.Bind(con.frame(perCall(sock.Message)))
 	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))

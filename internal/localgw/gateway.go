@@ -162,6 +162,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Pages, if set, serves every other GET (the dev web page).
 	Pages http.Handler
+	// HTTP, if set, serves the agent paths other than the socket's, any method:
+	// /agents/{agent_id}/... (package httpapi). On AWS the same paths reach the http
+	// function through CloudFront on the socket's host.
+	HTTP http.Handler
 }
 
 // Gateway is a running local API Gateway. Its methods are safe for concurrent use.
@@ -443,6 +447,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		g.serveWebSocket(w, r, segs[1])
+	case g.cfg.HTTP != nil && len(segs) >= 3 && segs[0] == "agents" && segs[1] != "" && segs[2] != "ws":
+		g.cfg.HTTP.ServeHTTP(w, r)
 	case g.cfg.Pages != nil && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		g.cfg.Pages.ServeHTTP(w, r)
 	default:

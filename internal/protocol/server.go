@@ -150,6 +150,12 @@ const (
 	// CodeInternal: the server hit an unexpected error serving this
 	// connection; the connection closes.
 	CodeInternal Code = "internal"
+	// CodeForbidden: a control frame from an observer connection or token; nothing
+	// is appended and the connection stays open (dev-profile "Roles").
+	CodeForbidden Code = "forbidden"
+	// CodeStale: the frame's expect_seq precondition failed; nothing is appended and
+	// the connection stays open (dev-profile "Control you can trust").
+	CodeStale Code = "stale"
 )
 
 // Codes lists every code of the spec, in spec order.

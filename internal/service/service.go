@@ -27,6 +27,7 @@ import (
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/httpapi"
 	"github.com/terret/terret-ws/internal/invokesecret"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -182,4 +183,11 @@ func Start(env Env, handler any) {
 func Exit(err error) {
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(1)
+}
+
+// HTTP builds the agent paths over HTTP (package httpapi): terret dev's gateway serves
+// them, and on AWS the http function. Each feature's paths are added here.
+func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *httpapi.Server {
+	db := cfg.DynamoDB(awsCfg)
+	return httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
 }
