@@ -14,26 +14,34 @@ import (
 	"github.com/terret/terret-ws/internal/tools"
 )
 
-// The profile keys the quota flags set (docs/agents.md, "Quotas").
-const (
-	quotaTurnsKey  = "turns_per_day"
-	quotaTokensKey = "tokens_per_month"
-)
+// quotaFlags are the caps `terret agent quota` sets: each flag writes its key of the
+// profile's "quotas" (docs/agents.md, "Quotas").
+var quotaFlags = []struct {
+	flag, key, usage string
+	own              func(tools.Quotas) int64
+}{
+	{"turns-per-day", "turns_per_day", "turns the agent may run per UTC day", func(q tools.Quotas) int64 { return q.TurnsPerDay }},
+	{"tokens-per-month", "tokens_per_month", "model tokens (input plus output) the agent may use per UTC month", func(q tools.Quotas) int64 { return q.TokensPerMonth }},
+	{"turn-tokens", "turn_tokens", "model tokens (input plus output, the compactor's included) one turn may use", func(q tools.Quotas) int64 { return q.TurnTokens }},
+	{"turn-model-calls", "turn_model_calls", "model calls (the compactor's included) one turn may make", func(q tools.Quotas) int64 { return q.TurnModelCalls }},
+}
 
-// runAgentQuota serves `terret agent quota`: with --turns-per-day or --tokens-per-month
-// it sets those caps in the agent's own profile (the "quotas" key; the rest of the
-// profile is kept as stored), 0 removing the agent's own cap so the default profile's
-// applies; without them it prints the agent's own caps beside its counters for today
-// and this month. Cost: one GetItem, plus one UpdateItem when setting; the next turn
-// start of the agent reads the new caps.
+// runAgentQuota serves `terret agent quota`: with any of the quotaFlags it sets those
+// caps in the agent's own profile (the "quotas" key; the rest of the profile is kept
+// as stored), 0 removing the agent's own cap so the default profile's applies; without
+// them it prints the agent's own caps beside its counters for today and this month.
+// Cost: one GetItem, plus one UpdateItem when setting; the next turn start of the agent
+// reads the new caps (the per-turn caps: the next model call's check).
 func runAgentQuota(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret agent quota", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	setUsage(fs, "terret agent quota --agent ID [--turns-per-day N] [--tokens-per-month N] [flags]")
+	setUsage(fs, "terret agent quota --agent ID [--turns-per-day N] [--tokens-per-month N] [--turn-tokens N] [--turn-model-calls N] [flags]")
 	agentID := fs.String("agent", "", "agent id (required)")
-	turns := fs.Int64("turns-per-day", 0, "turns the agent may run per UTC day; 0 removes the agent's own cap (the default profile's applies)")
-	tokens := fs.Int64("tokens-per-month", 0, "model tokens (input plus output) the agent may use per UTC month; 0 removes the agent's own cap")
+	values := make([]*int64, len(quotaFlags))
+	for i, q := range quotaFlags {
+		values[i] = fs.Int64(q.flag, 0, q.usage+"; 0 removes the agent's own cap (the default profile's applies)")
+	}
 	sf := addStoreFlags(fs, env)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -50,21 +58,17 @@ func runAgentQuota(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if !auth.ValidAgentID(*agentID) {
 		return fmt.Errorf("%w: invalid agent id %q: use 1-128 of A-Z a-z 0-9 . _ -", errUsage, *agentID)
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	set := map[string]int64{}
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "turns-per-day":
-			set[quotaTurnsKey] = *turns
-		case "tokens-per-month":
-			set[quotaTokensKey] = *tokens
+	for i, q := range quotaFlags {
+		if !given[q.flag] {
+			continue
 		}
-	})
-	for _, c := range []struct {
-		flag, key string
-	}{{"--turns-per-day", quotaTurnsKey}, {"--tokens-per-month", quotaTokensKey}} {
-		if v, ok := set[c.key]; ok && v < 0 {
-			return fmt.Errorf("%w: %s must be 0 (no cap of the agent's own) or more, got %d", errUsage, c.flag, v)
+		if v := *values[i]; v < 0 {
+			return fmt.Errorf("%w: --%s must be 0 (no cap of the agent's own) or more, got %d", errUsage, q.flag, v)
 		}
+		set[q.key] = *values[i]
 	}
 	st, err := sf.openAgents(ctx, env)
 	if err != nil {
@@ -163,7 +167,8 @@ func showQuota(ctx context.Context, st store, agentID, raw string, stdout io.Wri
 		day += " UTC"
 		month += " UTC"
 	}
-	fmt.Fprintf(stdout, "agent             %s\nturns_per_day     %s\n  turns today     %d (%s)\ntokens_per_month  %s\n  tokens month    %d (%s)\n",
-		agentID, capText(own.TurnsPerDay), c.QuotaTurns, day, capText(own.TokensPerMonth), c.QuotaTokens, month)
+	fmt.Fprintf(stdout, "agent             %s\nturns_per_day     %s\n  turns today     %d (%s)\ntokens_per_month  %s\n  tokens month    %d (%s)\nturn_tokens       %s\nturn_model_calls  %s\n",
+		agentID, capText(own.TurnsPerDay), c.QuotaTurns, day, capText(own.TokensPerMonth), c.QuotaTokens, month,
+		capText(own.TurnTokens), capText(own.TurnModelCalls))
 	return nil
 }

@@ -28,6 +28,8 @@ func testQuotaCommand(t *testing.T, p *ownDev) {
 		want string
 	}{
 		{[]string{"--agent", "quota1", "--turns-per-day", "-1"}, "--turns-per-day must be 0"},
+		{[]string{"--agent", "quota1", "--turn-tokens", "-5"}, "--turn-tokens must be 0"},
+		{[]string{"--agent", "quota1", "--turn-model-calls", "-1"}, "--turn-model-calls must be 0"},
 		{[]string{"--agent", "quota1", "--tokens-per-month", "lots"}, "-tokens-per-month"},
 		{[]string{"--turns-per-day", "5"}, "--agent is required"},
 		{[]string{"--agent", "no/such", "--turns-per-day", "5"}, "invalid agent id"},
@@ -59,13 +61,16 @@ func testQuotaCommand(t *testing.T, p *ownDev) {
 		t.Errorf("agent quota (show) = %q exit %d; want the cap 1, 1 turn today, no token cap of its own", out, code)
 	}
 
-	if out, errOut, code := p.run(t, "agent", "quota", "--agent", "quota1", "--turns-per-day", "5", "--tokens-per-month", "1000000"); code != 0 {
+	if out, errOut, code := p.run(t, "agent", "quota", "--agent", "quota1", "--turns-per-day", "5", "--tokens-per-month", "1000000",
+		"--turn-tokens", "300000", "--turn-model-calls", "40"); code != 0 ||
+		!strings.Contains(out, "turn_tokens       300000\nturn_model_calls  40\n") {
 		t.Fatalf("agent quota raise: exit %d\n%s%s", code, out, errOut)
 	}
 	out, _, _ = p.run(t, "agent", "get", "--agent", "quota1")
 	var prof map[string]any
 	if json.Unmarshal([]byte(out), &prof) != nil || prof["system"] != "You are QUOTA." ||
-		!strings.Contains(out, `"turns_per_day": 5`) || !strings.Contains(out, `"tokens_per_month": 1000000`) {
+		!strings.Contains(out, `"turns_per_day": 5`) || !strings.Contains(out, `"tokens_per_month": 1000000`) ||
+		!strings.Contains(out, `"turn_tokens": 300000`) || !strings.Contains(out, `"turn_model_calls": 40`) {
 		t.Errorf("agent get after quota = %s; want the profile kept and the new caps", out)
 	}
 	// The queued wake ("second") runs at the next stimulus, first; "third" joins it.
@@ -82,7 +87,8 @@ func testQuotaCommand(t *testing.T, p *ownDev) {
 	}
 
 	// 0 removes the agent's own cap; with none left, the quotas key goes.
-	if _, errOut, code := p.run(t, "agent", "quota", "--agent", "quota1", "--turns-per-day", "0", "--tokens-per-month", "0"); code != 0 {
+	if _, errOut, code := p.run(t, "agent", "quota", "--agent", "quota1", "--turns-per-day", "0", "--tokens-per-month", "0",
+		"--turn-tokens", "0", "--turn-model-calls", "0"); code != 0 {
 		t.Fatalf("agent quota 0: exit %d %s", code, errOut)
 	}
 	if out, _, _ = p.run(t, "agent", "get", "--agent", "quota1"); strings.Contains(out, "quotas") || !strings.Contains(out, "You are QUOTA.") {
