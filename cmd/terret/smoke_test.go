@@ -30,30 +30,7 @@ import (
 // find it (the state directory): every step passes, in order, each with a latency. Then
 // against a URL where nothing listens: exit status 1, the failed step named.
 func TestSmoke(t *testing.T) {
-	endpoint := dynamotest.Endpoint(t)
-	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
-	defer cancel()
-	st, err := devstack.Start(ctx, devstack.Options{
-		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smoke") + "-",
-		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatalf("start stack: %v", err)
-	}
-	db := dynamolocal.Client(st.DynamoDBEndpoint)
-	t.Cleanup(func() {
-		st.Close()
-		for _, name := range st.Tables {
-			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
-		}
-	})
-	dir := t.TempDir()
-	if _, err := devstate.Write(dir, devState{
-		WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint,
-		Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
-	}); err != nil {
-		t.Fatal(err)
-	}
+	_, dir := smokeStack(t, "smoke", devstack.Options{})
 	t.Setenv("TERRET_STATE_DIR", dir)
 	t.Setenv("TERRET_URL", "")
 	t.Setenv("TERRET_TOKEN", "")
@@ -81,23 +58,8 @@ func TestSmoke(t *testing.T) {
 
 	// A gateway without the keepalive route (a deployment from before the extension):
 	// the keepalive step fails and names the missing route; the steps before it pass.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), hang.Bound())
-	defer cancel2()
-	old, err := devstack.Start(ctx2, devstack.Options{
-		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smoke") + "-",
-		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), NoKeepaliveRoute: true,
-	})
-	if err != nil {
-		t.Fatalf("start stack: %v", err)
-	}
-	oldDB := dynamolocal.Client(old.DynamoDBEndpoint)
-	t.Cleanup(func() {
-		old.Close()
-		for _, name := range old.Tables {
-			_, _ = oldDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
-		}
-	})
-	tok, err := auth.New(oldDB, old.Tables["ConnectionsTable"]).Create(ctx2, "smoke-old")
+	old := testStack(t, "smoke", devstack.Options{NoKeepaliveRoute: true})
+	tok, err := stackToken(old, "smoke-old")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,31 +106,8 @@ func TestSmoke(t *testing.T) {
 // connection of its own lifetime, are not cut on a loaded machine, as the short
 // CloudFront window would cut them).
 func TestSmokeOptionalSteps(t *testing.T) {
-	endpoint := dynamotest.Endpoint(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	const window = 2 * time.Second
-	st, err := devstack.Start(ctx, devstack.Options{
-		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smokeopt") + "-",
-		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), CloudFrontIdleTimeout: window,
-	})
-	if err != nil {
-		t.Fatalf("start stack: %v", err)
-	}
-	db := dynamolocal.Client(st.DynamoDBEndpoint)
-	t.Cleanup(func() {
-		st.Close()
-		for _, name := range st.Tables {
-			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
-		}
-	})
-	dir := t.TempDir()
-	if _, err := devstate.Write(dir, devState{
-		WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint,
-		Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
-	}); err != nil {
-		t.Fatal(err)
-	}
+	_, dir := smokeStack(t, "smokeopt", devstack.Options{CloudFrontIdleTimeout: window})
 	var gotAuth, gotPath atomic.Value
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gotAuth.Store(r.Header.Get("Authorization"))
@@ -220,23 +159,8 @@ func TestSmokeOptionalSteps(t *testing.T) {
 		t.Errorf("GetStage path %q", p)
 	}
 
-	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Minute) // the first minute is spent
-	defer cancel2()
-	short, err := devstack.Start(ctx2, devstack.Options{
-		DynamoDBEndpoint: endpoint, Addr: "127.0.0.1:0", TablePrefix: dynamotest.UniqueName("smokeshort") + "-",
-		PollInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), MaxConnectionDuration: 90 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("start stack: %v", err)
-	}
-	shortDB := dynamolocal.Client(short.DynamoDBEndpoint)
-	t.Cleanup(func() {
-		short.Close()
-		for _, name := range short.Tables {
-			_, _ = shortDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
-		}
-	})
-	shortToken, err := auth.New(shortDB, short.Tables["ConnectionsTable"]).Create(context.Background(), "smoke-short")
+	short := testStack(t, "smokeshort", devstack.Options{MaxConnectionDuration: 90 * time.Second})
+	shortToken, err := stackToken(short, "smoke-short")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,4 +191,47 @@ func TestSmokeOptionalSteps(t *testing.T) {
 			t.Errorf("smoke %v: exit %d, stderr %q; want 2 naming %s", bad, code, stderr.String(), bad[len(bad)-2])
 		}
 	}
+}
+
+// smokeStack starts a stack (testStack) and records it in a fresh state directory, as
+// terret dev does, so that terret smoke finds it; it returns the stack and the directory.
+func smokeStack(t *testing.T, prefix string, o devstack.Options) (*devstack.Stack, string) {
+	t.Helper()
+	st := testStack(t, prefix, o)
+	dir := t.TempDir()
+	if _, err := devstate.Write(dir, devState{
+		WSURL: st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: st.DynamoDBEndpoint,
+		Region: st.Region, Tables: st.Tables, PID: os.Getpid(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return st, dir
+}
+
+// testStack starts a stack on DynamoDB Local with o's options (the address, tables,
+// poll interval and logger set here); it and its tables go when the test ends.
+func testStack(t *testing.T, prefix string, o devstack.Options) *devstack.Stack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
+	defer cancel()
+	o.DynamoDBEndpoint, o.Addr = dynamotest.Endpoint(t), "127.0.0.1:0"
+	o.TablePrefix = dynamotest.UniqueName(prefix) + "-"
+	o.PollInterval, o.Logger = 50*time.Millisecond, slog.New(slog.DiscardHandler)
+	st, err := devstack.Start(ctx, o)
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	db := dynamolocal.Client(st.DynamoDBEndpoint)
+	t.Cleanup(func() {
+		st.Close()
+		for _, name := range st.Tables {
+			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+		}
+	})
+	return st
+}
+
+// stackToken creates a token of agentID in st's tables.
+func stackToken(st *devstack.Stack, agentID string) (string, error) {
+	return auth.New(dynamolocal.Client(st.DynamoDBEndpoint), st.Tables["ConnectionsTable"]).Create(context.Background(), agentID)
 }
