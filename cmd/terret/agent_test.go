@@ -98,6 +98,17 @@ type agentConn struct {
 	c      *websocket.Conn
 	frames []string
 	ends   int // turn/end events seen
+	// in carries what the reader goroutine read. It reads all the time, so the
+	// gateway's pings are answered while the test runs commands between turns (a
+	// socket read only inside until missed them on a loaded machine, and the gateway
+	// closed it for a ping timeout).
+	in chan readResult
+}
+
+// readResult is one read of the socket.
+type readResult struct {
+	b   []byte
+	err error
 }
 
 func (p *ownDev) connect(t *testing.T, agentID string) *agentConn {
@@ -115,7 +126,16 @@ func (p *ownDev) connect(t *testing.T, agentID string) *agentConn {
 	}
 	c.SetReadLimit(1 << 20)
 	t.Cleanup(func() { c.CloseNow() })
-	a := &agentConn{t: t, c: c, dev: p, id: agentID}
+	a := &agentConn{t: t, c: c, dev: p, id: agentID, in: make(chan readResult, 1<<14)}
+	go func() {
+		for {
+			_, b, err := c.Read(context.Background())
+			a.in <- readResult{b, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	a.send(`{"type":"subscribe","from_seq":0}`)
 	a.until("hello", func(f string) bool { return strings.Contains(f, `"type":"hello"`) })
 	return a
@@ -137,9 +157,17 @@ func (a *agentConn) until(what string, ok func(string) bool) string {
 	a.t.Helper()
 	for {
 		bound := hang.Bound()
-		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		_, b, err := a.c.Read(ctx)
-		cancel()
+		var b []byte
+		var err error
+		select {
+		case r := <-a.in:
+			b, err = r.b, r.err
+			if err != nil {
+				a.in <- r // every later wait fails the same way
+			}
+		case <-time.After(bound):
+			err = errors.New("timed out")
+		}
 		if err != nil {
 			a.t.Fatalf("%s: waiting for %s: no frame in %s: %v\nframes so far:\n%s\nterret dev stderr:\n%s",
 				a.id, what, bound, err, strings.Join(a.frames, "\n"), a.dev.stderr)
