@@ -71,6 +71,9 @@ type Env struct {
 	// its error names each rule that does not compile. nil: the rules' expressions
 	// are not compiled here (a process that runs no turn; the runner compiles them).
 	Rules func(rs []tools.Rule) (tools.RuleSet, error)
+	// LocalWebhooks admits webhook receivers on loopback addresses, over http too
+	// (`terret dev`); otherwise a receiver is https on a public address.
+	LocalWebhooks bool
 }
 
 // provider is one parsed providers entry.
@@ -101,6 +104,7 @@ func Check(ctx context.Context, p tools.Profile, env Env) error {
 	checkAllowed(pe, p)
 	checkTools(ctx, pe, p, env)
 	checkRules(pe, p, env)
+	checkWebhooks(ctx, pe, p, env, true)
 	return pe.Err()
 }
 

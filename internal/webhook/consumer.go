@@ -19,11 +19,16 @@ import (
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
-// Hooks finds an agent's webhooks (its profile's, merged over the default), secrets
-// resolved. An agent without webhooks has none and no error.
+// Hooks finds an agent's webhooks (its profile's, merged over the default); with
+// secrets, their secrets resolved (else Secret is nil). An agent without webhooks has
+// none and no error. An error wrapping ErrProfile is a profile that cannot be served
+// (retrying will not help); any other error is worth a retry.
 type Hooks interface {
-	Hooks(ctx context.Context, agentID string) ([]Hook, error)
+	Hooks(ctx context.Context, agentID string, secrets bool) ([]Hook, error)
 }
+
+// ErrProfile is an agent profile whose webhooks cannot be served as it stands.
+var ErrProfile = errors.New("webhook: the agent's profile")
 
 // Epochs reads the epoch of an agent's log (sessionlog.Log.Epoch).
 type Epochs interface {
@@ -173,7 +178,12 @@ func (c *Consumer) HandleStream(ctx context.Context, batch events.DynamoDBEvent)
 
 // enqueue sends the Jobs of agentID's events evs.
 func (c *Consumer) enqueue(ctx context.Context, agentID string, evs []sessionlog.Event) error {
-	hooks, err := c.hooks.Hooks(ctx, agentID)
+	hooks, err := c.hooks.Hooks(ctx, agentID, false)
+	if errors.Is(err, ErrProfile) {
+		// A stored profile that no longer passes: retrying the shard would not help.
+		c.logger.ErrorContext(ctx, "webhook: events not delivered", "agent_id", agentID, "events", len(evs), "error", err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -374,6 +384,6 @@ func (h *hookCache) get(ctx context.Context, agentID string) ([]Hook, error) {
 		h.m[agentID] = e
 	}
 	h.mu.Unlock()
-	e.once.Do(func() { e.hooks, e.err = h.hooks.Hooks(ctx, agentID) })
+	e.once.Do(func() { e.hooks, e.err = h.hooks.Hooks(ctx, agentID, true) })
 	return e.hooks, e.err
 }

@@ -85,7 +85,9 @@ func ProfileEnv(modelAWS aws.Config, o AgentOptions) profile.Env {
 		Secrets:   secrets,
 		Kinds:     []string{tools.KindBuiltin, lambdatool.Kind, mcptool.Kind},
 		NoCommand: !o.Local,
-		Rules:     o.Rules,
+		// Webhook receivers on loopback (http too) only for terret dev.
+		LocalWebhooks: o.Local,
+		Rules:         o.Rules,
 		Bedrock: func(region string) bedrock.API {
 			mu.Lock()
 			defer mu.Unlock()
