@@ -310,11 +310,13 @@ func (c *Consumer) serve(ctx context.Context, hooks *hookCache, m events.SQSMess
 
 // retry schedules m's next attempt and reports it not done.
 func (c *Consumer) retry(ctx context.Context, log *slog.Logger, m events.SQSMessage, attempt int) bool {
-	if attempt >= c.o.MaxAttempts {
-		log.ErrorContext(ctx, "webhook: giving up: to the dead-letter queue", "attempts", attempt)
-		return false
-	}
 	d := Backoff(attempt, c.o.FirstRetry, c.o.MaxBackoff)
+	if attempt >= c.o.MaxAttempts {
+		// Visible at once: its next receive is past the redrive policy's count, which
+		// moves it to the dead-letter queue (and raises its alarm).
+		log.ErrorContext(ctx, "webhook: giving up: to the dead-letter queue", "attempts", attempt)
+		d = 0
+	}
 	if err := c.queue.Delay(ctx, m.ReceiptHandle, d); err != nil {
 		log.ErrorContext(ctx, "webhook: delay the retry", "error", err.Error())
 	}

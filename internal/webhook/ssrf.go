@@ -83,7 +83,7 @@ func (a Addresses) CheckURL(raw string) error {
 	if u.Fragment != "" {
 		return fmt.Errorf("%w: must not have a fragment", ErrBadURL)
 	}
-	host := u.Hostname()
+	host := strings.TrimSuffix(u.Hostname(), ".") // "localhost." is localhost
 	ip, ipErr := netip.ParseAddr(strings.Trim(host, "[]"))
 	loopbackHost := (ipErr == nil && ip.Unmap().IsLoopback()) || strings.EqualFold(host, "localhost")
 	switch u.Scheme {
