@@ -85,10 +85,10 @@ func TestParseSecret(t *testing.T) {
 		ok     bool
 	}{
 		{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", true},
-		{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", false},      // no prefix
-		{"whsec_not base64!", false},                     // not base64
-		{"whsec_c2hvcnQ=", false},                        // 5 bytes
-		{"whsec_" + strings.Repeat("QUFB", 30), false},   // 90 bytes
+		{"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", false},         // no prefix
+		{"whsec_not base64!", false},                        // not base64
+		{"whsec_c2hvcnQ=", false},                           // 5 bytes
+		{"whsec_" + strings.Repeat("QUFB", 30), false},      // 90 bytes
 		{" whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n", true}, // white space around
 	} {
 		_, err := webhook.ParseSecret(c.secret)
