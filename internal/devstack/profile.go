@@ -70,7 +70,8 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 	dp.agentProfile = compact.String()
 	p := src.Default()
 	dp.keys = map[string]string{}
-	for _, name := range profile.KeyEnvs(p) {
+	// The providers' keys, and the webhooks' secrets for the webhook function.
+	for _, name := range append(profile.KeyEnvs(p), profile.WebhookEnvs(p)...) {
 		if v, ok := config.LookupKey(name, true); ok {
 			dp.keys[name] = strings.TrimSpace(v)
 		}
@@ -80,6 +81,7 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 	fenv := agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Rules: ruleEngine.Rules})
 	fenv.LookupEnv = func(name string) (string, bool) { v, ok := dp.keys[name]; return v, ok }
 	fenv.Secrets = nil
+	fenv.LocalWebhooks = true // a local stack's functions admit loopback receivers
 	if err := profile.Check(ctx, p, fenv); err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfileEmulated, o.Profile, err)
 	}

@@ -74,6 +74,9 @@ type Env struct {
 	// LocalWebhooks admits webhook receivers on loopback addresses, over http too
 	// (`terret dev`); otherwise a receiver is https on a public address.
 	LocalWebhooks bool
+	// SkipWebhookSecrets checks webhooks' secret references without fetching them:
+	// the agent runtime signs no webhook (the webhook function fetches them).
+	SkipWebhookSecrets bool
 }
 
 // provider is one parsed providers entry.
@@ -104,7 +107,7 @@ func Check(ctx context.Context, p tools.Profile, env Env) error {
 	checkAllowed(pe, p)
 	checkTools(ctx, pe, p, env)
 	checkRules(pe, p, env)
-	checkWebhooks(ctx, pe, p, env, true)
+	checkWebhooks(ctx, pe, p, env, !env.SkipWebhookSecrets)
 	return pe.Err()
 }
 

@@ -106,3 +106,15 @@ func RetrySpan(attempts int, first, max time.Duration) time.Duration {
 	}
 	return total
 }
+
+// StreamFilter is the log stream's event filter of the webhook function (template.yaml,
+// WebhookFunction's LogStream FilterCriteria; `terret dev` applies the same): new
+// events only (the log is append-only: a MODIFY is retention setting expires_at), of
+// any type but assistant/chunk — the streamed text, most of a turn's events, which
+// webhooks do not carry (a receiver reads the answer from the log). Which agents have
+// webhooks is in their profiles, which a filter cannot read: the function reads them.
+const StreamFilter = `{"eventName":["INSERT"],"dynamodb":{"NewImage":{"type":{"S":[{"anything-but":["assistant/chunk"]}]}}}}`
+
+// Undelivered are the event types StreamFilter keeps from the function: a glob that
+// matches only these matches nothing.
+var Undelivered = []string{"assistant/chunk"}

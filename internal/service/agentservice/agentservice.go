@@ -116,6 +116,10 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		modelAWS = *o.ModelAWS
 	}
 	env := ProfileEnv(modelAWS, o)
+	// Webhooks: the runtime signs none (the webhook function fetches their secrets),
+	// and a local stack's emulated functions admit loopback receivers as terret dev does.
+	env.SkipWebhookSecrets = true
+	env.LocalWebhooks = env.LocalWebhooks || cfg.DynamoDBEndpoint != ""
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	src := o.Profiles
