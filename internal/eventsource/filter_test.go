@@ -77,7 +77,7 @@ func TestFilterMatch(t *testing.T) {
 		{`{"dynamodb":{"NewImage":{"type":{"S":[{"anything-but":["y","z"]}]}}}}`, true},
 		{`{"dynamodb":{"NewImage":{"type":{"S":[{"anything-but":["y","x"]}]}}}}`, false},
 		{`{"dynamodb":{"NewImage":{"type":{"S":[{"anything-but":"x"}]}}}}`, false},
-		{`{"dynamodb":{"NewImage":{"nope":{"S":[{"anything-but":["x"]}]}}}}`, false}, // absent field
+		{`{"dynamodb":{"NewImage":{"nope":{"S":[{"anything-but":["x"]}]}}}}`, false},    // absent field
 		{`{"dynamodb":{"NewImage":{"flag":{"BOOL":[{"anything-but":["x"]}]}}}}`, false}, // not a string
 	}
 	for _, tt := range tests {
