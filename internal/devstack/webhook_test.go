@@ -32,6 +32,7 @@ type hookRequest struct {
 	body    []byte
 	signed  error
 	status  int // 0 while the receiver holds it
+	arrived time.Time
 	eventOf struct {
 		Type    string `json:"type"`
 		AgentID string `json:"agent_id"`
@@ -47,10 +48,11 @@ type hookRequest struct {
 // then answers 200; it checks each signature with its own HMAC code.
 type hookReceiver struct {
 	*httptest.Server
-	release chan struct{}
-	mu      sync.Mutex
-	reqs    []*hookRequest
-	arrived chan struct{}
+	release    chan struct{}
+	releasedAt time.Time
+	mu         sync.Mutex
+	reqs       []*hookRequest
+	arrived    chan struct{}
 }
 
 func startHookReceiver(t *testing.T) *hookReceiver {
@@ -59,7 +61,7 @@ func startHookReceiver(t *testing.T) *hookReceiver {
 	key, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(webhookSecret, "whsec_"))
 	rv.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		req := &hookRequest{id: r.Header.Get("webhook-id"), ts: r.Header.Get("webhook-timestamp"), body: body}
+		req := &hookRequest{id: r.Header.Get("webhook-id"), ts: r.Header.Get("webhook-timestamp"), body: body, arrived: time.Now()}
 		mac := hmac.New(sha256.New, key)
 		fmt.Fprintf(mac, "%s.%s.%s", req.id, req.ts, body)
 		if want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)); r.Header.Get("webhook-signature") != want {
@@ -173,6 +175,7 @@ func TestWebhookDelivery(t *testing.T) {
 	if got := rv.snapshot(); got[0].status != 0 && !emulated() { // emulated, attempts are cut at 10 s
 		t.Errorf("the receiver was no longer holding the first request when the second turn ended (status %d): the turn waited for it", got[0].status)
 	}
+	rv.releasedAt = time.Now()
 	close(rv.release)
 	var e1, e2 struct{ ID string }
 	json.Unmarshal(end1.raw, &e1)
@@ -197,6 +200,12 @@ func TestWebhookDelivery(t *testing.T) {
 	}
 	if r := byID[e2.ID]; len(r) != 1 {
 		t.Errorf("turn/end 2 (%s): %d requests, want 1", e2.ID, len(r))
+	} else if at, err := time.Parse(time.RFC3339Nano, e2At(end2)); err == nil {
+		// A figure, not a bound: from the append to the first attempt's arrival.
+		t.Logf("turn/end appended → delivered: %v (poll interval, fan-out, queue, attempt)", r[0].arrived.Sub(at).Round(time.Millisecond))
+	}
+	if r := byID[e1.ID]; len(r) == 2 {
+		t.Logf("first attempt answered → retry arrived: %v (FirstRetry %v in process; 5 s emulated)", r[1].arrived.Sub(rv.releasedAt).Round(time.Millisecond), 200*time.Millisecond)
 	}
 	if len(byID) != 2 {
 		t.Errorf("deliveries for %d events, want the two turn/end only", len(byID))
@@ -219,4 +228,11 @@ func TestWebhookDelivery(t *testing.T) {
 	if strings.Contains(logs.String(), strings.TrimPrefix(webhookSecret, "whsec_")) {
 		t.Error("the stack's logs hold the webhook secret")
 	}
+}
+
+// e2At is an envelope's at.
+func e2At(f frame) string {
+	var env struct{ At string }
+	json.Unmarshal(f.raw, &env)
+	return env.At
 }

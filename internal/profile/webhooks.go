@@ -3,6 +3,7 @@ package profile
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webhook"
@@ -45,6 +46,8 @@ func checkWebhooks(ctx context.Context, pe *tools.ProfileError, p tools.Profile,
 		for k, g := range w.Events {
 			if err := webhook.CheckGlob(g); err != nil {
 				pe.Add(fmt.Sprintf("%s.events[%d]", path, k), "%v", err)
+			} else if slices.Contains(webhook.Undelivered, g) {
+				pe.Add(fmt.Sprintf("%s.events[%d]", path, k), "%s events are never delivered by webhooks (the streamed text; read the answer from the log)", g)
 			}
 		}
 		switch {

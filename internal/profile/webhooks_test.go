@@ -39,6 +39,7 @@ func TestCheckWebhooks(t *testing.T) {
 		{"local private", `{"webhooks": [{"url": "http://192.168.0.2/hook", "events": ["*"], "secret_env": "HOOK_SECRET"}]}`, true, "webhooks[0].url: webhook: invalid url: http only to a loopback host"},
 		{"no url", `{"webhooks": [{"events": ["*"], "secret_env": "HOOK_SECRET"}]}`, true, "webhooks[0].url: required"},
 		{"no events", `{"webhooks": [{"url": "https://hooks.example.com/", "secret_env": "HOOK_SECRET"}]}`, true, "webhooks[0].events: required"},
+		{"undelivered type", `{"webhooks": [{"url": "https://hooks.example.com/", "events": ["turn/end", "assistant/chunk"], "secret_env": "HOOK_SECRET"}]}`, true, "webhooks[0].events[1]: assistant/chunk events are never delivered by webhooks"},
 		{"bad glob", `{"webhooks": [{"url": "https://hooks.example.com/", "events": ["turn/end", "Turn/[x]"], "secret_env": "HOOK_SECRET"}]}`, true, "webhooks[0].events[1]: webhook: invalid event glob"},
 		{"no secret", `{"webhooks": [{"url": "https://hooks.example.com/", "events": ["*"]}]}`, true, "webhooks[0].secret_env: a secret is required"},
 		{"both secrets", `{"webhooks": [{"url": "https://hooks.example.com/", "events": ["*"], "secret_env": "HOOK_SECRET", "secret_secret": "acme/hook"}]}`, true, "webhooks[0].secret_secret: give secret_env or secret_secret, not both"},
