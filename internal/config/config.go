@@ -272,6 +272,9 @@ var CallBudgets = map[string]time.Duration{
 	"disconnect": 8 * time.Second,
 	"deliver":    10 * time.Second,
 	"runner":     4 * time.Second,
+	// webhook: a profile or epoch read, inside a stream batch or a queue batch of the
+	// function's 60 s; a failed read is retried by the stream or the queue.
+	"webhook": 10 * time.Second,
 }
 
 // RouteMargin is how long before its Lambda deadline a route handler's context ends
