@@ -204,8 +204,10 @@ func TestWebhookDelivery(t *testing.T) {
 		// A figure, not a bound: from the append to the first attempt's arrival.
 		t.Logf("turn/end appended → delivered: %v (poll interval, fan-out, queue, attempt)", r[0].arrived.Sub(at).Round(time.Millisecond))
 	}
-	if r := byID[e1.ID]; len(r) == 2 {
+	if r := byID[e1.ID]; len(r) == 2 && r[1].arrived.After(rv.releasedAt) {
 		t.Logf("first attempt answered → retry arrived: %v (FirstRetry %v in process; 5 s emulated)", r[1].arrived.Sub(rv.releasedAt).Round(time.Millisecond), 200*time.Millisecond)
+	} else if len(r) == 2 {
+		t.Logf("the first attempt timed out before the release (emulated: 10 s per attempt); its retry came %v after it", r[1].arrived.Sub(r[0].arrived).Round(time.Millisecond))
 	}
 	if len(byID) != 2 {
 		t.Errorf("deliveries for %d events, want the two turn/end only", len(byID))
