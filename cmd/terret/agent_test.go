@@ -577,6 +577,10 @@ func testAgentCommands(t *testing.T, p *ownDev, model *openaitest.Server) {
 		{`{"rules": [{"tool": "*", "when": "size(args) > 0", "effect": "allow"}, {"tool": "*", "when": "path == 1", "effect": "deny"}]}`, `rules[1].when: column 1: undeclared reference to 'path'`},
 		{`{"rules": [{"tool": "*", "effect": "maybe"}]}`, `rules[0].effect: want "allow", "ask" or "deny", got "maybe"`},
 		{`{"tools": [{"name": "echo", "default_effect": "later"}]}`, `tools[0].default_effect: want "allow", "ask" or "deny", got "later"`},
+		{`{"webhooks": [{"url": "https://10.0.0.1/hook", "events": ["turn/end"], "secret_env": "TERRET_TEST_UNSET_KEY"}]}`, `webhooks[0].url: webhook: address refused: 10.0.0.1 is a private address`},
+		{`{"webhooks": [{"url": "https://hooks.example.com/", "events": ["Turn/End"], "secret_env": "TERRET_TEST_UNSET_KEY"}]}`, `webhooks[0].events[0]: webhook: invalid event glob`},
+		{`{"webhooks": [{"url": "https://hooks.example.com/", "events": ["*"], "secret_env": "TERRET_TEST_UNSET_KEY"}]}`, `webhooks[0].secret_env: environment variable TERRET_TEST_UNSET_KEY is not set`},
+		{`{"webhooks": [{"url": "https://hooks.example.com/", "events": ["*"], "secret": "whsec_x"}]}`, `webhooks[0].secret: a secret is never written in a profile`},
 		{`not json`, `bad.json: not a JSON object`},
 	} {
 		writeFile(t, bad, c.profile)
@@ -620,7 +624,8 @@ func TestDevRefusesBadProfile(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "agent.json"), `{"models": {"main": "openai/gpt-4o-mini"},
 	  "providers": {"acme": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "api_key": "sk-WRITTEN-IN-FILE"}},
-	  "tools": [{"name": "x", "kind": "weird"}]}`)
+	  "tools": [{"name": "x", "kind": "weird"}],
+	  "webhooks": [{"url": "http://192.168.1.10/hook", "events": ["turn/end"], "secret_env": "TERRET_TEST_UNSET_KEY"}]}`)
 	cmd := exec.Command(terretBin(t), "dev", "--addr", "127.0.0.1:0", "--profile", "agent.json",
 		"--dynamodb-endpoint", dynamotest.Endpoint(t), "--table-prefix", dynamotest.UniqueName("bad")+"-")
 	cmd.Dir = dir
@@ -634,6 +639,7 @@ func TestDevRefusesBadProfile(t *testing.T) {
 		`agent.json: providers.acme.api_key: a key is never written in a profile`,
 		`agent.json: models.main: no provider "openai" is configured (configured: acme, bedrock, scripted)`,
 		`agent.json: tools[0].kind: unknown tool kind "weird"`,
+		`agent.json: webhooks[0].url: webhook: invalid url: http only to a loopback host`,
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

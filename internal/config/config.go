@@ -69,6 +69,10 @@ type Config struct {
 	// any invocation without it (package invokesecret). Unset on AWS. A secret: never
 	// log it or print the Config.
 	InvokeSecret string
+	// WebhookQueueURL (WEBHOOK_QUEUE_URL, webhook only) is the queue of webhook
+	// attempts (package webhook): the template's WebhookQueue; locally the local
+	// queue's URL, whose origin is also the SQS endpoint.
+	WebhookQueueURL string
 }
 
 // Defaults are the spec's defaults.
@@ -88,6 +92,7 @@ var vars = map[string][]string{
 	"message":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
 	"disconnect": {"CONNECTIONS_TABLE"},
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
+	"webhook":    {"LOG_TABLE", "AGENTS_TABLE", "AGENT_PROFILE", "WEBHOOK_QUEUE_URL"},
 	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
 }
 
@@ -121,7 +126,7 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 	if !ok {
 		return Config{}, fmt.Errorf("%w: unknown function %q", ErrInvalid, function)
 	}
-	required := map[string]bool{"LOG_TABLE": true, "CONNECTIONS_TABLE": true, "AGENTS_TABLE": true, "WS_MANAGEMENT_ENDPOINT": true, "DELIVER_FUNCTION": true, "RUNNER_FUNCTION": true}
+	required := map[string]bool{"WEBHOOK_QUEUE_URL": true, "LOG_TABLE": true, "CONNECTIONS_TABLE": true, "AGENTS_TABLE": true, "WS_MANAGEMENT_ENDPOINT": true, "DELIVER_FUNCTION": true, "RUNNER_FUNCTION": true}
 	for _, v := range need {
 		if required[v] && strings.TrimSpace(getenv(v)) == "" {
 			return Config{}, fmt.Errorf("%w: %s is not set", ErrInvalid, v)
@@ -143,6 +148,7 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		MetricsNamespace:   strings.TrimSpace(getenv("METRICS_NAMESPACE")),
 		OriginSecret:       getenv("ORIGIN_SECRET"),
 		InvokeSecret:       getenv(invokeSecretVar),
+		WebhookQueueURL:    strings.TrimSpace(getenv("WEBHOOK_QUEUE_URL")),
 	}
 	if c.DynamoDBEndpoint == "" {
 		// Deployed only: DynamoDB Local on a loaded machine may stall for seconds, and
@@ -266,6 +272,9 @@ var CallBudgets = map[string]time.Duration{
 	"disconnect": 8 * time.Second,
 	"deliver":    10 * time.Second,
 	"runner":     4 * time.Second,
+	// webhook: a profile or epoch read, inside a stream batch or a queue batch of the
+	// function's 60 s; a failed read is retried by the stream or the queue.
+	"webhook": 10 * time.Second,
 }
 
 // RouteMargin is how long before its Lambda deadline a route handler's context ends

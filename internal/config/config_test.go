@@ -28,8 +28,8 @@ func TestOriginSecret(t *testing.T) {
 // deployed: no check).
 func TestInvokeSecret(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "DELIVER_FUNCTION": "d", "RUNNER_FUNCTION": "r", "WS_MANAGEMENT_ENDPOINT": "https://x"}
-	for _, fn := range []string{"connect", "message", "disconnect", "deliver", "runner"} {
+	env := map[string]string{"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "DELIVER_FUNCTION": "d", "RUNNER_FUNCTION": "r", "WS_MANAGEMENT_ENDPOINT": "https://x", "WEBHOOK_QUEUE_URL": "https://sqs/q"}
+	for _, fn := range []string{"connect", "message", "disconnect", "deliver", "runner", "webhook"} {
 		for _, want := range []string{"", "0123456789abcdef0123456789abcdef"} {
 			env[invokesecret.EnvVar] = want
 			c, err := config.LoadFrom(fn, func(k string) string { return env[k] })
@@ -80,9 +80,9 @@ func TestPauseEndpoint(t *testing.T) {
 func TestCallBudgets(t *testing.T) {
 	env := map[string]string{
 		"LOG_TABLE": "l", "CONNECTIONS_TABLE": "c", "AGENTS_TABLE": "a", "WS_MANAGEMENT_ENDPOINT": "https://x",
-		"DELIVER_FUNCTION": "d", "RUNNER_FUNCTION": "r",
+		"DELIVER_FUNCTION": "d", "RUNNER_FUNCTION": "r", "WEBHOOK_QUEUE_URL": "https://sqs/q",
 	}
-	for _, fn := range []string{"connect", "message", "disconnect", "deliver", "runner"} {
+	for _, fn := range []string{"connect", "message", "disconnect", "deliver", "runner", "webhook"} {
 		c, err := config.LoadFrom(fn, func(k string) string { return env[k] })
 		if err != nil {
 			t.Fatal(err)
@@ -90,7 +90,7 @@ func TestCallBudgets(t *testing.T) {
 		if c.CallBudget <= 0 || c.CallBudget != config.CallBudgets[fn] {
 			t.Errorf("%s: CallBudget %s, want %s", fn, c.CallBudget, config.CallBudgets[fn])
 		}
-		if fn != "deliver" && fn != "runner" && c.CallBudget >= 29*time.Second-config.RouteMargin {
+		if fn != "deliver" && fn != "runner" && fn != "webhook" && c.CallBudget >= 29*time.Second-config.RouteMargin {
 			t.Errorf("%s: CallBudget %s outlasts the route context", fn, c.CallBudget)
 		}
 		local, err := config.LoadFrom(fn, func(k string) string {

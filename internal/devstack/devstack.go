@@ -34,11 +34,13 @@ import (
 	"github.com/terret/terret-ws/internal/eventsource"
 	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
+	"github.com/terret/terret-ws/internal/localqueue"
 	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/stack"
 	"github.com/terret/terret-ws/internal/tables"
+	"github.com/terret/terret-ws/internal/webhook"
 )
 
 // Options configure a Stack. Zero values take the spec's and dev-profile.md's defaults.
@@ -111,6 +113,9 @@ type Options struct {
 	// emulated functions (LambdaEmulator), in other processes, reach it over loopback
 	// HTTP (package pausehook).
 	Pause func(point, agentID string)
+	// Webhook tunes the webhook attempts (tests shorten the backoff and the attempts);
+	// zero: the deployed function's.
+	Webhook webhook.Options
 }
 
 // KeepaliveRoute is the route key of the client's keepalive frame,
@@ -157,6 +162,8 @@ type Stack struct {
 	ddb    *dynamolocal.Server
 	emu    *emulator.Emulator
 	pause  *pausehook.Server // Options.Pause for the emulated functions
+	// webhookQueue is the local WebhookQueue (package localqueue).
+	webhookQueue *localqueue.Queue
 
 	http lateHandler // the agent paths over HTTP (package httpapi), bound once built
 
@@ -362,8 +369,18 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))
 	deliver.Bind(perCall(service.DeliverHandler(d, tokens, logger)))
 	runner.Bind(perCall(agent.HandleRunner))
+	// Webhooks (package webhook): the local WebhookQueue, and the webhook function
+	// consuming it and the log's stream, in process or emulated like the others.
+	webhookFn := &localgw.Deferred{}
+	if st.webhookQueue, err = startWebhookQueue(webhookFn, o, quietLog); err != nil {
+		return nil, err
+	}
+	if err := st.bindWebhook(webhookFn, awsCfg, userAWS, prof, o, logger); err != nil {
+		return nil, err
+	}
 	if emu != nil { // every handler rebound to its function's emulated environments
-		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner}
+		emu.webhookQueueURL = st.webhookQueue.URL()
+		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner, "webhook": webhookFn}
 		wrap := map[string]func(lambda.Handler) lambda.Handler{"connect": con.connect, "message": con.frame, "disconnect": con.disconnect}
 		if st.emu, err = emu.start(st, handlers, wrap); err != nil {
 			return nil, err
@@ -375,10 +392,18 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.pollerOpts = eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: quietLog, Faults: o.Faults}
-	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint, st.Credentials), st.Region, st.splitMappings([]eventsource.Mapping{
+	mappings := []eventsource.Mapping{
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", con.turns(deliver)), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (tokens stream)", deliver), TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
-	}), st.pollerOpts)
+	}
+	if st.logStream == nil { // measurements hold the log's stream back for deliver alone (measure.go)
+		wm, err := st.webhookMapping(webhookFn, o, gwTimeouts["webhook"])
+		if err != nil {
+			return nil, err
+		}
+		mappings = append(mappings, wm)
+	}
+	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint, st.Credentials), st.Region, st.splitMappings(mappings), st.pollerOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -437,6 +462,9 @@ func (s *Stack) Close() error {
 	}
 	if s.gw != nil {
 		errs = append(errs, s.gw.Close())
+	}
+	if s.webhookQueue != nil {
+		errs = append(errs, s.webhookQueue.Close())
 	}
 	if s.emu != nil {
 		errs = append(errs, s.emu.Close())

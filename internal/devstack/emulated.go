@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -46,6 +47,8 @@ type emulation struct {
 	fns    []emulator.Function // resolved before the gateway listens: names and timeouts
 	prof   *defaultProfile
 	logger *slog.Logger
+	// webhookQueueURL is the local WebhookQueue's, set before start.
+	webhookQueueURL string
 }
 
 // timeoutSlack lets the emulator's own timeout (the template's) fire before the
@@ -90,6 +93,8 @@ func (em *emulation) local(management string) emulator.Local {
 		AccountID:          localgw.DefaultAccountID,
 		Tables:             em.names,
 		ManagementEndpoint: management,
+		// The webhook function's queue: the local WebhookQueue once it runs.
+		Queues: map[string]string{"WebhookQueue": cmp.Or(em.webhookQueueURL, "http://127.0.0.1/pending")},
 		Parameters: map[string]string{
 			"ReplayLimit":          strconv.Itoa(orInt(em.o.ReplayLimit, config.DefaultReplayLimit)),
 			"MaxConcurrentReplays": strconv.Itoa(orInt(em.o.MaxConcurrentReplays, config.DefaultMaxConcurrentReplays)),

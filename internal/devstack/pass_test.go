@@ -31,11 +31,13 @@ func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 func TestPassKeys(t *testing.T) {
 	local := emulator.Local{StackName: "terret", Region: "us-east-1", AccountID: "123456789012",
 		Tables:             map[string]string{"LogTable": "terret-log", "ConnectionsTable": "terret-connections", "AgentsTable": "terret-agents"},
-		ManagementEndpoint: "http://127.0.0.1:1/local"}
+		ManagementEndpoint: "http://127.0.0.1:1/local",
+		Queues:             map[string]string{"WebhookQueue": "http://127.0.0.1:2/000000000000/webhook"}}
 	tests := []struct {
 		name    string
 		profile string // AgentProfile
 		keys    map[string]string
+		hooks   map[string]string            // the webhooks' secret_env variables
 		want    map[string]map[string]string // function → variables it must have; no other function has a key's value
 		warns   []string                     // substrings of the log lines, in order
 	}{
@@ -50,7 +52,11 @@ func TestPassKeys(t *testing.T) {
 			profile: `{"system": "` + strings.Repeat("x", 4<<10) + `"}`,
 			keys:    map[string]string{"ACME_KEY": "sk-a-VALUE"},
 			want:    map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE"}},
-			warns:   []string{"exceed Lambda's 4 KB", "exceed Lambda's 4 KB"}},
+			warns:   []string{"exceed Lambda's 4 KB", "exceed Lambda's 4 KB", "exceed Lambda's 4 KB"}}, // message, runner, webhook
+		{name: "webhook secrets to the webhook function only",
+			keys:  map[string]string{"ACME_KEY": "sk-a-VALUE"},
+			hooks: map[string]string{"HOOK_SECRET": "whsec_VALUE"},
+			want:  map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE"}, "webhook": {"HOOK_SECRET": "whsec_VALUE"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +66,7 @@ func TestPassKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := &recorder{}
-			(&defaultProfile{keys: tt.keys}).pass(fns, slog.New(rec))
+			(&defaultProfile{keys: tt.keys, hookKeys: tt.hooks}).pass(fns, slog.New(rec))
 			for _, fn := range fns {
 				want := tt.want[fn.Name]
 				for k, v := range want {
@@ -71,6 +77,11 @@ func TestPassKeys(t *testing.T) {
 				for k, v := range tt.keys {
 					if _, ok := want[k]; !ok && fn.Env[k] == v {
 						t.Errorf("%s has the key %s: want it only in the functions that run the agent", fn.Name, k)
+					}
+				}
+				for k, v := range tt.hooks {
+					if _, ok := want[k]; !ok && fn.Env[k] == v {
+						t.Errorf("%s has the webhook secret %s: want it only in the webhook function", fn.Name, k)
 					}
 				}
 			}

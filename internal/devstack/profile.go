@@ -41,6 +41,9 @@ type defaultProfile struct {
 	// keys are the variables the profile's api_key_env name, with their values, for
 	// the emulated functions that run the agent. Secrets: never log them.
 	keys map[string]string
+	// hookKeys are the variables its webhooks' secret_env name, with their values, for
+	// the emulated webhook function alone. Secrets: never log them.
+	hookKeys map[string]string
 }
 
 // loadProfile reads and checks o.Profile where it will run: in process (keys from the
@@ -75,11 +78,24 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 			dp.keys[name] = strings.TrimSpace(v)
 		}
 	}
+	dp.hookKeys = map[string]string{}
+	for _, name := range profile.WebhookEnvs(p) {
+		if v, ok := config.LookupKey(name, true); ok {
+			dp.hookKeys[name] = strings.TrimSpace(v)
+		}
+	}
 	// The functions' own check, with what they will have: no .env, no secret store
 	// reachable, no commands.
 	fenv := agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Rules: ruleEngine.Rules})
-	fenv.LookupEnv = func(name string) (string, bool) { v, ok := dp.keys[name]; return v, ok }
+	fenv.LookupEnv = func(name string) (string, bool) {
+		if v, ok := dp.keys[name]; ok {
+			return v, ok
+		}
+		v, ok := dp.hookKeys[name]
+		return v, ok
+	}
 	fenv.Secrets = nil
+	fenv.LocalWebhooks = true // a local stack's functions admit loopback receivers
 	if err := profile.Check(ctx, p, fenv); err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfileEmulated, o.Profile, err)
 	}
@@ -94,8 +110,9 @@ const agentVar = "AGENT_PROFILE"
 const lambdaEnvLimit = 4 << 10
 
 // pass adds the profile's keys to the functions that run the agent (those that read
-// AGENT_PROFILE: message and runner) and to no other, and warns when a function's
-// template variables would exceed what Lambda accepts.
+// AGENT_PROFILE: message and runner) and to no other, its webhooks' secrets to the
+// webhook function alone, and warns when a function's template variables (of those
+// that read AGENT_PROFILE) would exceed what Lambda accepts.
 func (dp *defaultProfile) pass(fns []emulator.Function, logger *slog.Logger) {
 	for i, fn := range fns {
 		if !slices.Contains(config.Vars(fn.Name), agentVar) {
@@ -109,14 +126,18 @@ func (dp *defaultProfile) pass(fns []emulator.Function, logger *slog.Logger) {
 			logger.Warn("the function's variables exceed Lambda's 4 KB: AWS would refuse this profile as AgentProfile; keep the default profile small and give agents their own",
 				"function", fn.Name, "bytes", size)
 		}
-		if len(dp.keys) == 0 {
+		keys := dp.keys
+		if fn.Name == "webhook" {
+			keys = dp.hookKeys
+		}
+		if len(keys) == 0 {
 			continue
 		}
-		env := make(map[string]string, len(fn.Env)+len(dp.keys))
+		env := make(map[string]string, len(fn.Env)+len(keys))
 		for k, v := range fn.Env {
 			env[k] = v
 		}
-		for k, v := range dp.keys {
+		for k, v := range keys {
 			if _, taken := fn.Env[k]; taken || strings.HasPrefix(k, "AWS_") {
 				logger.Warn("api_key_env names a variable the function already has: not passed", "function", fn.Name, "variable", k)
 				continue

@@ -33,6 +33,7 @@ var local = emulator.Local{
 	Tables:             map[string]string{"LogTable": "st-log", "ConnectionsTable": "st-connections", "AgentsTable": "st-agents"},
 	ManagementEndpoint: "http://127.0.0.1:3001/local",
 	Parameters:         map[string]string{"ReplayLimit": "7", "Approvals": "true"},
+	Queues:             map[string]string{"WebhookQueue": "http://127.0.0.1:3002/000000000000/webhook"},
 }
 
 // TestFunctionsResolveTemplate: every function of template.yaml gets its environment
@@ -69,6 +70,8 @@ func TestFunctionsResolveTemplate(t *testing.T) {
 		{"runner", "APPROVALS", "true"},            // a local value
 		{"runner", "MAIN_MODEL", "scripted"},       // the default
 		{"disconnect", "CONNECTIONS_TABLE", "st-connections"},
+		{"webhook", "WEBHOOK_QUEUE_URL", "http://127.0.0.1:3002/000000000000/webhook"}, // a local queue
+		{"webhook", "AGENTS_TABLE", "st-agents"},
 	} {
 		if got := byName[tc.fn].Env[tc.key]; got != tc.want {
 			t.Errorf("%s: %s=%q, want %q", tc.fn, tc.key, got, tc.want)
@@ -84,6 +87,7 @@ func TestFunctionsResolveTemplate(t *testing.T) {
 		{"disconnect", 29 * time.Second, emulator.DefaultAsync},
 		{"deliver", 300 * time.Second, emulator.AsyncConfig{MaxRetryAttempts: 2, MaxEventAge: 300 * time.Second}},
 		{"runner", 900 * time.Second, emulator.AsyncConfig{MaxRetryAttempts: 2, MaxEventAge: time.Hour}},
+		{"webhook", 60 * time.Second, emulator.DefaultAsync},
 	} {
 		fn := byName[tc.fn]
 		if fn.Timeout != tc.timeout || fn.Async != tc.async {
@@ -135,8 +139,8 @@ func TestTemplateEnvironmentInits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fns) != 5 {
-		t.Fatalf("template.yaml has %d functions, want 5", len(fns))
+	if len(fns) != 6 {
+		t.Fatalf("template.yaml has %d functions, want 6", len(fns))
 	}
 	opts := emulator.Options{
 		Root: repoRoot(t), RIE: rieBin, BuildDir: dir, Logger: slog.New(slog.DiscardHandler),

@@ -42,6 +42,7 @@ type Local struct {
 	Tables             map[string]string // table name by logical id (LogTable → terret-log)
 	ManagementEndpoint string            // the local @connections API: replaces the WebSocket API's URL
 	Parameters         map[string]string // values for template parameters; a parameter not here takes its Default
+	Queues             map[string]string // queue URL by logical id (WebhookQueue → the local queue's URL)
 }
 
 // ref matches one ${Name} or ${Resource.Attribute} of a resolved Sub string.
@@ -158,6 +159,9 @@ func (r resolver) value(name string) (string, error) {
 	}
 	if t, ok := r.local.Tables[name]; ok {
 		return t, nil
+	}
+	if q, ok := r.local.Queues[name]; ok {
+		return q, nil
 	}
 	if p, ok := r.s.Get("Parameters", name).(map[string]any); ok {
 		if v, ok := r.local.Parameters[name]; ok {

@@ -16,13 +16,14 @@ var (
 	// ErrInvalidFilter is a pattern that is not a Lambda filter pattern at all.
 	ErrInvalidFilter = errors.New("eventsource: invalid filter pattern")
 	// ErrUnsupportedFilter is a valid Lambda filter pattern using an operator this
-	// emulation does not implement (anything-but, numeric, exists, suffix, …).
+	// emulation does not implement (numeric, exists, suffix, …).
 	ErrUnsupportedFilter = errors.New("eventsource: unsupported filter operator")
 )
 
 // Filter is one Lambda event filter (the Pattern of one FilterCriteria.Filters
 // entry). The supported subset: nested objects whose leaves are arrays of exact
-// values (strings, numbers, booleans, null) or {"prefix": "..."} objects, e.g.
+// values (strings, numbers, booleans, null), {"prefix": "..."} objects or
+// {"anything-but": [strings]} objects (a string that is none of them), e.g.
 //
 //	{"eventName":["INSERT"]}
 //	{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}
@@ -41,8 +42,9 @@ type filterNode struct {
 }
 
 type valueMatcher struct {
-	prefix   bool
-	expected any // string, json.Number, bool or nil
+	prefix      bool
+	anythingBut []string // a string other than these (when not nil)
+	expected    any      // string, json.Number, bool or nil
 }
 
 // ParseFilter parses a Lambda filter pattern. Operators outside the supported subset
@@ -122,8 +124,16 @@ func parseValues(arr []any, path string) ([]valueMatcher, error) {
 				return nil, fmt.Errorf("%w: a matcher object at %s has exactly one operator", ErrInvalidFilter, path)
 			}
 			for op, arg := range v {
+				if op == "anything-but" {
+					m, err := parseAnythingBut(arg, path)
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, m)
+					continue
+				}
 				if op != "prefix" {
-					return nil, fmt.Errorf("%w %q at %s (supported: exact values and prefix)", ErrUnsupportedFilter, op, path)
+					return nil, fmt.Errorf("%w %q at %s (supported: exact values, prefix and anything-but over strings)", ErrUnsupportedFilter, op, path)
 				}
 				s, ok := arg.(string)
 				if !ok {
@@ -136,6 +146,30 @@ func parseValues(arr []any, path string) ([]valueMatcher, error) {
 		}
 	}
 	return out, nil
+}
+
+// parseAnythingBut reads anything-but's argument: a string or an array of strings
+// (other forms of the operator are not emulated).
+func parseAnythingBut(arg any, path string) (valueMatcher, error) {
+	var list []string
+	switch a := arg.(type) {
+	case string:
+		list = []string{a}
+	case []any:
+		for _, e := range a {
+			s, ok := e.(string)
+			if !ok {
+				return valueMatcher{}, fmt.Errorf("%w anything-but over %T at %s (supported: strings)", ErrUnsupportedFilter, e, path)
+			}
+			list = append(list, s)
+		}
+	default:
+		return valueMatcher{}, fmt.Errorf("%w anything-but over %T at %s (supported: strings)", ErrUnsupportedFilter, arg, path)
+	}
+	if len(list) == 0 {
+		return valueMatcher{}, fmt.Errorf("%w: empty anything-but at %s", ErrInvalidFilter, path)
+	}
+	return valueMatcher{anythingBut: list}, nil
 }
 
 func joinPath(path, key string) string {
@@ -199,6 +233,18 @@ func matchLeaf(ms []valueMatcher, v any) bool {
 }
 
 func (m valueMatcher) match(v any) bool {
+	if m.anythingBut != nil {
+		s, ok := v.(string)
+		if !ok {
+			return false
+		}
+		for _, no := range m.anythingBut {
+			if s == no {
+				return false
+			}
+		}
+		return true
+	}
 	if m.prefix {
 		s, ok := v.(string)
 		return ok && strings.HasPrefix(s, m.expected.(string))

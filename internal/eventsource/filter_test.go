@@ -24,7 +24,9 @@ func TestParseFilterRejects(t *testing.T) {
 		{`{"eventName":[{"prefix":"a","suffix":"b"}]}`, eventsource.ErrInvalidFilter},
 		{`{"eventName":[["nested"]]}`, eventsource.ErrInvalidFilter},
 		{`{"eventName":["INSERT"]} {}`, eventsource.ErrInvalidFilter},
-		{`{"eventName":[{"anything-but":["REMOVE"]}]}`, eventsource.ErrUnsupportedFilter},
+		{`{"eventName":[{"anything-but":[1]}]}`, eventsource.ErrUnsupportedFilter},
+		{`{"eventName":[{"anything-but":{"prefix":"R"}}]}`, eventsource.ErrUnsupportedFilter},
+		{`{"eventName":[{"anything-but":[]}]}`, eventsource.ErrInvalidFilter},
 		{`{"dynamodb":{"NewImage":{"n":{"N":[{"numeric":[">",5]}]}}}}`, eventsource.ErrUnsupportedFilter},
 		{`{"dynamodb":{"NewImage":{"x":[{"exists":false}]}}}`, eventsource.ErrUnsupportedFilter},
 		{`{"eventName":[{"suffix":"RT"}]}`, eventsource.ErrUnsupportedFilter},
@@ -72,6 +74,11 @@ func TestFilterMatch(t *testing.T) {
 		{`{"dynamodb":{"NewImage":{"flag":{"BOOL":[true]}}}}`, true},
 		{`{"dynamodb":{"NewImage":{"gone":{"NULL":[true]}}}}`, true},
 		{`{"dynamodb":{"NewImage":{"type":["x"]}}}`, false}, // leaf addresses an object
+		{`{"dynamodb":{"NewImage":{"type":{"S":[{"anything-but":["y","z"]}]}}}}`, true},
+		{`{"dynamodb":{"NewImage":{"type":{"S":[{"anything-but":["y","x"]}]}}}}`, false},
+		{`{"dynamodb":{"NewImage":{"type":{"S":[{"anything-but":"x"}]}}}}`, false},
+		{`{"dynamodb":{"NewImage":{"nope":{"S":[{"anything-but":["x"]}]}}}}`, false},    // absent field
+		{`{"dynamodb":{"NewImage":{"flag":{"BOOL":[{"anything-but":["x"]}]}}}}`, false}, // not a string
 	}
 	for _, tt := range tests {
 		t.Run(tt.pattern, func(t *testing.T) {

@@ -71,6 +71,12 @@ type Env struct {
 	// its error names each rule that does not compile. nil: the rules' expressions
 	// are not compiled here (a process that runs no turn; the runner compiles them).
 	Rules func(rs []tools.Rule) (tools.RuleSet, error)
+	// LocalWebhooks admits webhook receivers on loopback addresses, over http too
+	// (`terret dev`); otherwise a receiver is https on a public address.
+	LocalWebhooks bool
+	// SkipWebhookSecrets checks webhooks' secret references without fetching them:
+	// the agent runtime signs no webhook (the webhook function fetches them).
+	SkipWebhookSecrets bool
 }
 
 // provider is one parsed providers entry.
@@ -101,6 +107,7 @@ func Check(ctx context.Context, p tools.Profile, env Env) error {
 	checkAllowed(pe, p)
 	checkTools(ctx, pe, p, env)
 	checkRules(pe, p, env)
+	checkWebhooks(ctx, pe, p, env, !env.SkipWebhookSecrets)
 	return pe.Err()
 }
 

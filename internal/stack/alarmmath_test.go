@@ -410,6 +410,12 @@ func TestAlarmMath(t *testing.T) {
 			{"the schedules alone, healthy", series{"Invocations{deliver}": 1, "Invocations{runner}": 1}, false},
 			{"the token sweep failing every minute", series{"Invocations{deliver}": 1, "Invocations{runner}": 1, "Errors{deliver}": 1}, true},
 			{"busy, 2% failing", series{"Invocations{deliver}": 1000, "Errors{deliver}": 20}, false},
+			{"the webhook function failing among healthy deliver", series{"Invocations{deliver}": 100, "Invocations{webhook}": 20, "Errors{webhook}": 20}, true},
+		},
+		"WebhookThrottlesAlarm": {
+			{"no traffic", series{}, false},
+			{"quiet minute, a throttle", series{"Invocations{webhook}": 2, "Throttles{webhook}": 1}, true},
+			{"busy, 0.5% throttled", series{"Invocations{webhook}": 995, "Throttles{webhook}": 5}, false},
 		},
 		"FunctionThrottlesAlarm": {
 			{"no traffic", series{}, false},

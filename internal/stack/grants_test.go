@@ -56,7 +56,12 @@ var (
 		"DisconnectFunction": {connsOwners, departWrite},
 		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets, departRead},
 		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, logExpiry, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
+		// The webhook function reads a log's epoch and an agent's own profile, nothing more.
+		"WebhookFunction": {{"LogTable", logReader, nil, nil}, webhookProfiles},
 	}
+	webhookProfiles = tableGrant{"AgentsTable", []string{"dynamodb:GetItem"}, []string{"agent#*"}, []string{"pk", "sk", "profile"}}
+	// The webhook function enqueues attempts and delays failed ones, on its queue only.
+	webhookQueueActions = []string{"sqs:SendMessage", "sqs:ChangeMessageVisibility"}
 	// Posting frames and closing connections; reading a connection's details (GET) is
 	// not needed by any function.
 	manageConnections = []string{
@@ -162,7 +167,7 @@ func TestGrants(t *testing.T) {
 		}
 		tablesGot := map[string][]string{}
 		var tableGrants []string
-		var invokes, manage, bedrock, secrets []string
+		var invokes, manage, bedrock, secrets, queues []string
 		for _, g := range grants(t, f) {
 			for _, a := range g.Actions {
 				if strings.Contains(a, "*") {
@@ -211,6 +216,8 @@ func TestGrants(t *testing.T) {
 				bedrock = append(bedrock, g.Resource)
 			case equalSets(g.Actions, profileSecretActions):
 				secrets = append(secrets, g.Resource)
+			case equalSets(g.Actions, webhookQueueActions):
+				queues = append(queues, g.Resource)
 			default:
 				t.Errorf("%s: unexpected grant %v on %s", f.LogicalID, g.Actions, g.Resource)
 			}
@@ -252,8 +259,15 @@ func TestGrants(t *testing.T) {
 		}
 		// The functions that build the agent runtime fetch the profiles' api_key_secret
 		// keys at cold start: exactly the secrets the operator lists in ProfileSecretArns.
-		if runtime := f.LogicalID == "MessageFunction" || f.LogicalID == "RunnerFunction"; runtime && !equalSets(secrets, []string{"${ProfileSecretArns}"}) || !runtime && len(secrets) > 0 {
-			t.Errorf("%s: profile secrets readable on %v; want ${ProfileSecretArns} for the message and runner functions only", f.LogicalID, secrets)
+		// The webhook function fetches the webhooks' secret_secret secrets: exactly
+		// WebhookSecretArns, and no provider key.
+		if runtime := f.LogicalID == "MessageFunction" || f.LogicalID == "RunnerFunction"; runtime && !equalSets(secrets, []string{"${ProfileSecretArns}"}) ||
+			f.LogicalID == "WebhookFunction" && !equalSets(secrets, []string{"${WebhookSecretArns}"}) ||
+			!runtime && f.LogicalID != "WebhookFunction" && len(secrets) > 0 {
+			t.Errorf("%s: profile secrets readable on %v; want ${ProfileSecretArns} for the message and runner functions, ${WebhookSecretArns} for webhook, none elsewhere", f.LogicalID, secrets)
+		}
+		if wh := f.LogicalID == "WebhookFunction"; wh && !equalSets(queues, []string{"${WebhookQueue.Arn}"}) || !wh && len(queues) > 0 {
+			t.Errorf("%s: %v on %v; only the webhook function, on WebhookQueue only", f.LogicalID, webhookQueueActions, queues)
 		}
 		if f.LogicalID == "RunnerFunction" && !equalSets(bedrock, bedrockModels) || f.LogicalID != "RunnerFunction" && len(bedrock) > 0 {
 			t.Errorf("%s: Bedrock on %v; only the runner calls models (%v)", f.LogicalID, bedrock, bedrockModels)
@@ -306,7 +320,7 @@ func GrantTable(t *testing.T, fs map[string]Function) string {
 
 // order sorts functions in the order a connection meets them.
 func order(id string) int {
-	for i, f := range []string{"ConnectFunction", "MessageFunction", "DisconnectFunction", "DeliverFunction", "RunnerFunction"} {
+	for i, f := range []string{"ConnectFunction", "MessageFunction", "DisconnectFunction", "DeliverFunction", "RunnerFunction", "WebhookFunction"} {
 		if f == id {
 			return i
 		}

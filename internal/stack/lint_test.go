@@ -97,8 +97,10 @@ func TestTransformedRoles(t *testing.T) {
 		"DisconnectFunctionRole": {basic},
 		"DeliverFunctionRole":    {basic, streams},
 		"RunnerFunctionRole":     {basic},
+		// The webhook function reads the log's stream and polls its queue.
+		"WebhookFunctionRole": {basic, streams, "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole"},
 	}
-	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true}
+	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true, "WebhookFunctionRole": true}
 	var roles []string
 	for id, r := range doc.Resources {
 		if r.Type == "AWS::IAM::Role" {

@@ -140,6 +140,7 @@ func TestEnvironment(t *testing.T) {
 		"LOG_LEVEL":              "${LogLevel}",
 		"METRICS_NAMESPACE":      emfNamespace,
 		"ORIGIN_SECRET":          "${OriginSecret}",
+		"WEBHOOK_QUEUE_URL":      "${WebhookQueue}",
 	}
 	fs := functions(t, s)
 	for _, f := range fs {
@@ -266,6 +267,9 @@ func TestDeliverEventSources(t *testing.T) {
 	s := loadStack(t)
 	fs := functions(t, s)
 	for id, f := range fs {
+		if id == "WebhookFunction" {
+			continue // its log stream and queue: TestWebhookFunction
+		}
 		evs, err := f.StreamEvents()
 		if err != nil {
 			t.Fatal(err)
@@ -357,8 +361,8 @@ func TestDeliverEventSources(t *testing.T) {
 	if err := json.Unmarshal(qs.Properties, &qp); err != nil || qs.Type != "Schedule" || qp.Schedule != "rate(1 minute)" || qp.Input != agentservice.QuotaSweepInput {
 		t.Errorf("runner QuotaSweep = %s %s, want Schedule rate(1 minute) with Input %s", qs.Type, qs.Properties, agentservice.QuotaSweepInput)
 	}
-	if got := s.Resources("AWS::SQS::Queue"); strings.Join(got, ",") != "DeadLetterQueue" {
-		t.Errorf("queues = %v, want DeadLetterQueue", got)
+	if got := s.Resources("AWS::SQS::Queue"); !equalSets(got, []string{"DeadLetterQueue", "WebhookQueue", "WebhookDeadLetterQueue"}) {
+		t.Errorf("queues = %v, want DeadLetterQueue and the webhooks' two", got)
 	}
 }
 

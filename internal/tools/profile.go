@@ -54,6 +54,9 @@ type Profile struct {
 	// Rules decide tool calls over their arguments, after the allow list (nil in an
 	// override: keep the default's). See Rule.
 	Rules []Rule `json:"rules,omitempty"`
+	// Webhooks POST the agent's matching log events to other systems (nil in an
+	// override: keep the default's). See Webhook.
+	Webhooks []Webhook `json:"webhooks,omitempty"`
 }
 
 // MaxRetentionDays bounds retention_days (ten years).
@@ -315,12 +318,14 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					p.Rules = append(p.Rules, r)
 				}
 			}
+		case "webhooks":
+			p.Webhooks = decodeWebhooks(pe, k, v)
 		case "retention_days":
 			if decodeInto(pe, k, v, &p.RetentionDays) && (p.RetentionDays < 1 || p.RetentionDays > MaxRetentionDays) {
 				pe.Add(k, "must be a whole number of days from 1 to %d, got %d", MaxRetentionDays, p.RetentionDays)
 			}
 		default:
-			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, rules, quotas, context, retention_days)")
+			pe.Add(k, "unknown key (system, models, allowed_models, providers, tools, rules, quotas, context, retention_days, webhooks)")
 		}
 	}
 	if err := pe.Err(); err != nil {
@@ -450,6 +455,9 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.AllowedModels != nil {
 		out.AllowedModels = over.AllowedModels
+	}
+	if over.Webhooks != nil {
+		out.Webhooks = over.Webhooks
 	}
 	if over.Models.Compactor != "" {
 		out.Models.Compactor = over.Models.Compactor

@@ -85,7 +85,9 @@ func ProfileEnv(modelAWS aws.Config, o AgentOptions) profile.Env {
 		Secrets:   secrets,
 		Kinds:     []string{tools.KindBuiltin, lambdatool.Kind, mcptool.Kind},
 		NoCommand: !o.Local,
-		Rules:     o.Rules,
+		// Webhook receivers on loopback (http too) only for terret dev.
+		LocalWebhooks: o.Local,
+		Rules:         o.Rules,
 		Bedrock: func(region string) bedrock.API {
 			mu.Lock()
 			defer mu.Unlock()
@@ -114,6 +116,10 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		modelAWS = *o.ModelAWS
 	}
 	env := ProfileEnv(modelAWS, o)
+	// Webhooks: the runtime signs none (the webhook function fetches their secrets),
+	// and a local stack's emulated functions admit loopback receivers as terret dev does.
+	env.SkipWebhookSecrets = true
+	env.LocalWebhooks = env.LocalWebhooks || cfg.DynamoDBEndpoint != ""
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	src := o.Profiles
