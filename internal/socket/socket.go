@@ -232,8 +232,15 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 			}
 			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, also...)
 			if err == nil {
-				used := make(chan error, 1) // the token's last use, written alongside the kick
-				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
+				// The token's last use is written before the welcome, whose hello kick is
+				// $connect's last step: hello's deliver invocation posts while $connect
+				// is still running only for as long as the kick takes to answer, and its
+				// first post usually finds the socket open (docs/architecture.md, "First
+				// frame and Gone"). Written alongside the kick, the write held $connect
+				// open behind it, and under load hello's posts met Gone and backed off.
+				if uerr := s.tokens.Used(ctx, agentID, hash); uerr != nil {
+					lg.Warn("record token use", "error", uerr) // `terret token list` only
+				}
 				if superseded.ConnID != "" {
 					lg.Info("superseding connection", "superseded_connection_id", superseded.ConnID)
 				}
@@ -241,9 +248,6 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 					lg.Error("welcome", "error", err)
 					internalAnswer()
 					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
-				}
-				if uerr := <-used; uerr != nil {
-					lg.Warn("record token use", "error", uerr) // `terret token list` only
 				}
 				lg.Info("connected")
 				metrics.Add("Connections", metrics.Count, 1)
