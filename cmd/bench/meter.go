@@ -29,6 +29,8 @@ type meter struct {
 	mu    sync.Mutex
 	ops   map[opKey]*opStat
 	calls atomic.Int64 // requests finished, of every service
+	// onPost, if set, hears every PostToConnection: its input, when it began, its error.
+	onPost func(params any, began time.Time, err error)
 }
 
 type opKey struct {
@@ -64,6 +66,9 @@ func (m *meter) register(st *middleware.Stack) error {
 			began := time.Now()
 			out, md, err := next.HandleInitialize(ctx, in)
 			m.record(svc, op, table, out.Result, err, time.Since(began))
+			if m.onPost != nil && op == "PostToConnection" {
+				m.onPost(in.Parameters, began, err)
+			}
 			return out, md, err
 		}), middleware.After)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -37,6 +38,7 @@ type stack struct {
 	pollerMeter *meter
 	inv         *invocations
 	replays     *replayGauge
+	trace       *stormTrace      // the storm's breakdown
 	raw         *dynamodb.Client // not metered: seeding and bookkeeping
 	tokens      *auth.Store
 	owners      *connections.Store
@@ -66,7 +68,9 @@ type stackOptions struct {
 // without its stream; start adds the stream and its poller once the logs are seeded.
 func newStack(ctx context.Context, o stackOptions) (*stack, error) {
 	poll := cmp.Or(o.latency.PollInterval, o.poll)
-	st := &stack{endpoint: o.endpoint, meter: o.meter, inv: o.invocations, replays: o.replayGauge, logger: o.logger, poll: poll, pollerMeter: newMeter()}
+	st := &stack{endpoint: o.endpoint, meter: o.meter, inv: o.invocations, replays: o.replayGauge, logger: o.logger, poll: poll, pollerMeter: newMeter(), trace: newStormTrace()}
+	st.meter.onPost = st.trace.post
+	st.replays.trace = st.trace
 	var err error
 	st.dev, err = devstack.Start(ctx, devstack.Options{
 		Addr: "127.0.0.1:0", DynamoDBEndpoint: o.endpoint, TablePrefix: o.prefix, PollInterval: poll,
@@ -77,7 +81,9 @@ func newStack(ctx context.Context, o stackOptions) (*stack, error) {
 			// The pollers stand in for Lambda's event source mapping (no cost of ours):
 			// their requests are metered apart, to see what DynamoDB Local spends on them.
 			PollerClients: st.pollerMeter.install,
-			Wrap:          st.inv.counted,
+			Wrap: func(name string, h lambda.Handler) lambda.Handler {
+				return st.inv.counted(name, st.trace.wrap(name, h))
+			},
 			// Lambda's default account concurrency rather than the local gateway's 64: at
 			// its bound the gateway stops reading sockets, so the pongs of a reconnect
 			// storm's clients (each subscribe holds a $default invocation for its whole
@@ -201,6 +207,7 @@ func (st *stack) drain(ctx context.Context, progress func(string, ...any)) {
 
 // replayGauge is the delivery.Observer: it tracks how many replay reads run at once.
 type replayGauge struct {
+	trace     *stormTrace // hears each page read (delivery.SlotObserver)
 	mu        sync.Mutex
 	cur, peak int
 	reads     int64
@@ -215,6 +222,13 @@ func (g *replayGauge) ReplayRead(start bool) {
 		g.peak = max(g.peak, g.cur)
 	} else {
 		g.cur--
+	}
+}
+
+// PageRead makes the gauge a delivery.SlotObserver, for the storm's breakdown.
+func (g *replayGauge) PageRead(agentID string, slotWait time.Duration, polls int, read time.Duration) {
+	if g.trace != nil {
+		g.trace.PageRead(agentID, slotWait, polls, read)
 	}
 }
 

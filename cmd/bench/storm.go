@@ -73,6 +73,7 @@ type stormResult struct {
 	MaxConcurrentReplays int
 	Bad                  int
 	Cost                 phaseCost
+	Breakdown            stormBreakdown // where each client's time went (stormtrace.go)
 }
 
 // runStorm seeds N sessions of about 1,000 events each, then N clients connect at
@@ -103,6 +104,7 @@ func (b *bench) runStorm(ctx context.Context) error {
 		clients[i].rearm(last)
 	}
 	before := b.st.snap()
+	b.st.trace.start()
 	var subMu sync.Mutex
 	var lastSub time.Time
 	t0 := time.Now()
@@ -166,6 +168,8 @@ func (b *bench) runStorm(ctx context.Context) error {
 	res.ReplayP50, res.ReplayMax = percentile(replay, 50), percentile(replay, 100)
 	res.AllCaughtUp, res.FromSubscribe = lastDone.Sub(t0), lastDone.Sub(lastSub)
 	res.P50, res.P99 = percentile(per, 50), percentile(per, 99)
+	b.st.trace.stop()
+	res.Breakdown = b.st.trace.breakdown(t0, clients)
 	b.st.settle(ctx)
 	res.Cost = before.to(b.st.snap())
 	res.PeakReplays, res.ReplayReads = b.st.replays.reset()

@@ -20,24 +20,13 @@ import (
 // from a connection that may not send.
 var ErrNotOwner = control.ErrNotOwner
 
-// attrConn is the state item's copy of the ownership record's owner connection: set
-// by each connect's claim transaction (OwnerClaim), removed by a session reset or
-// delete with every other runtime attribute. A client frame's inbox write is
-// conditional on it naming the frame's connection.
-const attrConn = "conn"
+// attrConn is the state item's copy of the ownership record's owner connection
+// (control.AttrConn).
+const attrConn = control.AttrConn
 
-// OwnerClaim is the write a connect adds to its claim transaction
-// (connections.Store.Claim's also): the agent's state item, in table, names connID as
-// its owner, in the same transaction that makes connID the ownership record's owner,
-// so the two never disagree about who owns the agent. Cost: 2 write units (an item of
-// a transaction).
+// OwnerClaim is the write a connect adds to its claim transaction (control.OwnerClaim).
 func OwnerClaim(table, agentID, connID string) types.TransactWriteItem {
-	return types.TransactWriteItem{Update: &types.Update{
-		TableName: aws.String(table), Key: key(agentID, skState),
-		UpdateExpression:          aws.String("SET #conn = :c"),
-		ExpressionAttributeNames:  map[string]string{"#conn": attrConn},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(connID)},
-	}}
+	return control.OwnerClaim(table, agentID, connID)
 }
 
 // ownerKey is the context key of a client frame's connection (InjectFrom).

@@ -29,12 +29,32 @@ import (
 // connection's state, the ownership), the lagged frame and the delete once the post
 // under way has answered, so that the frame goes behind it.
 //
+// The looks after the first are paced by the appends: each look sees how many events
+// came since the one before, and the next comes once half the room left under the
+// bound would be used at that rate (watchPause), every watchEvery at most and
+// watchMin at least. A fixed 100 ms let an appender that writes an event every few
+// milliseconds (DynamoDB's own latency) put 20 or more events past a bound of 16
+// between two looks; paced, the overshoot stays within about half the bound.
+//
 // A post on API Gateway takes tens of milliseconds whatever the client does, so the
 // watch costs reads (1 read unit each) only for a post that waits or is being retried.
 const (
 	watchAfter = 100 * time.Millisecond
 	watchEvery = 100 * time.Millisecond
+	watchMin   = 10 * time.Millisecond
 )
+
+// watchPause is the pause before the next look at the tip of a watch whose last look
+// found tip, n events more than the look before it, made since that look; behind is
+// how many events tip is past the cursor, queue the bound.
+func watchPause(n int64, since time.Duration, behind, queue int64) time.Duration {
+	room := queue - behind
+	if n <= 0 || room <= 0 {
+		return watchEvery
+	}
+	// At n events per since, half the room is used in since × room/(2n).
+	return min(max(time.Duration(float64(since)*float64(room)/float64(2*n)), watchMin), watchEvery)
+}
 
 // laggingAt reports whether the live tail of agentID is more than OutboundQueue events
 // ahead of next, the sender's cursor: one read of the log's tip.
@@ -55,15 +75,27 @@ func (s *sender) postWatched(b []byte) error {
 	go func() { done <- s.d.post(s.ctx, s.o.ConnID, b) }()
 	t := time.NewTimer(watchAfter)
 	defer t.Stop()
+	queue := int64(s.d.cfg.OutboundQueue)
+	// The last look: the tip it found and when. Before the first, the tip is taken to
+	// be the cursor's last event, so the first look's rate counts the batch under way
+	// too: its next look comes no later than it should.
+	seen, seenAt := s.p.Next-1, time.Now()
 	for {
 		select {
 		case err := <-done:
 			return err
 		case <-t.C:
 		}
-		lag, err := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next)
-		if err != nil || !lag {
+		tip, err := s.d.log.Tip(s.ctx, s.o.AgentID)
+		if err != nil {
 			t.Reset(watchEvery) // a failed read: the next look, or the post's answer, decides
+			continue
+		}
+		behind := tip - s.p.Next + 1
+		if behind <= queue {
+			now := time.Now()
+			t.Reset(watchPause(tip-seen, now.Sub(seenAt), behind, queue))
+			seen, seenAt = tip, now
 			continue
 		}
 		s.lg.InfoContext(s.ctx, "reader past the outbound-queue bound while a post waits", "next_seq", s.p.Next)

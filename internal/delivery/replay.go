@@ -135,6 +135,15 @@ func (s *sender) readAhead(from int64) *readAhead {
 	return a
 }
 
+// SlotObserver is an Observer that also hears, for each replay page read, how long the
+// read waited for its replay slot (zero, with no poll, when the slot came from the read
+// before), how many polls that took, and how long the read itself took (the bench's
+// reconnect storm breaks a replay down with it). Its method must not block.
+type SlotObserver interface {
+	Observer
+	PageRead(agentID string, slotWait time.Duration, polls int, read time.Duration)
+}
+
 // readPage is the background read of a: it takes a replay slot unless given one, reads
 // the page under it, and hands page and slot to the sender if the sender is waiting
 // for it; otherwise it leaves the page in a.done and gives the slot back. It touches no
@@ -145,13 +154,15 @@ func (d *Deliverer) readPage(ctx context.Context, a *readAhead, slot slotLease, 
 		d.releaseSlot(ctx, slot) // held long: take a fresh lease on a slot
 		slot = noSlot
 	}
+	waitBegan, polls := time.Now(), 0
 	if slot.i < 0 {
 		var err error
-		if slot, err = d.takeSlot(ctx, a.stop); err != nil {
+		if slot, polls, err = d.takeSlot(ctx, a.stop); err != nil {
 			a.done <- pageRead{slot: noSlot, err: err}
 			return
 		}
 	}
+	readBegan := time.Now()
 	select {
 	case <-a.stop:
 		d.releaseSlot(ctx, slot)
@@ -165,6 +176,9 @@ func (d *Deliverer) readPage(ctx context.Context, a *readAhead, slot slotLease, 
 	evs, err := d.log.Read(ctx, agentID, from, limit)
 	if obs := d.cfg.Observer; obs != nil {
 		obs.ReplayRead(false)
+	}
+	if obs, ok := d.cfg.Observer.(SlotObserver); ok {
+		obs.PageRead(agentID, readBegan.Sub(waitBegan), polls, time.Since(readBegan))
 	}
 	d.gate(GateReplayRead, agentID)
 	if err == nil {
@@ -263,32 +277,53 @@ func (d *Deliverer) releaseSlot(ctx context.Context, slot slotLease) {
 //
 // Each poll reads one group of slots, picked at random afresh (not by agent: a waiter
 // must not starve behind one busy group while another has a free slot), so W waiters
-// spread their reads over the G groups. The backoff cap stays 500 ms whatever G is: a
-// longer cap would leave a freed slot unfound for longer (its group is polled W/G times
-// per cap), and a shorter one would spend the read load the groups save
-// (docs/scale.md, "The replay slots").
-func (d *Deliverer) takeSlot(ctx context.Context, stop <-chan struct{}) (slotLease, error) {
+// spread their reads over the G groups. The pause after a poll that found its group
+// full (slotPause) doubles from 20 ms to 500 ms, and once the wait has gone on longer
+// it is half the time waited so far, up to slotPauseCap: a waiter that has waited long
+// is behind many others, and polling as often as a fresh one would only load the
+// table the reads it waits for run on (docs/scale.md, "The replay slots").
+func (d *Deliverer) takeSlot(ctx context.Context, stop <-chan struct{}) (_ slotLease, polls int, _ error) {
 	holder := connections.NewHolder(connections.HolderOnce).ID
 	began := time.Now()
 	groups := d.slots.Groups()
-	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 500*time.Millisecond) {
+	for wait := slotPauseFirst; ; wait = min(wait*2, slotPauseDoubled) {
 		taken := time.Now()
 		i, err := d.slots.TryAcquire(ctx, holder, mrand.IntN(groups))
+		polls++
 		if err != nil {
-			return noSlot, err
+			return noSlot, polls, err
 		}
 		if i >= 0 {
 			if waited := time.Since(began); waited > time.Second {
-				d.logger.DebugContext(ctx, "waited for a replay slot", "wait_ms", waited.Milliseconds())
+				d.logger.DebugContext(ctx, "waited for a replay slot", "wait_ms", waited.Milliseconds(), "polls", polls)
 			}
-			return slotLease{holder: holder, i: i, taken: taken}, nil
+			return slotLease{holder: holder, i: i, taken: taken}, polls, nil
 		}
+		p := slotPause(wait, time.Since(began))
 		select {
 		case <-stop:
-			return noSlot, errStopped
+			return noSlot, polls, errStopped
 		case <-ctx.Done():
-			return noSlot, fmt.Errorf("delivery: wait for replay slot: %w", ctx.Err())
-		case <-time.After(wait/2 + mrand.N(wait/2+1)):
+			return noSlot, polls, fmt.Errorf("delivery: wait for replay slot: %w", ctx.Err())
+		case <-time.After(p/2 + mrand.N(p/2+1)):
 		}
 	}
+}
+
+// The replay slot wait's pauses (slotPause).
+const (
+	slotPauseFirst   = 20 * time.Millisecond
+	slotPauseDoubled = 500 * time.Millisecond // where the doubling stops
+	slotPauseCap     = 4 * time.Second
+)
+
+// slotPause is the pause before the next poll of a waiter that has waited for
+// waited, whose doubling pause is now wait: the larger of wait and waited/2, at most
+// slotPauseCap; the sleep is drawn from its upper half. Up to a second's wait this is
+// the doubling alone. Past it each poll comes about 1.4 times as late as the one before,
+// so a waiter polls about 3·ln(waited/1 s) more times, not waited/375 ms: over a 10 s
+// wait 13 polls instead of 29, and W waiters that have waited t poll about 2.7W/t times
+// a second in all where a fixed 500 ms cap has them poll 2.7W times.
+func slotPause(wait, waited time.Duration) time.Duration {
+	return min(max(wait, waited/2), slotPauseCap)
 }

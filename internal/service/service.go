@@ -22,7 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	agentpkg "github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/connections"
@@ -123,7 +123,7 @@ func Socket(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, agent s
 	)
 	if cfg.AgentsTable != "" { // connect's and message's; disconnect's never connects
 		s.WithOwnerClaim(func(agentID, connID string) types.TransactWriteItem {
-			return agentpkg.OwnerClaim(cfg.AgentsTable, agentID, connID)
+			return control.OwnerClaim(cfg.AgentsTable, agentID, connID)
 		})
 	}
 	return s

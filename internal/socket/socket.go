@@ -188,6 +188,10 @@ func header(req events.APIGatewayWebsocketProxyRequest, name string) string {
 	return ""
 }
 
+// usedWait bounds how long $connect waits for the token's last-use write before it
+// kicks hello's deliver invocation: a few DynamoDB round trips.
+const usedWait = 200 * time.Millisecond
+
 // Connect serves $connect. The token is checked before the agent is resolved. A refused
 // client is still accepted — API Gateway can deliver no frame during $connect — and the
 // deliver function then sends it the unauthorized frame and closes it. An accepted one
@@ -232,8 +236,21 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 			}
 			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, also...)
 			if err == nil {
-				used := make(chan error, 1) // the token's last use, written alongside the kick
+				// The token's last use is written before the welcome, whose hello kick is
+				// then $connect's last step: hello's deliver invocation posts while
+				// $connect is still running only for as long as the kick takes to
+				// answer, and its first post usually finds the socket open
+				// (docs/architecture.md, "First frame and Gone"). Written alongside the
+				// kick, the write held $connect open behind it, and under load hello's
+				// posts met Gone and backed off. A write slower than usedWait no longer
+				// holds the kick back: it only records a use (`terret token list`).
+				used := make(chan error, 1)
 				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
+				select {
+				case uerr := <-used:
+					used <- uerr
+				case <-time.After(usedWait):
+				}
 				if superseded.ConnID != "" {
 					lg.Info("superseding connection", "superseded_connection_id", superseded.ConnID)
 				}
