@@ -356,7 +356,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if o.TokenClock != nil {
 		tokens = tokens.WithClock(o.TokenClock)
 	}
-	st.http.Bind(service.HTTP(st.Config, awsCfg, logger))
+	httpAPI := service.HTTP(st.Config, awsCfg, logger)
+	st.http.Bind(httpAPI)
 	connect.Bind(con.connect(perCall(sock.Connect)))
 	message.Bind(con.frame(perCall(sock.Message)))
 	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))
@@ -376,7 +377,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st.pollerOpts = eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: quietLog, Faults: o.Faults}
 	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint, st.Credentials), st.Region, st.splitMappings([]eventsource.Mapping{
-		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", con.turns(deliver)), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
+		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", ringing(httpAPI.Bell(), con.turns(deliver))), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (tokens stream)", deliver), TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
 	}), st.pollerOpts)
 	if err != nil {

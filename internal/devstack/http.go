@@ -1,8 +1,15 @@
 package devstack
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/terret/terret-ws/internal/httpapi"
 )
 
 // lateHandler serves the agent paths over HTTP once Start has built them: the gateway
@@ -22,4 +29,23 @@ func (l *lateHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	(*h).ServeHTTP(w, r)
+}
+
+// ringing rings bell for the agent of each record of a log stream batch, then hands
+// the batch on to h (deliver): a reader of the log over HTTP waiting in this process
+// reads at once instead of at its next look (httpapi.Bell).
+func ringing(bell *httpapi.Bell, h lambda.Handler) lambda.Handler {
+	return handlerFunc(func(ctx context.Context, payload []byte) ([]byte, error) {
+		var batch events.DynamoDBEvent
+		if err := json.Unmarshal(payload, &batch); err == nil {
+			rung := map[string]bool{}
+			for _, rec := range batch.Records {
+				if id := rec.Change.Keys["session_id"]; id.DataType() == events.DataTypeString && !rung[id.String()] {
+					rung[id.String()] = true
+					bell.Ring(id.String())
+				}
+			}
+		}
+		return h.Invoke(ctx, payload)
+	})
 }

@@ -189,5 +189,10 @@ func Exit(err error) {
 // them, and on AWS the http function. Each feature's paths are added here.
 func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *httpapi.Server {
 	db := cfg.DynamoDB(awsCfg)
-	return httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	s := httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	// The log over HTTP (GET /agents/{agent_id}/events): pages, long-polls and
+	// Server-Sent Events through a Deliverer of its own, whose replay slots are the
+	// cluster's.
+	httpapi.Events{Log: Deliverer(cfg, awsCfg, logger, Tuning{}), ReplayLimit: cfg.ReplayLimit}.Route(s)
+	return s
 }
