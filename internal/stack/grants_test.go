@@ -33,6 +33,7 @@ var (
 	connsOwners      = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*"}, nil}
 	connsOwnersSlots = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "slot#*"}, nil}
 	tokenAttrs       = []string{"pk", "hashes", "exp_*"}
+	replaySlots      = tableGrant{"ConnectionsTable", []string{"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, []string{"slot#*"}, nil}
 	tokenRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, tokenAttrs}
 	tokenCheck       = tableGrant{"ConnectionsTable", []string{"dynamodb:ConditionCheckItem"}, []string{"tokens#*"}, nil}
 	tokenUse         = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokuse#*"}, nil}
@@ -56,6 +57,9 @@ var (
 		"DisconnectFunction": {connsOwners, departWrite},
 		"DeliverFunction":    {{"LogTable", logReader, nil, nil}, connsOwnersSlots, sweepRead, sweepWrite, sweepBuckets, departRead},
 		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, logExpiry, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
+		// The events path: it reads the log, checks tokens as connect does, and takes
+		// the replay slots (connections.Slots: BatchGetItem, UpdateItem), nothing else.
+		"HttpFunction": {{"LogTable", logReader, nil, nil}, tokenRead, replaySlots},
 	}
 	// Posting frames and closing connections; reading a connection's details (GET) is
 	// not needed by any function.

@@ -97,6 +97,7 @@ func TestTransformedRoles(t *testing.T) {
 		"DisconnectFunctionRole": {basic},
 		"DeliverFunctionRole":    {basic, streams},
 		"RunnerFunctionRole":     {basic},
+		"HttpFunctionRole":       {basic},
 	}
 	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true}
 	var roles []string
