@@ -16,7 +16,9 @@ import (
 func TestCloudFrontHttpPaths(t *testing.T) {
 	t.Parallel()
 	s := loadStack(t)
-	fn := func(k ...string) any { return s.Get(append([]string{"Resources", "HttpFunction", "Properties"}, k...)...) }
+	fn := func(k ...string) any {
+		return s.Get(append([]string{"Resources", "HttpFunction", "Properties"}, k...)...)
+	}
 	if fn("FunctionUrlConfig", "AuthType") != "NONE" || fn("FunctionUrlConfig", "InvokeMode") != "RESPONSE_STREAM" {
 		t.Errorf("HttpFunction FunctionUrlConfig = %v, want AuthType NONE and InvokeMode RESPONSE_STREAM", fn("FunctionUrlConfig"))
 	}
