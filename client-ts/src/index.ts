@@ -9,3 +9,4 @@ export {
   type WebSocketConstructor, type WebSocketLike,
 } from './client.js';
 export * from './projection.js';
+export { LogReader, eventsURL, readEvents, type EventsPage, type LogReaderOptions, type ReadEventsOptions } from './events.js';
