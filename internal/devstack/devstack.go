@@ -369,6 +369,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if st.emu, err = emu.start(st, handlers, wrap); err != nil {
 			return nil, err
 		}
+		// The agent paths over HTTP through the http function's bootstrap, but for
+		// Server-Sent Events (emulatedHTTP).
+		st.http.Bind(emulatedHTTP{fn: st.emu.Handler("http"), inProcess: httpAPI})
 	}
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)

@@ -142,4 +142,10 @@ func TestEventsOverGateway(t *testing.T) {
 	case <-time.After(hang()):
 		t.Fatal("the long-poll did not answer after seq 4 was appended")
 	}
+	// Under --lambda-emulator the JSON paths ran in the http function's bootstrap.
+	if emu := e.stack.Emulator(); emu != nil {
+		if n := emu.Stats()["http"].Invocations; n < 1 {
+			t.Errorf("the http function was invoked %d times under the emulator, want the long-poll's", n)
+		}
+	}
 }

@@ -69,6 +69,8 @@ func TestFunctionsResolveTemplate(t *testing.T) {
 		{"runner", "APPROVALS", "true"},            // a local value
 		{"runner", "MAIN_MODEL", "scripted"},       // the default
 		{"disconnect", "CONNECTIONS_TABLE", "st-connections"},
+		{"http", "LOG_TABLE", "st-log"},
+		{"http", "REPLAY_LIMIT", "7"},
 	} {
 		if got := byName[tc.fn].Env[tc.key]; got != tc.want {
 			t.Errorf("%s: %s=%q, want %q", tc.fn, tc.key, got, tc.want)
@@ -84,6 +86,7 @@ func TestFunctionsResolveTemplate(t *testing.T) {
 		{"disconnect", 29 * time.Second, emulator.DefaultAsync},
 		{"deliver", 300 * time.Second, emulator.AsyncConfig{MaxRetryAttempts: 2, MaxEventAge: 300 * time.Second}},
 		{"runner", 900 * time.Second, emulator.AsyncConfig{MaxRetryAttempts: 2, MaxEventAge: time.Hour}},
+		{"http", 900 * time.Second, emulator.DefaultAsync},
 	} {
 		fn := byName[tc.fn]
 		if fn.Timeout != tc.timeout || fn.Async != tc.async {
@@ -135,8 +138,8 @@ func TestTemplateEnvironmentInits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fns) != 5 {
-		t.Fatalf("template.yaml has %d functions, want 5", len(fns))
+	if len(fns) != 6 {
+		t.Fatalf("template.yaml has %d functions, want 6", len(fns))
 	}
 	opts := emulator.Options{
 		Root: repoRoot(t), RIE: rieBin, BuildDir: dir, Logger: slog.New(slog.DiscardHandler),

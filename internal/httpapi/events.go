@@ -112,7 +112,7 @@ type eventsQuery struct {
 // parse reads the query; an error names the parameter or header at fault.
 func (e Events) parse(r *http.Request) (eventsQuery, error) {
 	var q eventsQuery
-	q.stream = acceptsEventStream(r.Header.Get("Accept"))
+	q.stream = AcceptsEventStream(r.Header.Get("Accept"))
 	v := r.URL.Query()
 	from, hasFrom := v.Get("from_seq"), v.Has("from_seq")
 	if id := r.Header.Get("Last-Event-ID"); q.stream && id != "" {
@@ -149,8 +149,8 @@ func (e Events) parse(r *http.Request) (eventsQuery, error) {
 	return q, nil
 }
 
-// acceptsEventStream reports whether an Accept header asks for text/event-stream.
-func acceptsEventStream(accept string) bool {
+// AcceptsEventStream reports whether an Accept header asks for text/event-stream.
+func AcceptsEventStream(accept string) bool {
 	for _, part := range strings.Split(accept, ",") {
 		mt, _, _ := strings.Cut(part, ";")
 		if strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
