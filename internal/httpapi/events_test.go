@@ -33,10 +33,17 @@ type rig struct {
 	spy   *spy
 }
 
-// spy is the Deliverer, telling the test when a page was read.
+// spy is the Deliverer, telling the test when a page was read and counting the tip's
+// reads (a waiting long-poll's looks).
 type spy struct {
 	Reader
 	pages chan int64 // the From of each page read
+	tips  atomic.Int32
+}
+
+func (s *spy) Tip(ctx context.Context, agentID string) (int64, error) {
+	s.tips.Add(1)
+	return s.Reader.Tip(ctx, agentID)
 }
 
 func (s *spy) Page(ctx context.Context, agentID string, from int64, limit int) (delivery.Page, error) {
@@ -251,6 +258,35 @@ func TestEventsLongPoll(t *testing.T) {
 			t.Fatalf("long-poll with nothing new answered %d events, next %d, last %d; want none, next 3, last 2", len(p.Events), p.NextSeq, p.LastSeq)
 		}
 	})
+}
+
+// TestLooksBackOff: a waiting reader's looks come at pauses doubling from FirstLook to
+// MaxLook — never one per FirstLook — at most 1 + log2(MaxLook/FirstLook) looks plus one
+// per MaxLook of the wait; a ring looks at once.
+func TestLooksBackOff(t *testing.T) {
+	t.Parallel()
+	l := Events{FirstLook: 10 * time.Millisecond, MaxLook: 40 * time.Millisecond}.looker(nil)
+	looks := 0
+	found, err := l.until(context.Background(), time.Now().Add(400*time.Millisecond), func(context.Context) (bool, error) {
+		looks++
+		return false, nil
+	})
+	// At 10, 30, 70 ms, then every 40 ms to 400 ms (8 more), and at the deadline: 12 at
+	// most; looks every 10 ms would be 40. A loaded machine only makes fewer.
+	if found || err != nil || looks > 12 || looks < 3 {
+		t.Fatalf("a 400 ms wait looked %d times (found %v, %v), want 3 to 12", looks, found, err)
+	}
+	rang := make(chan struct{}, 1)
+	l = Events{FirstLook: time.Hour, MaxLook: time.Hour}.looker(rang)
+	rang <- struct{}{}
+	looks = 0
+	found, err = l.until(context.Background(), time.Now().Add(time.Hour), func(context.Context) (bool, error) {
+		looks++
+		return true, nil
+	})
+	if !found || err != nil || looks != 1 {
+		t.Fatalf("a ring: found %v after %d looks (%v), want found after one", found, looks, err)
+	}
 }
 
 // sse is one Server-Sent Events record: a comment line alone has comment set.
