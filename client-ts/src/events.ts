@@ -17,7 +17,23 @@ export interface EventsPage {
   replay_truncated?: ReplayTruncatedFrame;
 }
 
-type FetchLike = typeof fetch;
+/** AbortSignalLike is the part of an AbortSignal the readers use. */
+export interface AbortSignalLike {
+  readonly aborted: boolean;
+}
+
+/** FetchResponseLike is the part of a fetch Response the readers use. */
+export interface FetchResponseLike {
+  readonly ok: boolean;
+  readonly status: number;
+  text(): Promise<string>;
+  readonly body: { getReader(): { read(): Promise<{ value?: Uint8Array; done: boolean }> } } | null;
+}
+
+/** FetchLike is the fetch the readers call (globalThis.fetch by default). */
+export type FetchLike = (url: string, init?: { headers?: Record<string, string>; signal?: AbortSignalLike }) => Promise<FetchResponseLike>;
+
+const globalFetch = (): FetchLike => fetch as unknown as FetchLike;
 
 /**
  * eventsURL returns the events path beside an agent's socket URL:
@@ -39,7 +55,7 @@ export interface ReadEventsOptions {
   limit?: number;
   /** seconds (≤ 20) to wait for the next event when there is none at or after fromSeq */
   waitSeconds?: number;
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
   fetch?: FetchLike;
 }
 
@@ -48,7 +64,7 @@ export async function readEvents(url: string, token: string, fromSeq: number, op
   let q = `from_seq=${fromSeq}`;
   if (opts.limit) q += `&limit=${opts.limit}`;
   if (opts.waitSeconds) q += `&wait=${opts.waitSeconds}`;
-  const f = opts.fetch ?? fetch;
+  const f = opts.fetch ?? globalFetch();
   const headers = { Authorization: `Bearer ${token}`, Accept: 'application/json' };
   const r = await (opts.signal ? f(`${url}?${q}`, { headers, signal: opts.signal }) : f(`${url}?${q}`, { headers }));
   const text = await r.text();
@@ -148,7 +164,7 @@ export class LogReader {
   }
 
   private async stream(): Promise<void> {
-    const f = this.opts.fetch ?? fetch;
+    const f = this.opts.fetch ?? globalFetch();
     const headers: Record<string, string> = { Authorization: `Bearer ${this.opts.token}`, Accept: 'text/event-stream' };
     if (this.next > 0) headers['Last-Event-ID'] = String(this.next - 1);
     const r = await f(`${this.url}?from_seq=${this.next}`, { headers, signal: this.abort.signal });
