@@ -8,6 +8,25 @@ declare class URL {
   protocol: string;
   hostname: string;
   pathname: string;
+  search: string;
   readonly searchParams: { get(name: string): string | null; set(name: string, value: string): void };
   toString(): string;
+}
+// The log over HTTP (events.ts): fetch with a streamed body, and abort.
+interface AbortSignal {
+  readonly aborted: boolean;
+}
+declare class AbortController {
+  readonly signal: AbortSignal;
+  abort(): void;
+}
+interface FetchResponse {
+  readonly ok: boolean;
+  readonly status: number;
+  text(): Promise<string>;
+  readonly body: { getReader(): { read(): Promise<{ value?: Uint8Array; done: boolean }> } } | null;
+}
+declare function fetch(url: string, init?: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<FetchResponse>;
+declare class TextDecoder {
+  decode(input?: Uint8Array, options?: { stream?: boolean }): string;
 }

@@ -9,3 +9,7 @@ export {
   type WebSocketConstructor, type WebSocketLike,
 } from './client.js';
 export * from './projection.js';
+export {
+  LogReader, eventsURL, readEvents,
+  type AbortSignalLike, type EventsPage, type FetchLike, type FetchResponseLike, type LogReaderOptions, type ReadEventsOptions,
+} from './events.js';

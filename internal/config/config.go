@@ -94,6 +94,9 @@ var vars = map[string][]string{
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
 	"webhook":    {"LOG_TABLE", "AGENTS_TABLE", "AGENT_PROFILE", "WEBHOOK_QUEUE_URL"},
 	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
+	// http serves the agent paths over HTTP; the events path reads the log and takes
+	// replay slots.
+	"http": {"LOG_TABLE", "CONNECTIONS_TABLE", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "ORIGIN_SECRET"},
 }
 
 // PauseEndpointVar names the test-only variable of Config.PauseEndpoint. No template

@@ -36,29 +36,11 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 	if !ok {
 		stamp = protocol.Stamp{At: time.Now().UnixMilli()}
 	}
-	sub := connections.Subscription{From: fromSeq, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key()}
-	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
-		sub.From, sub.Truncated = floor, true
+	from, truncated, err := d.replayStart(ctx, agentID, fromSeq, tip)
+	if err != nil {
+		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
 	}
-	if sub.From <= tip {
-		// Retention: events expired below the oldest retained one are gone, so the
-		// replay starts there, announced as the cap's floor is (docs/architecture.md,
-		// "Retention").
-		kept, err := d.log.Retained(ctx, agentID, sub.From)
-		if err != nil {
-			return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
-		}
-		if kept > sub.From {
-			sub.From, sub.Truncated = kept, true
-		}
-	}
-	if fromSeq > tip+1 {
-		// Past the tip: seqs tip+1 … from_seq-1 do not exist yet, so the client cannot
-		// hold them. The stream starts at tip+1 instead, announced the way a moved
-		// replay start always is (replay_truncated, requested_from_seq > from_seq),
-		// never silently (docs/protocol.md, "subscribe").
-		sub.From, sub.Truncated = tip+1, true
-	}
+	sub := connections.Subscription{From: from, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key(), Truncated: truncated}
 	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
 		if errors.Is(err, connections.ErrSuperseded) {
 			return nil
@@ -66,4 +48,37 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 		return err
 	}
 	return nil
+}
+
+// replayStart is where a reader of agentID's log asking for fromSeq starts, the log's
+// tip being tip, and whether that start was moved (replay_truncated owed): the replay
+// limit's floor, retention's oldest kept event, or tip+1 for a fromSeq past the tip.
+// A subscribe and a page of the HTTP read path (Page) both start here, so both say
+// the same thing. Cost: for a start at or below the tip, one read of one item
+// (sessionlog.Retained).
+func (d *Deliverer) replayStart(ctx context.Context, agentID string, fromSeq, tip int64) (from int64, truncated bool, err error) {
+	from = fromSeq
+	if floor := tip + 1 - int64(d.cfg.ReplayLimit); fromSeq < floor {
+		from, truncated = floor, true
+	}
+	if from <= tip {
+		// Retention: events expired below the oldest retained one are gone, so the
+		// replay starts there, announced as the cap's floor is (docs/architecture.md,
+		// "Retention").
+		kept, err := d.log.Retained(ctx, agentID, from)
+		if err != nil {
+			return 0, false, err
+		}
+		if kept > from {
+			from, truncated = kept, true
+		}
+	}
+	if fromSeq > tip+1 {
+		// Past the tip: seqs tip+1 … from_seq-1 do not exist yet, so the client cannot
+		// hold them. The stream starts at tip+1 instead, announced the way a moved
+		// replay start always is (replay_truncated, requested_from_seq > from_seq),
+		// never silently (docs/protocol.md, "subscribe").
+		from, truncated = tip+1, true
+	}
+	return from, truncated, nil
 }

@@ -363,7 +363,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if o.TokenClock != nil {
 		tokens = tokens.WithClock(o.TokenClock)
 	}
-	st.http.Bind(service.HTTP(st.Config, awsCfg, logger))
+	httpAPI := service.HTTP(st.Config, awsCfg, logger)
+	st.http.Bind(httpAPI)
 	connect.Bind(con.connect(perCall(sock.Connect)))
 	message.Bind(con.frame(perCall(sock.Message)))
 	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))
@@ -385,6 +386,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if st.emu, err = emu.start(st, handlers, wrap); err != nil {
 			return nil, err
 		}
+		// The agent paths over HTTP through the http function's bootstrap, but for
+		// Server-Sent Events (emulatedHTTP).
+		st.http.Bind(emulatedHTTP{fn: st.emu.Handler("http"), inProcess: httpAPI})
 	}
 
 	filter, err := eventsource.ParseFilter(`{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"tokens#"}]}}}}`)
@@ -393,7 +397,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st.pollerOpts = eventsource.Options{PollInterval: cmp.Or(o.PollInterval, o.Latency.PollInterval), Logger: quietLog, Faults: o.Faults}
 	mappings := []eventsource.Mapping{
-		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", con.turns(deliver)), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
+		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", ringing(httpAPI.Bell(), con.turns(deliver))), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (tokens stream)", deliver), TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
 	}
 	if st.logStream == nil { // measurements hold the log's stream back for deliver alone (measure.go)

@@ -72,6 +72,8 @@ func TestFunctionsResolveTemplate(t *testing.T) {
 		{"disconnect", "CONNECTIONS_TABLE", "st-connections"},
 		{"webhook", "WEBHOOK_QUEUE_URL", "http://127.0.0.1:3002/000000000000/webhook"}, // a local queue
 		{"webhook", "AGENTS_TABLE", "st-agents"},
+		{"http", "LOG_TABLE", "st-log"},
+		{"http", "REPLAY_LIMIT", "7"},
 	} {
 		if got := byName[tc.fn].Env[tc.key]; got != tc.want {
 			t.Errorf("%s: %s=%q, want %q", tc.fn, tc.key, got, tc.want)
@@ -88,6 +90,7 @@ func TestFunctionsResolveTemplate(t *testing.T) {
 		{"deliver", 300 * time.Second, emulator.AsyncConfig{MaxRetryAttempts: 2, MaxEventAge: 300 * time.Second}},
 		{"runner", 900 * time.Second, emulator.AsyncConfig{MaxRetryAttempts: 2, MaxEventAge: time.Hour}},
 		{"webhook", 60 * time.Second, emulator.DefaultAsync},
+		{"http", 900 * time.Second, emulator.DefaultAsync},
 	} {
 		fn := byName[tc.fn]
 		if fn.Timeout != tc.timeout || fn.Async != tc.async {
@@ -139,8 +142,8 @@ func TestTemplateEnvironmentInits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fns) != 6 {
-		t.Fatalf("template.yaml has %d functions, want 6", len(fns))
+	if len(fns) != 7 {
+		t.Fatalf("template.yaml has %d functions, want 7", len(fns))
 	}
 	opts := emulator.Options{
 		Root: repoRoot(t), RIE: rieBin, BuildDir: dir, Logger: slog.New(slog.DiscardHandler),

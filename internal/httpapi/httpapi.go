@@ -45,6 +45,7 @@ type Server struct {
 	mux    *http.ServeMux
 	tokens Tokens
 	log    *slog.Logger
+	bell   *Bell // appends to the log this process learns of (events.go)
 }
 
 // New returns a Server with no paths; features add theirs with Route.
@@ -52,7 +53,7 @@ func New(tokens Tokens, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{mux: http.NewServeMux(), tokens: tokens, log: logger}
+	return &Server{mux: http.NewServeMux(), tokens: tokens, log: logger, bell: NewBell()}
 }
 
 // Route serves pattern (a net/http pattern with a method and {agent_id}, such as
@@ -76,6 +77,10 @@ func (s *Server) Route(pattern string, h HandlerFunc) {
 		h(w, r, Caller{AgentID: agentID, TokenHash: hash})
 	})
 }
+
+// Bell is rung by whatever learns of appends to an agent's log in this process (terret
+// dev's log stream poller); the events path's waiting readers listen to it.
+func (s *Server) Bell() *Bell { return s.bell }
 
 // Logger is the server's logger, for the features' handlers.
 func (s *Server) Logger() *slog.Logger { return s.log }

@@ -189,5 +189,18 @@ func Exit(err error) {
 // them, and on AWS the http function. Each feature's paths are added here.
 func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *httpapi.Server {
 	db := cfg.DynamoDB(awsCfg)
-	return httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	s := httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	// The log over HTTP (GET /agents/{agent_id}/events): pages, long-polls and
+	// Server-Sent Events through a Deliverer of its own, whose replay slots are the
+	// cluster's.
+	events := httpapi.Events{Log: Deliverer(cfg, awsCfg, logger, Tuning{}), ReplayLimit: cfg.ReplayLimit}
+	if cfg.DynamoDBEndpoint != "" {
+		// Locally (terret dev, and its emulated functions) a look is a read of DynamoDB
+		// Local, which costs nothing: waiting readers look every FirstLook besides the
+		// bell, so that a stream poller slowed down by a loaded machine never holds
+		// them up by seconds. On AWS the looks back off (docs/cost.md).
+		events.MaxLook = httpapi.FirstLook
+	}
+	events.Route(s)
+	return s
 }

@@ -405,6 +405,7 @@ func TestAlarmMath(t *testing.T) {
 			{"quiet and healthy", series{"Invocations{message}": 3}, false},
 			{"busy, 1% failing", series{"Invocations{message}": 1000, "Errors{message}": 10}, false},
 			{"busy, 10% failing", series{"Invocations{message}": 900, "Invocations{connect}": 100, "Errors{connect}": 100}, true},
+			{"the http function failing", series{"Invocations{http}": 20, "Errors{http}": 5}, true},
 		},
 		"BackgroundErrorsAlarm": {
 			{"the schedules alone, healthy", series{"Invocations{deliver}": 1, "Invocations{runner}": 1}, false},
@@ -422,6 +423,11 @@ func TestAlarmMath(t *testing.T) {
 			{"quiet minute, a throttle", series{"Invocations{connect}": 2, "Throttles{connect}": 1}, true},
 			{"busy, 0.5% throttled", series{"Invocations{message}": 995, "Throttles{message}": 5}, false},
 			{"busy, 5% throttled", series{"Invocations{runner}": 95, "Throttles{runner}": 5}, true},
+		},
+		"HttpThrottlesAlarm": {
+			{"no traffic", series{}, false},
+			{"quiet minute, a throttle", series{"Invocations{http}": 2, "Throttles{http}": 1}, true},
+			{"busy, 0.5% throttled", series{"Invocations{http}": 995, "Throttles{http}": 5}, false},
 		},
 		"ApiErrorsAlarm": {
 			{"no traffic", series{}, false},

@@ -33,6 +33,7 @@ var (
 	connsOwners      = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*"}, nil}
 	connsOwnersSlots = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "slot#*"}, nil}
 	tokenAttrs       = []string{"pk", "hashes", "exp_*"}
+	replaySlots      = tableGrant{"ConnectionsTable", []string{"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, []string{"slot#*"}, nil}
 	tokenRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, tokenAttrs}
 	tokenCheck       = tableGrant{"ConnectionsTable", []string{"dynamodb:ConditionCheckItem"}, []string{"tokens#*"}, nil}
 	tokenUse         = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokuse#*"}, nil}
@@ -58,6 +59,9 @@ var (
 		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, logExpiry, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 		// The webhook function reads a log's epoch and an agent's own profile, nothing more.
 		"WebhookFunction": {{"LogTable", logReader, nil, nil}, webhookProfiles},
+		// The events path: it reads the log, checks tokens as connect does, and takes
+		// the replay slots (connections.Slots: BatchGetItem, UpdateItem), nothing else.
+		"HttpFunction": {{"LogTable", logReader, nil, nil}, tokenRead, replaySlots},
 	}
 	webhookProfiles = tableGrant{"AgentsTable", []string{"dynamodb:GetItem"}, []string{"agent#*"}, []string{"pk", "sk", "profile"}}
 	// The webhook function enqueues attempts and delays failed ones, on its queue only.

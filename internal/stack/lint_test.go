@@ -99,6 +99,7 @@ func TestTransformedRoles(t *testing.T) {
 		"RunnerFunctionRole":     {basic},
 		// The webhook function reads the log's stream and polls its queue.
 		"WebhookFunctionRole": {basic, streams, "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole"},
+		"HttpFunctionRole":    {basic},
 	}
 	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true, "WebhookFunctionRole": true}
 	var roles []string

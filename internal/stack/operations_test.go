@@ -346,13 +346,14 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 	// Errors are a share of invocations, route and background functions apart (together
 	// every function); throttles a share of all requests, every function in one alarm.
 	// An alarm reads at most 10 metrics (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-limits.html):
-	// the webhook function's throttles have their own alarm.
+	// the webhook and http functions' throttles have their own alarms.
 	var errorsCovered, throttlesCovered []string
 	for _, c := range []struct{ id, part, param string }{
 		{"FunctionErrorsAlarm", "Errors", "${FunctionErrorRateAlarmPercent}"},
 		{"BackgroundErrorsAlarm", "Errors", "${FunctionErrorRateAlarmPercent}"},
 		{"FunctionThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
 		{"WebhookThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
+		{"HttpThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
 	} {
 		m := mathAlarm(t, s, c.id)
 		parts, invocations := m.summed("AWS/Lambda", c.part, "FunctionName"), m.summed("AWS/Lambda", "Invocations", "FunctionName")
@@ -377,7 +378,7 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 			throttlesCovered = append(throttlesCovered, parts...)
 		}
 	}
-	if !equalSets(throttlesCovered, all) {
+	if !equalSets(throttlesCovered, all) || len(throttlesCovered) != len(all) {
 		t.Errorf("throttle alarms cover %v, want every function once %v", throttlesCovered, all)
 	}
 	if !equalSets(errorsCovered, all) {

@@ -22,17 +22,19 @@ func TestOriginSecret(t *testing.T) {
 		t.Fatal(`parameter OriginSecret must exist with NoEcho: true and Default: ""`)
 	}
 	h := yamlPath(root, "Resources", "Distribution", "Properties", "DistributionConfig", "Origins")
-	if h == nil || h.Kind != yaml.SequenceNode || len(h.Content) != 1 {
-		t.Fatal("Distribution has not exactly one origin")
+	if h == nil || h.Kind != yaml.SequenceNode || len(h.Content) != 2 {
+		t.Fatal("Distribution has not exactly two origins (the socket's API, the http function)")
 	}
-	cond, yes, no, ok := ifOf(yamlPath(h.Content[0], "OriginCustomHeaders"))
-	if !ok || !conditionOn(root, cond, "OriginSecret", "", true) || no.Value != "AWS::NoValue" ||
-		yes.Kind != yaml.SequenceNode || len(yes.Content) != 1 {
-		t.Fatal("the origin's OriginCustomHeaders must be !If [HasOriginSecret, [one header], !Ref AWS::NoValue]")
-	}
-	name, value := yamlPath(yes.Content[0], "HeaderName"), yamlPath(yes.Content[0], "HeaderValue")
-	if name == nil || name.Value != socket.OriginHeader || value == nil || value.Tag != "!Ref" || value.Value != "OriginSecret" {
-		t.Errorf("origin custom header = %v: %v, want %s: !Ref OriginSecret", name, value, socket.OriginHeader)
+	for _, origin := range h.Content {
+		cond, yes, no, ok := ifOf(yamlPath(origin, "OriginCustomHeaders"))
+		if !ok || !conditionOn(root, cond, "OriginSecret", "", true) || no.Value != "AWS::NoValue" ||
+			yes.Kind != yaml.SequenceNode || len(yes.Content) != 1 {
+			t.Fatal("the origin's OriginCustomHeaders must be !If [HasOriginSecret, [one header], !Ref AWS::NoValue]")
+		}
+		name, value := yamlPath(yes.Content[0], "HeaderName"), yamlPath(yes.Content[0], "HeaderValue")
+		if name == nil || name.Value != socket.OriginHeader || value == nil || value.Tag != "!Ref" || value.Value != "OriginSecret" {
+			t.Errorf("origin custom header = %v: %v, want %s: !Ref OriginSecret", name, value, socket.OriginHeader)
+		}
 	}
 
 	s := loadStack(t)
@@ -42,8 +44,8 @@ func TestOriginSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, has := env["ORIGIN_SECRET"]
-		if want := f.LogicalID == "ConnectFunction"; has != want || (has && v != "${OriginSecret}") {
-			t.Errorf("%s: ORIGIN_SECRET = %q (set %v); want it on ConnectFunction alone, from OriginSecret", f.LogicalID, v, has)
+		if want := f.LogicalID == "ConnectFunction" || f.LogicalID == "HttpFunction"; has != want || (has && v != "${OriginSecret}") {
+			t.Errorf("%s: ORIGIN_SECRET = %q (set %v); want it on ConnectFunction and HttpFunction alone, from OriginSecret", f.LogicalID, v, has)
 		}
 	}
 

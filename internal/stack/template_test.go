@@ -528,6 +528,8 @@ func TestOutputs(t *testing.T) {
 		"WebSocketURL":                "wss://${WebSocketApi}.execute-api.${AWS::Region}.amazonaws.com/${Stage}",
 		"AgentWebSocketURL":           "wss://${WebSocketApi}.execute-api.${AWS::Region}.amazonaws.com/${Stage}?agent_id={agent_id}",
 		"CloudFrontAgentWebSocketURL": "wss://${Distribution.DomainName}/agents/{agent_id}/ws",
+		"CloudFrontAgentEventsURL":    "https://${Distribution.DomainName}/agents/{agent_id}/events",
+		"HttpFunctionURL":             "${HttpFunctionUrl.FunctionUrl}",
 		"ManagementEndpoint":          managementEndpoint,
 		"Region":                      "${AWS::Region}",
 		"LogTableName":                "${LogTable}",

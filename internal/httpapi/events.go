@@ -1,0 +1,364 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/terret/terret-ws/internal/delivery"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// The log over HTTP: GET /agents/{agent_id}/events (docs/protocol.md, "The log over
+// HTTP"). A JSON page is what a subscribe from the same seq replays first
+// (delivery.Page); with wait, a page with nothing to give waits for the next event;
+// with Accept: text/event-stream the answer is a Server-Sent Events stream of hello,
+// the replay and the live tail. Any current token of the agent reads.
+//
+// A waiting reader learns of new events in two ways. In terret dev the log stream
+// poller rings the server's Bell for every record, and the reader reads at once. On
+// AWS nothing rings it: the reader looks at the log's tip (one strongly consistent
+// read of one item, 1 read unit) with a growing pause — FirstLook, doubled up to
+// MaxLook, back to FirstLook after each event found — so a 20 s long-poll costs at
+// most 8 reads and an idle stream one read per MaxLook, never one a second
+// (docs/architecture.md, "The log over HTTP"; docs/cost.md).
+
+// Reader is the part of delivery's Deliverer the events path reads through.
+type Reader interface {
+	Page(ctx context.Context, agentID string, fromSeq int64, limit int) (delivery.Page, error)
+	Tip(ctx context.Context, agentID string) (int64, error)
+	Hello(ctx context.Context, agentID string) ([]byte, error)
+	Read(ctx context.Context, agentID string, from int64, limit int) ([]sessionlog.Event, error)
+}
+
+var _ Reader = (*delivery.Deliverer)(nil)
+
+// Bounds of the events path.
+const (
+	// MaxWait bounds a long-poll's wait parameter, in seconds (the contract's 20 s,
+	// under CloudFront's 30 s origin response timeout).
+	MaxWait = 20
+	// DefaultPing is how often an idle Server-Sent Events stream gets a comment line,
+	// the socket's ping interval: it keeps CloudFront (30 s without a byte ends the
+	// response) and proxies from closing it.
+	DefaultPing = 20 * time.Second
+	// FirstLook and MaxLook are the pauses of a waiting reader's looks at the tip.
+	FirstLook = 250 * time.Millisecond
+	MaxLook   = 4 * time.Second
+	// StreamMargin is how long before its invocation's deadline a stream ends, so
+	// that it ends cleanly and the client resumes with Last-Event-ID (Lambda's 15
+	// minutes).
+	StreamMargin = 2 * time.Second
+)
+
+// Events serves GET /agents/{agent_id}/events.
+type Events struct {
+	Log         Reader
+	ReplayLimit int           // limit's default and cap
+	Ping        time.Duration // default DefaultPing
+	FirstLook   time.Duration // default FirstLook
+	MaxLook     time.Duration // default MaxLook
+}
+
+// EventsPage is the JSON answer of the events path.
+type EventsPage struct {
+	Epoch           string                    `json:"epoch"`
+	Events          []json.RawMessage         `json:"events"`
+	NextSeq         int64                     `json:"next_seq"`
+	LastSeq         int64                     `json:"last_seq"`
+	ReplayTruncated *protocol.ReplayTruncated `json:"replay_truncated,omitempty"`
+}
+
+// Route adds the events path to s.
+func (e Events) Route(s *Server) {
+	if e.Ping <= 0 {
+		e.Ping = DefaultPing
+	}
+	if e.FirstLook <= 0 {
+		e.FirstLook = FirstLook
+	}
+	if e.MaxLook <= 0 {
+		e.MaxLook = MaxLook
+	}
+	s.Route("GET /agents/{agent_id}/events", func(w http.ResponseWriter, r *http.Request, c Caller) {
+		q, err := e.parse(r)
+		if err != nil {
+			WriteError(w, protocol.CodeBadFrame, err.Error())
+			return
+		}
+		if q.stream {
+			e.stream(w, r, s, c.AgentID, q)
+			return
+		}
+		e.page(w, r, s, c.AgentID, q)
+	})
+}
+
+// eventsQuery is a request's parameters.
+type eventsQuery struct {
+	from   int64
+	limit  int
+	wait   time.Duration
+	stream bool // Accept: text/event-stream
+}
+
+// parse reads the query; an error names the parameter or header at fault.
+func (e Events) parse(r *http.Request) (eventsQuery, error) {
+	var q eventsQuery
+	q.stream = AcceptsEventStream(r.Header.Get("Accept"))
+	v := r.URL.Query()
+	from, hasFrom := v.Get("from_seq"), v.Has("from_seq")
+	if id := r.Header.Get("Last-Event-ID"); q.stream && id != "" {
+		n, err := strconv.ParseInt(strings.TrimSpace(id), 10, 64)
+		if err != nil || n < 0 {
+			return q, fmt.Errorf("Last-Event-ID: want the seq of the last event received, got %q", id)
+		}
+		q.from, hasFrom, from = n+1, false, ""
+	} else if !hasFrom {
+		return q, errors.New("from_seq: required (the first seq wanted, 0 for the whole log)")
+	}
+	if hasFrom {
+		n, err := strconv.ParseInt(from, 10, 64)
+		if err != nil || n < 0 {
+			return q, fmt.Errorf("from_seq: want an integer ≥ 0, got %q", from)
+		}
+		q.from = n
+	}
+	q.limit = e.ReplayLimit
+	if v.Has("limit") {
+		n, err := strconv.Atoi(v.Get("limit"))
+		if err != nil || n < 1 {
+			return q, fmt.Errorf("limit: want an integer ≥ 1, got %q", v.Get("limit"))
+		}
+		q.limit = min(n, e.ReplayLimit)
+	}
+	if v.Has("wait") {
+		s, err := strconv.ParseFloat(v.Get("wait"), 64)
+		if err != nil || s < 0 || s > MaxWait || s != s {
+			return q, fmt.Errorf("wait: want seconds from 0 to %d, got %q", MaxWait, v.Get("wait"))
+		}
+		q.wait = time.Duration(s * float64(time.Second))
+	}
+	return q, nil
+}
+
+// AcceptsEventStream reports whether an Accept header asks for text/event-stream.
+func AcceptsEventStream(accept string) bool {
+	for _, part := range strings.Split(accept, ",") {
+		mt, _, _ := strings.Cut(part, ";")
+		if strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// page answers one JSON page, waiting up to q.wait for an event when there is none.
+func (e Events) page(w http.ResponseWriter, r *http.Request, s *Server, agentID string, q eventsQuery) {
+	ctx := r.Context()
+	rang, stop := s.bell.listen(agentID) // before the read: no ring is missed
+	defer stop()
+	p, err := e.Log.Page(ctx, agentID, q.from, q.limit)
+	if err == nil && len(p.Events) == 0 && q.wait > 0 {
+		l := e.looker(rang)
+		var found bool
+		found, err = l.until(ctx, time.Now().Add(q.wait), func(ctx context.Context) (bool, error) {
+			tip, err := e.Log.Tip(ctx, agentID)
+			return tip >= p.From, err
+		})
+		if found {
+			first := p.Truncated
+			p, err = e.Log.Page(ctx, agentID, p.From, q.limit)
+			if p.Truncated == nil {
+				p.Truncated = first
+			} else {
+				p.Truncated.RequestedFromSeq = q.from
+			}
+		}
+	}
+	if err != nil {
+		e.fail(w, r, s, agentID, err)
+		return
+	}
+	out := EventsPage{Epoch: p.Epoch, Events: make([]json.RawMessage, 0, len(p.Events)), NextSeq: p.Next, LastSeq: max(p.Last, p.Next-1), ReplayTruncated: p.Truncated}
+	for _, ev := range p.Events {
+		b, err := ev.MarshalJSON()
+		if err != nil {
+			e.fail(w, r, s, agentID, err)
+			return
+		}
+		out.Events = append(out.Events, b)
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// fail answers an error of the log's read.
+func (e Events) fail(w http.ResponseWriter, r *http.Request, s *Server, agentID string, err error) {
+	if errors.Is(err, sessionlog.ErrNotFound) {
+		WriteError(w, protocol.CodeNotRunning, "the agent has no log")
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client left
+	}
+	s.log.ErrorContext(r.Context(), "read the log over HTTP", "agent_id", agentID, "error", err)
+	WriteError(w, protocol.CodeInternal, "internal error")
+}
+
+// stream answers Server-Sent Events: hello, the replay from q.from, then the live tail,
+// until the client leaves or the invocation's deadline nears.
+func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, agentID string, q eventsQuery) {
+	ctx := r.Context()
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-StreamMargin))
+		defer cancel()
+	}
+	flush := func() {}
+	if f, ok := w.(http.Flusher); ok {
+		flush = f.Flush
+	}
+	rang, stop := s.bell.listen(agentID)
+	defer stop()
+	hello, err := e.Log.Hello(ctx, agentID)
+	if err != nil {
+		e.fail(w, r, s, agentID, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// retry: a browser's EventSource reconnects after 1 s, with Last-Event-ID.
+	if _, err := fmt.Fprintf(w, "retry: 1000\nevent: hello\ndata: %s\n\n", hello); err != nil {
+		return
+	}
+	flush()
+	l := e.looker(rang)
+	// The replay: pages as a subscribe replays them, each read under a replay slot,
+	// until one comes back short of the limit.
+	next, requested := q.from, q.from
+	for {
+		p, err := e.Log.Page(ctx, agentID, next, e.ReplayLimit)
+		if err != nil {
+			e.streamFailed(ctx, s, agentID, err)
+			return
+		}
+		var b strings.Builder
+		if p.Truncated != nil {
+			t := *p.Truncated
+			t.RequestedFromSeq = requested
+			fmt.Fprintf(&b, "event: replay_truncated\ndata: %s\n\n", protocol.Marshal(t))
+		}
+		if !writeEvents(w, &b, p.Events, flush) {
+			return
+		}
+		next, requested = p.Next, p.Next
+		if len(p.Events) < e.ReplayLimit {
+			break
+		}
+	}
+	// The live tail: read from next at each look that finds something (a tail read
+	// takes no replay slot, as a connection's tail does not), a comment line when a
+	// ping interval passes with nothing.
+	var tail []sessionlog.Event
+	look := func(ctx context.Context) (bool, error) {
+		var err error
+		tail, err = e.Log.Read(ctx, agentID, next, e.ReplayLimit)
+		return len(tail) > 0, err
+	}
+	for {
+		found, err := l.until(ctx, time.Now().Add(e.Ping), look)
+		if err != nil {
+			e.streamFailed(ctx, s, agentID, err)
+			return
+		}
+		if !found {
+			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
+				return
+			}
+			flush()
+			continue
+		}
+		if !writeEvents(w, &strings.Builder{}, tail, flush) {
+			return
+		}
+		next = tail[len(tail)-1].Seq + 1
+		l.reset()
+	}
+}
+
+// writeEvents writes b, then evs as Server-Sent Events (id: seq, data: the envelope),
+// and flushes; it reports false when the client is gone.
+func writeEvents(w http.ResponseWriter, b *strings.Builder, evs []sessionlog.Event, flush func()) bool {
+	for _, ev := range evs {
+		env, err := ev.MarshalJSON()
+		if err != nil {
+			return false
+		}
+		fmt.Fprintf(b, "id: %d\ndata: %s\n\n", ev.Seq, env)
+	}
+	if b.Len() == 0 {
+		return true
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return false
+	}
+	flush()
+	return true
+}
+
+// streamFailed logs an error that ends a stream, unless the client left or the
+// deadline came.
+func (e Events) streamFailed(ctx context.Context, s *Server, agentID string, err error) {
+	if ctx.Err() == nil {
+		s.log.ErrorContext(ctx, "stream the log over HTTP", "agent_id", agentID, "error", err)
+	}
+}
+
+// looker is a waiting reader's looks at one agent's tip: at each ring of the bell,
+// and otherwise after a pause that doubles from first to most.
+type looker struct {
+	rang        <-chan struct{}
+	first, most time.Duration
+	pause       time.Duration
+}
+
+func (e Events) looker(rang <-chan struct{}) *looker {
+	return &looker{rang: rang, first: e.FirstLook, most: e.MaxLook, pause: e.FirstLook}
+}
+
+// reset starts the pauses over, after an event was found.
+func (l *looker) reset() { l.pause = l.first }
+
+// until looks (look) at each ring and after each pause until a look finds something,
+// deadline passes or ctx ends: it reports whether a look found something.
+func (l *looker) until(ctx context.Context, deadline time.Time, look func(context.Context) (bool, error)) (bool, error) {
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false, nil
+		}
+		t := time.NewTimer(min(l.pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-l.rang:
+		case <-t.C:
+			l.pause = min(2*l.pause, l.most)
+		}
+		t.Stop()
+		if found, err := look(ctx); err != nil || found {
+			return found, err
+		}
+	}
+}
