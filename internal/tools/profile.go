@@ -505,7 +505,7 @@ func BuiltinNames() []string {
 	for _, t := range Demo() {
 		out = append(out, t.Definition().Name)
 	}
-	return out
+	return append(out, ToolSchedule)
 }
 
 // Builder builds the tool one ToolConfig of its kind describes. The lambda and mcp
@@ -521,25 +521,32 @@ type SetBuilder func(cfg ToolConfig) ([]Tool, error)
 // It is safe for concurrent use.
 type Registry struct {
 	mu    sync.RWMutex
-	kinds map[string]Builder
-	sets  map[string]SetBuilder
+	kinds    map[string]Builder
+	sets     map[string]SetBuilder
+	builtins map[string]Tool // KindBuiltin's tools by name: the demo tools and RegisterBuiltin's
 }
 
 // NewRegistry returns a registry knowing only KindBuiltin.
 func NewRegistry() *Registry {
-	demo := map[string]Tool{}
+	r := &Registry{sets: map[string]SetBuilder{}, builtins: map[string]Tool{}}
 	for _, t := range Demo() {
-		demo[t.Definition().Name] = t
+		r.builtins[t.Definition().Name] = t
 	}
-	return &Registry{sets: map[string]SetBuilder{}, kinds: map[string]Builder{
+	r.kinds = map[string]Builder{
 		KindBuiltin: func(cfg ToolConfig) (Tool, error) {
-			t, ok := demo[cfg.Name]
+			r.mu.RLock()
+			t, ok := r.builtins[cfg.Name]
+			r.mu.RUnlock()
 			if !ok {
+				if cfg.Name == ToolSchedule {
+					return nil, fmt.Errorf("%w: the builtin tool %q is not available here", ErrUnknownTool, cfg.Name)
+				}
 				return nil, fmt.Errorf("%w: no builtin tool %q", ErrUnknownTool, cfg.Name)
 			}
 			return t, nil
 		},
-	}}
+	}
+	return r
 }
 
 // RegisterKind makes b build the tools of kind. Registering a kind again replaces
