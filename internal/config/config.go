@@ -45,11 +45,16 @@ type Config struct {
 	// expires log events that many days after they were appended, once the runner's
 	// checkpoint has passed them; a profile's retention_days wins over it
 	// (docs/architecture.md, "Retention").
-	RetentionDays    int
-	DynamoDBEndpoint string // DYNAMODB_ENDPOINT, local only
-	LambdaEndpoint   string // LAMBDA_ENDPOINT, local only
-	LogLevel         string // LOG_LEVEL, default "info"
-	MetricsNamespace string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
+	RetentionDays int
+	// Schedules on AWS (internal/schedule, EventBridge engine): the stack's schedule
+	// group (SCHEDULE_GROUP), the schedule function's ARN (SCHEDULE_TARGET_ARN) and the
+	// role EventBridge Scheduler assumes to invoke it (SCHEDULE_ROLE_ARN). Unset
+	// (terret dev): schedules are records only, fired by terret dev's engine.
+	ScheduleGroup, ScheduleTarget, ScheduleRole string
+	DynamoDBEndpoint                            string // DYNAMODB_ENDPOINT, local only
+	LambdaEndpoint                              string // LAMBDA_ENDPOINT, local only
+	LogLevel                                    string // LOG_LEVEL, default "info"
+	MetricsNamespace                            string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
 	// PauseEndpoint (PauseEndpointVar, tests only) is a test rig's pause server (package
 	// pausehook): the agent runtime posts each pause point there and waits for the
 	// answer. Load takes it only for a local stack: DYNAMODB_ENDPOINT set and the URL
@@ -88,7 +93,9 @@ var vars = map[string][]string{
 	"message":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
 	"disconnect": {"CONNECTIONS_TABLE"},
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
-	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
+	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS", "SCHEDULE_GROUP", "SCHEDULE_TARGET_ARN", "SCHEDULE_ROLE_ARN"},
+	// schedule: the target of EventBridge Scheduler's schedules (internal/schedule).
+	"schedule": {"LOG_TABLE", "AGENTS_TABLE", "RUNNER_FUNCTION", "SCHEDULE_GROUP"},
 }
 
 // PauseEndpointVar names the test-only variable of Config.PauseEndpoint. No template
@@ -143,6 +150,9 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		MetricsNamespace:   strings.TrimSpace(getenv("METRICS_NAMESPACE")),
 		OriginSecret:       getenv("ORIGIN_SECRET"),
 		InvokeSecret:       getenv(invokeSecretVar),
+		ScheduleGroup:      getenv("SCHEDULE_GROUP"),
+		ScheduleTarget:     getenv("SCHEDULE_TARGET_ARN"),
+		ScheduleRole:       getenv("SCHEDULE_ROLE_ARN"),
 	}
 	if c.DynamoDBEndpoint == "" {
 		// Deployed only: DynamoDB Local on a loaded machine may stall for seconds, and
@@ -266,6 +276,7 @@ var CallBudgets = map[string]time.Duration{
 	"disconnect": 8 * time.Second,
 	"deliver":    10 * time.Second,
 	"runner":     4 * time.Second,
+	"schedule":   8 * time.Second,
 }
 
 // RouteMargin is how long before its Lambda deadline a route handler's context ends

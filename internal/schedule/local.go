@@ -7,11 +7,12 @@ import (
 	"time"
 )
 
-// Local is terret dev's engine: one timer per armed schedule in this process, set
-// from the records. Start arms every record in the table, so a fire that came due
-// while terret dev was down fires at once (as one, however many were missed), and one
-// due later fires on time. A fire that fails is tried again a second later; the
-// record's condition keeps it to once per due time.
+// Local is terret dev's engine: one timer per schedule armed in this process, and a
+// sweep of the records every SweepInterval that fires whatever is due — schedules set
+// by another process (a runner under --lambda-emulator, `terret schedule set`) and,
+// at start, fires that came due while terret dev was down (as one, however many were
+// missed). A fire that fails is tried again at the next sweep; the record's condition
+// keeps each due time to one fire, whichever path delivers it first.
 type Local struct {
 	mu     sync.Mutex
 	timers map[string]*time.Timer // by agent id + "\x00" + schedule id
@@ -20,6 +21,9 @@ type Local struct {
 	log    *slog.Logger
 	closed bool
 	wg     sync.WaitGroup
+	stop   chan struct{}
+	// SweepInterval is how often the records are read for due fires (default 1 s).
+	SweepInterval time.Duration
 }
 
 var _ Engine = (*Local)(nil)
@@ -32,22 +36,56 @@ func NewLocal(logger *slog.Logger) *Local {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Local{timers: map[string]*time.Timer{}, log: logger}
+	return &Local{timers: map[string]*time.Timer{}, log: logger, stop: make(chan struct{}), SweepInterval: time.Second}
 }
 
-// Start makes svc fire l's schedules and arms every schedule in svc's table. Fires
-// run until ctx ends or Close.
+// Start makes svc fire l's schedules: it arms every schedule in svc's table (a due
+// one fires at once) and sweeps the records until ctx ends or Close.
 func (l *Local) Start(ctx context.Context, svc *Service) error {
 	l.mu.Lock()
 	l.svc, l.ctx = svc, ctx
 	l.mu.Unlock()
-	all, err := svc.All(ctx)
+	if err := l.sweep(ctx, true); err != nil {
+		return err
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		t := time.NewTicker(l.SweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.stop:
+				return
+			case <-t.C:
+				if err := l.sweep(ctx, false); err != nil && ctx.Err() == nil {
+					l.log.WarnContext(ctx, "schedule sweep failed", "error", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// sweep fires every due schedule not armed here; with all, it arms every schedule.
+func (l *Local) sweep(ctx context.Context, all bool) error {
+	list, err := l.svc.All(ctx)
 	if err != nil {
 		return err
 	}
-	for _, a := range all {
-		if err := l.Arm(ctx, a.AgentID, a.Schedule); err != nil {
-			return err
+	now := time.Now()
+	for _, a := range list {
+		due, err := ParseTime(a.NextAt)
+		if err != nil {
+			continue
+		}
+		l.mu.Lock()
+		_, armed := l.timers[a.AgentID+"\x00"+a.ID]
+		l.mu.Unlock()
+		if all || (!armed && !due.After(now)) {
+			l.at(a.AgentID, a.ID, due, time.Until(due))
 		}
 	}
 	return nil
@@ -56,6 +94,9 @@ func (l *Local) Start(ctx context.Context, svc *Service) error {
 // Close stops every timer and waits for fires under way.
 func (l *Local) Close() {
 	l.mu.Lock()
+	if !l.closed {
+		close(l.stop)
+	}
 	l.closed = true
 	for k, t := range l.timers {
 		t.Stop()
@@ -125,8 +166,7 @@ func (l *Local) fire(agentID, id string, due time.Time) {
 	out, err := svc.Fire(ctx, agentID, id, due)
 	if err != nil {
 		if ctx.Err() == nil {
-			l.log.WarnContext(ctx, "schedule fire failed; trying again in 1s", "agent_id", agentID, "schedule_id", id, "fire_at", formatTime(due), "error", err)
-			l.at(agentID, id, due, time.Second)
+			l.log.WarnContext(ctx, "schedule fire failed; the next sweep tries again", "agent_id", agentID, "schedule_id", id, "fire_at", formatTime(due), "error", err)
 		}
 		return
 	}

@@ -189,5 +189,7 @@ func Exit(err error) {
 // them, and on AWS the http function. Each feature's paths are added here.
 func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *httpapi.Server {
 	db := cfg.DynamoDB(awsCfg)
-	return httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	srv := httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	srv.RouteSchedules(Schedules(cfg, awsCfg, logger, ScheduleEngine(cfg, awsCfg), nil))
+	return srv
 }
