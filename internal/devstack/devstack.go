@@ -35,6 +35,7 @@ import (
 	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/pausehook"
+	"github.com/terret/terret-ws/internal/schedule"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/stack"
@@ -159,6 +160,8 @@ type Stack struct {
 	pause  *pausehook.Server // Options.Pause for the emulated functions
 
 	http lateHandler // the agent paths over HTTP (package httpapi), bound once built
+
+	schedules *schedule.Local // the local engine of schedules (schedules.go)
 
 	measure    Measure
 	quotaSweep *sweeper
@@ -362,8 +365,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))
 	deliver.Bind(perCall(service.DeliverHandler(d, tokens, logger)))
 	runner.Bind(perCall(agent.HandleRunner))
+	schedFn, err := st.scheduleFunction(awsCfg, logger)
+	if err != nil {
+		return nil, err
+	}
 	if emu != nil { // every handler rebound to its function's emulated environments
-		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner}
+		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner, "schedule": schedFn}
 		wrap := map[string]func(lambda.Handler) lambda.Handler{"connect": con.connect, "message": con.frame, "disconnect": con.disconnect}
 		if st.emu, err = emu.start(st, handlers, wrap); err != nil {
 			return nil, err
@@ -384,6 +391,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st.sweep = startSweeper(life, deliver, service.SweepInput, o.TokenSweep, logger)
 	st.quotaSweep = startSweeper(life, runner, agentservice.QuotaSweepInput, o.QuotaSweep, logger)
+	if err := st.startSchedules(life, awsCfg, schedFn, logger); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -429,6 +439,9 @@ func (s *Stack) Close() error {
 	var errs []error
 	s.sweep.stop()
 	s.quotaSweep.stop()
+	if s.schedules != nil {
+		s.schedules.Close()
+	}
 	if s.logPoller != nil {
 		errs = append(errs, s.logPoller.Close())
 	}

@@ -24,6 +24,10 @@ type Local struct {
 	stop   chan struct{}
 	// SweepInterval is how often the records are read for due fires (default 1 s).
 	SweepInterval time.Duration
+	// Deliver, if set, delivers a fire instead of the Service's Fire in this process:
+	// terret dev --lambda-emulator invokes the schedule function's bootstrap, as
+	// EventBridge Scheduler invokes the function on AWS.
+	Deliver func(ctx context.Context, in FireInput) error
 }
 
 var _ Engine = (*Local)(nil)
@@ -163,7 +167,13 @@ func (l *Local) fire(agentID, id string, due time.Time) {
 	if svc == nil || ctx.Err() != nil {
 		return
 	}
-	out, err := svc.Fire(ctx, agentID, id, due)
+	var out Outcome
+	var err error
+	if l.Deliver != nil {
+		out, err = "delivered", l.Deliver(ctx, FireInput{AgentID: agentID, ScheduleID: id, FireAt: formatTime(due)})
+	} else {
+		out, err = svc.Fire(ctx, agentID, id, due)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			l.log.WarnContext(ctx, "schedule fire failed; the next sweep tries again", "agent_id", agentID, "schedule_id", id, "fire_at", formatTime(due), "error", err)
