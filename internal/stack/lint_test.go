@@ -97,11 +97,12 @@ func TestTransformedRoles(t *testing.T) {
 		"DisconnectFunctionRole": {basic},
 		"DeliverFunctionRole":    {basic, streams},
 		"RunnerFunctionRole":     {basic},
+		"ScheduleFunctionRole":   {basic},
 	}
-	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true}
+	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true, "ScheduleFunctionRole": true}
 	var roles []string
 	for id, r := range doc.Resources {
-		if r.Type == "AWS::IAM::Role" {
+		if r.Type == "AWS::IAM::Role" && id != "SchedulerRole" { // TestSchedulerRole
 			roles = append(roles, id)
 		}
 		if r.Type == "AWS::IAM::Policy" || r.Type == "AWS::IAM::ManagedPolicy" {

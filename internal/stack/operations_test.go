@@ -339,11 +339,12 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 	}
 	// Errors are a share of invocations, route and background functions apart (together
 	// every function); throttles a share of all requests, every function in one alarm.
-	var errorsCovered []string
+	var errorsCovered, throttlesCovered []string
 	for _, c := range []struct{ id, part, param string }{
 		{"FunctionErrorsAlarm", "Errors", "${FunctionErrorRateAlarmPercent}"},
 		{"BackgroundErrorsAlarm", "Errors", "${FunctionErrorRateAlarmPercent}"},
 		{"FunctionThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
+		{"ScheduleThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
 	} {
 		m := mathAlarm(t, s, c.id)
 		parts, invocations := m.summed("AWS/Lambda", c.part, "FunctionName"), m.summed("AWS/Lambda", "Invocations", "FunctionName")
@@ -364,9 +365,21 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 		}
 		if c.part == "Errors" {
 			errorsCovered = append(errorsCovered, parts...)
-		} else if !equalSets(parts, all) {
-			t.Errorf("%s covers %v, want every function %v", c.id, parts, all)
+		} else {
+			throttlesCovered = append(throttlesCovered, parts...)
 		}
+		stats := 0
+		for _, ms := range m.Metrics {
+			if ms.MetricStat != nil {
+				stats++
+			}
+		}
+		if stats > 10 {
+			t.Errorf("%s: %d metrics; an alarm's metric math takes at most 10", c.id, stats)
+		}
+	}
+	if !equalSets(throttlesCovered, all) {
+		t.Errorf("throttle alarms cover %v, want every function once %v", throttlesCovered, all)
 	}
 	if !equalSets(errorsCovered, all) {
 		t.Errorf("error alarms cover %v, want every function once %v", errorsCovered, all)
