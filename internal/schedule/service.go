@@ -53,6 +53,19 @@ type DB interface {
 // Log appends schedule events to an agent's log (sessionlog.Log).
 type Log interface {
 	Append(ctx context.Context, agentID, typ string, payload any) (sessionlog.Event, error)
+	Create(ctx context.Context, agentID string) (bool, error)
+}
+
+// appendEvent appends to the agent's log, starting the log (session/created) if the
+// agent has none yet: a schedule may be set before any client connected.
+func (s *Service) appendEvent(ctx context.Context, agentID, typ string, payload any) error {
+	_, err := s.cfg.Log.Append(ctx, agentID, typ, payload)
+	if errors.Is(err, sessionlog.ErrNotFound) {
+		if _, err = s.cfg.Log.Create(ctx, agentID); err == nil {
+			_, err = s.cfg.Log.Append(ctx, agentID, typ, payload)
+		}
+	}
+	return err
 }
 
 // Engine delivers fires: it calls Service.Fire for a schedule at (or after) each due
@@ -182,7 +195,7 @@ func (s *Service) Set(ctx context.Context, agentID string, sp Spec) (Schedule, e
 	case err != nil:
 		return Schedule{}, fmt.Errorf("schedule: put %s of %s: %w", sc.ID, agentID, err)
 	}
-	if _, err := s.cfg.Log.Append(ctx, agentID, TypeSet, setEvent{ScheduleID: sc.ID, Text: sc.Text, NextAt: sc.NextAt,
+	if err := s.appendEvent(ctx, agentID, TypeSet, setEvent{ScheduleID: sc.ID, Text: sc.Text, NextAt: sc.NextAt,
 		At: sp.At, In: sc.In, Every: sc.Every, Cron: sc.Cron, TZ: sp.TZ}); err != nil {
 		return Schedule{}, fmt.Errorf("schedule: log set %s of %s: %w", sc.ID, agentID, err)
 	}
@@ -254,7 +267,7 @@ func (s *Service) Cancel(ctx context.Context, agentID, id string) error {
 	if err != nil {
 		return fmt.Errorf("schedule: cancel %s of %s: %w", id, agentID, err)
 	}
-	if _, err := s.cfg.Log.Append(ctx, agentID, TypeCancelled, map[string]string{"schedule_id": id}); err != nil {
+	if err := s.appendEvent(ctx, agentID, TypeCancelled, map[string]string{"schedule_id": id}); err != nil {
 		return fmt.Errorf("schedule: log cancel %s of %s: %w", id, agentID, err)
 	}
 	if s.cfg.Engine != nil {
@@ -357,7 +370,7 @@ func (s *Service) refuse(ctx context.Context, agentID, id, dueAt string, claim [
 		return "", fmt.Errorf("schedule: claim refused fire %s of %s: %w", id, agentID, err)
 	}
 	reason := why.Error()
-	if _, err := s.cfg.Log.Append(ctx, agentID, TypeRefused, map[string]string{"schedule_id": id, "fire_at": dueAt, "reason": reason}); err != nil {
+	if err := s.appendEvent(ctx, agentID, TypeRefused, map[string]string{"schedule_id": id, "fire_at": dueAt, "reason": reason}); err != nil {
 		return "", fmt.Errorf("schedule: log refused fire %s of %s: %w", id, agentID, err)
 	}
 	s.cfg.Logger.WarnContext(ctx, "schedule fire refused", "agent_id", agentID, "schedule_id", id, "fire_at", dueAt, "reason", reason)
