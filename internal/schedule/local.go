@@ -8,7 +8,7 @@ import (
 )
 
 // Local is terret dev's engine: one timer per schedule armed in this process, and a
-// sweep of the records every SweepInterval that fires whatever is due — schedules set
+// sweep of the records every SweepInterval (arming what comes due before the next) that fires whatever is due — schedules set
 // by another process (a runner under --lambda-emulator, `terret schedule set`) and,
 // at start, fires that came due while terret dev was down (as one, however many were
 // missed). A fire that fails is tried again at the next sweep; the record's condition
@@ -22,7 +22,7 @@ type Local struct {
 	closed bool
 	wg     sync.WaitGroup
 	stop   chan struct{}
-	// SweepInterval is how often the records are read for due fires (default 1 s).
+	// SweepInterval is how often the records are read for due fires (default 500 ms).
 	SweepInterval time.Duration
 	// Deliver, if set, delivers a fire instead of the Service's Fire in this process:
 	// terret dev --lambda-emulator invokes the schedule function's bootstrap, as
@@ -40,7 +40,7 @@ func NewLocal(logger *slog.Logger) *Local {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Local{timers: map[string]*time.Timer{}, log: logger, stop: make(chan struct{}), SweepInterval: time.Second}
+	return &Local{timers: map[string]*time.Timer{}, log: logger, stop: make(chan struct{}), SweepInterval: 500 * time.Millisecond}
 }
 
 // Start makes svc fire l's schedules: it arms every schedule in svc's table (a due
@@ -88,7 +88,8 @@ func (l *Local) sweep(ctx context.Context, all bool) error {
 		l.mu.Lock()
 		_, armed := l.timers[a.AgentID+"\x00"+a.ID]
 		l.mu.Unlock()
-		if all || (!armed && !due.After(now)) {
+		// Armed now when due before the next sweep, so that it fires on time.
+		if all || (!armed && due.Before(now.Add(l.SweepInterval))) {
 			l.at(a.AgentID, a.ID, due, time.Until(due))
 		}
 	}
