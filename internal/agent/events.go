@@ -59,8 +59,8 @@ type userMessage struct {
 }
 
 type contextInjected struct {
-	Text      string `json:"text"`
-	InboxID   string `json:"inbox_id,omitempty"`
+	Text    string `json:"text"`
+	InboxID string `json:"inbox_id,omitempty"`
 	// ScheduleID: as userMessage's.
 	ScheduleID string `json:"schedule_id,omitempty"`
 	Truncated  bool   `json:"truncated,omitempty"` // as userMessage's

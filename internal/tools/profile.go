@@ -520,7 +520,7 @@ type SetBuilder func(cfg ToolConfig) ([]Tool, error)
 // Registry maps tool kinds to Builders. KindBuiltin (the demo tools) is always there.
 // It is safe for concurrent use.
 type Registry struct {
-	mu    sync.RWMutex
+	mu       sync.RWMutex
 	kinds    map[string]Builder
 	sets     map[string]SetBuilder
 	builtins map[string]Tool // KindBuiltin's tools by name: the demo tools and RegisterBuiltin's
