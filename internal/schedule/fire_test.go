@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,9 @@ import (
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/schedule"
+	"github.com/terret/terret-ws/internal/sessiondata"
 	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/tools"
 )
 
 // invokes counts the runner invocations a fire asks for (no runner runs here: the
@@ -43,6 +46,8 @@ type rig struct {
 	clock *clock
 	db    agent.DB
 	table string
+	// the other tables, for session operations
+	logTable, connTable string
 }
 
 func newRig(t *testing.T, defaultProfile string) rig {
@@ -58,7 +63,7 @@ func newRig(t *testing.T, defaultProfile string) rig {
 	}
 	svc := schedule.New(schedule.Config{DB: db, Table: names["AgentsTable"], Log: lg, Injector: ag, Now: clk.now,
 		Bounds: schedule.Bounds{MinEvery: time.Second, MaxText: 1 << 16}, DefaultProfile: defaultProfile})
-	return rig{svc: svc, log: lg, inv: inv, clock: clk, db: db, table: names["AgentsTable"]}
+	return rig{svc: svc, log: lg, inv: inv, clock: clk, db: db, table: names["AgentsTable"], logTable: names["LogTable"], connTable: names["ConnectionsTable"]}
 }
 
 func (r rig) events(t *testing.T, agentID string) []sessionlog.Event {
@@ -244,5 +249,73 @@ func TestRefusedFireLogged(t *testing.T) {
 	evs := r.events(t, "a1")
 	if ev := evs[len(evs)-1]; ev.Type != schedule.TypeRefused || !strings.Contains(string(ev.Payload), `"schedule_id":"t"`) || !strings.Contains(string(ev.Payload), "inbox is full") {
 		t.Fatalf("last event %s %s, want schedule/refused naming the schedule and why", ev.Type, ev.Payload)
+	}
+}
+
+// TestResetCancels: `terret session reset` erases the agent's schedules with its other
+// items; a fire the engine still delivers finds none and logs nothing, and the new
+// log's export has no schedule. The old log's export held the schedule's history.
+func TestResetCancels(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, "")
+	sc, err := r.svc.Set(ctx, "a1", schedule.Spec{Text: "tick", Every: "10s", ID: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := sessiondata.New(r.db.(sessiondata.API), sessiondata.Tables{Log: r.logTable, Connections: r.connTable, Agents: r.table}, sessiondata.Options{})
+	var before strings.Builder
+	if _, err := ops.Export(ctx, "a1", 0, -1, &before); err != nil || !strings.Contains(before.String(), `"type":"schedule/set"`) {
+		t.Fatalf("export before the reset (%v) lacks schedule/set:\n%s", err, before.String())
+	}
+	if _, err := ops.Reset(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := r.svc.List(ctx, "a1"); len(list) != 0 {
+		t.Fatalf("schedules after reset: %+v", list)
+	}
+	due, _ := schedule.ParseTime(sc.NextAt)
+	r.clock.set(due)
+	if out, err := r.svc.Fire(ctx, "a1", "t", due); err != nil || out != schedule.Duplicate {
+		t.Fatalf("a fire after the reset: %v, %v; want nothing done", out, err)
+	}
+	if evs := r.events(t, "a1"); types(evs) != "session/created" {
+		t.Fatalf("log after the reset and a stale fire: %s", types(evs))
+	}
+	// The count went too: a full quota of new schedules fits.
+	for i := range schedule.DefaultMaxSchedules {
+		if _, err := r.svc.Set(ctx, "a1", schedule.Spec{Text: "x", Every: "1h", ID: fmt.Sprint("n", i)}); err != nil {
+			t.Fatalf("schedule %d after reset: %v", i, err)
+		}
+	}
+}
+
+// TestTool: the schedule tool acts on the agent of its call: set, list, cancel, and a
+// bad spec's error names the field.
+func TestTool(t *testing.T) {
+	ctx := tools.WithAgent(context.Background(), "a1")
+	r := newRig(t, "")
+	tool := r.svc.Tool()
+	if tool.Definition().Name != "schedule" {
+		t.Fatalf("tool name %q", tool.Definition().Name)
+	}
+	out, err := tool.Call(ctx, json.RawMessage(`{"action":"set","text":"remind me","in":"2h","id":"rem"}`))
+	if err != nil || !strings.Contains(string(out), `"id":"rem"`) {
+		t.Fatalf("set: %s, %v", out, err)
+	}
+	out, err = tool.Call(ctx, json.RawMessage(`{"action":"list"}`))
+	if err != nil || !strings.Contains(string(out), `"text":"remind me"`) {
+		t.Fatalf("list: %s, %v", out, err)
+	}
+	if _, err := tool.Call(ctx, json.RawMessage(`{"action":"set","text":"x","every":"10ms"}`)); err == nil || !strings.HasPrefix(err.Error(), "every: ") {
+		t.Fatalf("bad spec: %v, want an error naming every", err)
+	}
+	if _, err := tool.Call(ctx, json.RawMessage(`{"action":"cancel","id":"rem"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := r.svc.List(context.Background(), "a1"); len(list) != 0 {
+		t.Fatalf("after cancel: %+v", list)
+	}
+	if list, _ := r.svc.List(context.Background(), "other"); len(list) != 0 {
+		t.Fatalf("another agent's schedules: %+v", list)
 	}
 }
