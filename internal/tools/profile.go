@@ -81,6 +81,8 @@ type Quotas struct {
 	// rejected.
 	TurnTokens     int64 `json:"turn_tokens,omitempty"`
 	TurnModelCalls int64 `json:"turn_model_calls,omitempty"`
+	// Schedules bounds the agent's schedules (internal/schedule; 0: the default, 20).
+	Schedules int64 `json:"schedules,omitempty"`
 }
 
 // Models names the model spec of each role ("scripted" or "provider/model"); an empty
@@ -296,8 +298,10 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					dst = &p.Quotas.TurnTokens
 				case "turn_model_calls":
 					dst = &p.Quotas.TurnModelCalls
+				case "schedules":
+					dst = &p.Quotas.Schedules
 				default:
-					pe.Add("quotas."+name, "unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls)")
+					pe.Add("quotas."+name, "unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls, schedules)")
 					continue
 				}
 				if decodeInto(pe, "quotas."+name, m[name], dst) && *dst < 0 {
@@ -471,6 +475,9 @@ func (p Profile) Merge(over Profile) Profile {
 	}
 	if over.Quotas.TurnModelCalls != 0 {
 		out.Quotas.TurnModelCalls = over.Quotas.TurnModelCalls
+	}
+	if over.Quotas.Schedules != 0 {
+		out.Quotas.Schedules = over.Quotas.Schedules
 	}
 	if len(over.Providers) > 0 {
 		out.Providers = map[string]json.RawMessage{}
