@@ -307,9 +307,9 @@ const (
 // and the inject are one transaction whose condition is that no fire at or after due
 // was logged. Fires missed meanwhile come as this one: the next due time is counted
 // from the later of due and now. A fire the agent refuses is logged as
-// schedule/refused. Cost: a transaction of 3 items for a repeating schedule (6 write
-// units, 4 for the one-shot's delete and count), 1 read unit for the record, and one
-// asynchronous invoke of the runner.
+// schedule/refused. Cost: 1 read unit for the record, a transaction of 3 items for a
+// repeating schedule (6 write units for a short text; a one-shot's delete and count
+// make it 4 items, 8 units), and one asynchronous invoke of the runner.
 func (s *Service) Fire(ctx context.Context, agentID, id string, due time.Time) (Outcome, error) {
 	sc, err := s.Get(ctx, agentID, id)
 	if errors.Is(err, ErrNotFound) {
