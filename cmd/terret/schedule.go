@@ -89,7 +89,7 @@ func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("%w: --id is required", errUsage)
 	}
 	sp.ID = *id
-	deployed := *sf.region != "" || *sf.table != ""
+	deployed := *sf.endpoint == "" && (*sf.region != "" || *sf.table != "")
 	if deployed && (*logTable == "" || *sf.agentsTable == "" || *group == "" || *role == "" || *target == "") {
 		return fmt.Errorf("%w: deployed schedules need --log-table, --connections-table, --agents-table, --schedule-group, --schedule-role-arn and --schedule-target-arn", errUsage)
 	}
