@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -172,3 +174,31 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 }
 
 func scheduleSpec(text, in string) schedule.Spec { return schedule.Spec{Text: text, In: in} }
+
+// TestScheduleTool: a profile that names the schedule tool lets the (scripted) model set
+// its own agent's schedule; the schedule then fires into the agent as a wake.
+func TestScheduleTool(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "terret.json")
+	if err := os.WriteFile(prof, []byte(`{"tools":[{"name":"schedule"},{"name":"echo"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := startStack(t, devstack.Options{Profile: prof})
+	tok := e.token(t, "m1")
+	c := e.dial(t, "m1", tok)
+	c.hello("m1")
+	script := `{"script":[{"call":[{"tool":"schedule","args":{"action":"set","text":"reminder","in":"1s","id":"rem"}}]},{"say":"set"}]}`
+	c.send(map[string]any{"type": "inject", "text": script, "wake": true})
+	// The fire comes as a new turn, or as a steer of the turn that set it if that one
+	// still runs: either way its wake follows schedule/fired, and a turn/end follows.
+	evs := waitEvents(t, e.log, "m1", "the reminder's wake and a turn/end after it", func(evs []sessionlog.Event) bool {
+		f := indexOf(evs, "schedule/fired")
+		return f >= 0 && strings.Contains(eventTypes(evs[f:]), "turn/end")
+	})
+	set, fired := indexOf(evs, "schedule/set"), indexOf(evs, "schedule/fired")
+	if set < 0 || fired < set || !strings.Contains(string(evs[fired+1].Payload), `"schedule_id":"rem"`) || !strings.Contains(string(evs[fired+1].Payload), `"text":"reminder"`) {
+		t.Fatalf("log: %s; want the tool's schedule/set, then schedule/fired and the wake carrying schedule_id rem", eventTypes(evs))
+	}
+	if p := payload(t, evs[indexOf(evs, "tool/result")]); p["error"] != nil {
+		t.Fatalf("the schedule tool's result: %v", p)
+	}
+}
