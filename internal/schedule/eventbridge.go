@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -161,10 +162,14 @@ func (e *EventBridge) Arm(ctx context.Context, agentID string, s Schedule) error
 	if err != nil {
 		return err
 	}
-	in, err := json.Marshal(map[string]string{"agent_id": agentID, "schedule_id": s.ID, "fire_at": "<aws.scheduler.scheduled-time>"})
-	if err != nil {
+	// Not HTML-escaped: EventBridge substitutes the placeholder only as written.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(map[string]string{"agent_id": agentID, "schedule_id": s.ID, "fire_at": "<aws.scheduler.scheduled-time>"}); err != nil {
 		return err
 	}
+	in := bytes.TrimSpace(buf.Bytes())
 	target := &stypes.Target{Arn: aws.String(e.Target), RoleArn: aws.String(e.Role), Input: aws.String(string(in)),
 		// A fire that could not be delivered is tried again for up to an hour; a later
 		// fire of the same schedule supersedes it anyway.
