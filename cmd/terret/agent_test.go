@@ -572,7 +572,7 @@ func testAgentCommands(t *testing.T, p *ownDev, model *openaitest.Server) {
 		{`{"allowed_models": ["acme/*", ""]}`, `allowed_models[1]: empty glob`},
 		{`{"tools": [{"name": "d", "kind": "mcp", "spec": {"url": "http://x/mcp", "headers": {"Authorization": "Bearer sk-literal"}}}]}`, `tools[0].spec.headers.Authorization: a secret is never written in a profile`},
 		{`{"tools": [{"name": "d", "kind": "mcp", "spec": {"url": "http://x/mcp", "headers_env": {"Authorization": "TERRET_TEST_UNSET_KEY"}}}]}`, `tools[0].spec.headers_env.Authorization: environment variable TERRET_TEST_UNSET_KEY is not set`},
-		{`{"quotas": {"turns_per_hour": 5}}`, `quotas.turns_per_hour: unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls)`},
+		{`{"quotas": {"turns_per_hour": 5}}`, `quotas.turns_per_hour: unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls, schedules)`},
 		{`{"rules": [{"tool": "*", "when": "args.path ==", "effect": "deny"}]}`, `rules[0].when: column 13: Syntax error: mismatched input '<EOF>'`},
 		{`{"rules": [{"tool": "*", "when": "size(args) > 0", "effect": "allow"}, {"tool": "*", "when": "path == 1", "effect": "deny"}]}`, `rules[1].when: column 1: undeclared reference to 'path'`},
 		{`{"rules": [{"tool": "*", "effect": "maybe"}]}`, `rules[0].effect: want "allow", "ask" or "deny", got "maybe"`},

@@ -41,6 +41,8 @@ commands:
                                print the agent's log as JSON lines, as subscribers get it
   session reset --agent ID     start the session over from seq 0 (tokens, profile kept)
   session delete --agent ID    erase everything kept about the agent
+  schedule set|list|cancel --agent ID
+                               wake the agent at a time, every interval or on a cron
 
 Run 'terret <command> -h' for a command's flags, 'terret --version' for the version.
 `
@@ -83,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runSmoke(ctx, args[1:], stdout, stderr)
 	case "session":
 		err = runSession(ctx, args[1:], stdout, stderr)
+	case "schedule":
+		err = runSchedule(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -51,15 +51,19 @@ type userMessage struct {
 	Text    string `json:"text"`
 	InboxID string `json:"inbox_id,omitempty"`
 	TurnID  string `json:"turn_id,omitempty"`
+	// ScheduleID: the schedule whose fire this is (internal/schedule).
+	ScheduleID string `json:"schedule_id,omitempty"`
 	// Truncated is never set now (Inject refuses text over MaxTextBytes); it stays in
 	// the schema because logs written before may carry it.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
 type contextInjected struct {
-	Text      string `json:"text"`
-	InboxID   string `json:"inbox_id,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"` // as userMessage's
+	Text    string `json:"text"`
+	InboxID string `json:"inbox_id,omitempty"`
+	// ScheduleID: as userMessage's.
+	ScheduleID string `json:"schedule_id,omitempty"`
+	Truncated  bool   `json:"truncated,omitempty"` // as userMessage's
 }
 
 type turnStart struct {

@@ -29,6 +29,10 @@ type inboxItem struct {
 	// Gz holds Text gzip-compressed, instead of Text, in an inbox item of its own
 	// whose text compresses (see compress).
 	Gz []byte `dynamodbav:"gz,omitempty"`
+	// ScheduleID and FireAt: the inject is a schedule's fire (InjectFire); its
+	// user/message or context/injected carries the id, after a schedule/fired.
+	ScheduleID string `dynamodbav:"schedule_id,omitempty"`
+	FireAt     string `dynamodbav:"fire_at,omitempty"`
 	// attr is the state item's attribute holding an inline inject (inboxAttr, or
 	// turnWakeAttr once a turn claimed it); "" for an item of its own.
 	attr string `dynamodbav:"-"`

@@ -70,7 +70,7 @@ func (r *Runner) Run(ctx context.Context, agentID string) error {
 // own.
 func (r *Runner) invocation(agentID string) *invocation {
 	return &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8),
-		log: &logWindow{log: r.c.log, agentID: agentID, last: -1, logged: map[string]int64{}}}
+		log: &logWindow{log: r.c.log, agentID: agentID, last: -1, logged: map[string]int64{}, fired: map[string]bool{}}}
 }
 
 // set returns the built tool set of a profile, building it once per Runner.

@@ -134,7 +134,10 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 		}
 		inv.adopt(st)
 	}
-	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id}); err != nil {
+	if err := inv.logFire(ctx, it); err != nil {
+		return err
+	}
+	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, ScheduleID: it.ScheduleID}); err != nil {
 		return err
 	}
 	if err := inv.crash(CrashUserMessage); err != nil {
@@ -230,7 +233,10 @@ func (inv *invocation) drain(ctx context.Context) error {
 	}
 	for _, it := range inv.inbox {
 		if !inv.log.isLogged(it.ID) {
-			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID}); err != nil {
+			if err := inv.logFire(ctx, it); err != nil {
+				return err
+			}
+			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, ScheduleID: it.ScheduleID}); err != nil {
 				return err
 			}
 		}
@@ -502,7 +508,7 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 			return outParked, nil
 		}
 		inv.c.pause(PauseRun, inv.agent)
-		execute(ctx, plans)
+		execute(tools.WithAgent(ctx, inv.agent), plans)
 		if ctx.Err() != nil {
 			return 0, ctx.Err() // abandoned mid-run: the calls stay owed and run again on resume
 		}

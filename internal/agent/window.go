@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/terret/terret-ws/internal/schedule"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -20,6 +21,7 @@ type logWindow struct {
 	last    int64            // seq of the newest event held, or the seq before the window
 	begun   bool             // start is fixed (newWindow, or begin)
 	logged  map[string]int64 // inbox ids the window holds as user/message or context/injected, with their seq
+	fired   map[string]bool  // inbox ids the window holds as schedule/fired
 	turn    *turnView        // the open turn; nil when there is none
 
 	base fold // the fold of the events below start (the checkpoint's)
@@ -68,7 +70,7 @@ type turnView struct {
 }
 
 func newWindow(log Log, agentID string, from int64) *logWindow {
-	return &logWindow{log: log, agentID: agentID, start: from, last: from - 1, begun: true, logged: map[string]int64{}}
+	return &logWindow{log: log, agentID: agentID, start: from, last: from - 1, begun: true, logged: map[string]int64{}, fired: map[string]bool{}}
 }
 
 // add takes in the event after the newest one held (older ones are skipped).
@@ -91,6 +93,10 @@ func (w *logWindow) add(ev sessionlog.Event) {
 	case TypeContextInjected:
 		if id := decode[contextInjected](ev).InboxID; id != "" {
 			w.logged[id] = ev.Seq
+		}
+	case schedule.TypeFired:
+		if id := decode[scheduleFired](ev).InboxID; id != "" {
+			w.fired[id] = true
 		}
 	case TypeContextCompacted:
 		w.compacted = &compaction{seq: ev.Seq, contextCompacted: decode[contextCompacted](ev)}

@@ -45,11 +45,16 @@ type Config struct {
 	// expires log events that many days after they were appended, once the runner's
 	// checkpoint has passed them; a profile's retention_days wins over it
 	// (docs/architecture.md, "Retention").
-	RetentionDays    int
-	DynamoDBEndpoint string // DYNAMODB_ENDPOINT, local only
-	LambdaEndpoint   string // LAMBDA_ENDPOINT, local only
-	LogLevel         string // LOG_LEVEL, default "info"
-	MetricsNamespace string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
+	RetentionDays int
+	// Schedules on AWS (internal/schedule, EventBridge engine): the stack's schedule
+	// group (SCHEDULE_GROUP), the schedule function's ARN (SCHEDULE_TARGET_ARN) and the
+	// role EventBridge Scheduler assumes to invoke it (SCHEDULE_ROLE_ARN). Unset
+	// (terret dev): schedules are records only, fired by terret dev's engine.
+	ScheduleGroup, ScheduleTarget, ScheduleRole string
+	DynamoDBEndpoint                            string // DYNAMODB_ENDPOINT, local only
+	LambdaEndpoint                              string // LAMBDA_ENDPOINT, local only
+	LogLevel                                    string // LOG_LEVEL, default "info"
+	MetricsNamespace                            string // METRICS_NAMESPACE, default metrics.DefaultNamespace ("terret")
 	// PauseEndpoint (PauseEndpointVar, tests only) is a test rig's pause server (package
 	// pausehook): the agent runtime posts each pause point there and waits for the
 	// answer. Load takes it only for a local stack: DYNAMODB_ENDPOINT set and the URL
@@ -93,10 +98,12 @@ var vars = map[string][]string{
 	"disconnect": {"CONNECTIONS_TABLE"},
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
 	"webhook":    {"LOG_TABLE", "AGENTS_TABLE", "AGENT_PROFILE", "WEBHOOK_QUEUE_URL"},
-	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
+	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS", "SCHEDULE_GROUP", "SCHEDULE_TARGET_ARN", "SCHEDULE_ROLE_ARN"},
 	// http serves the agent paths over HTTP; the events path reads the log and takes
 	// replay slots.
 	"http": {"LOG_TABLE", "CONNECTIONS_TABLE", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "ORIGIN_SECRET"},
+	// schedule: the target of EventBridge Scheduler's schedules (internal/schedule).
+	"schedule": {"LOG_TABLE", "AGENTS_TABLE", "RUNNER_FUNCTION", "SCHEDULE_GROUP"},
 }
 
 // PauseEndpointVar names the test-only variable of Config.PauseEndpoint. No template
@@ -152,6 +159,9 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		OriginSecret:       getenv("ORIGIN_SECRET"),
 		InvokeSecret:       getenv(invokeSecretVar),
 		WebhookQueueURL:    strings.TrimSpace(getenv("WEBHOOK_QUEUE_URL")),
+		ScheduleGroup:      getenv("SCHEDULE_GROUP"),
+		ScheduleTarget:     getenv("SCHEDULE_TARGET_ARN"),
+		ScheduleRole:       getenv("SCHEDULE_ROLE_ARN"),
 	}
 	if c.DynamoDBEndpoint == "" {
 		// Deployed only: DynamoDB Local on a loaded machine may stall for seconds, and
@@ -277,7 +287,8 @@ var CallBudgets = map[string]time.Duration{
 	"runner":     4 * time.Second,
 	// webhook: a profile or epoch read, inside a stream batch or a queue batch of the
 	// function's 60 s; a failed read is retried by the stream or the queue.
-	"webhook": 10 * time.Second,
+	"webhook":  10 * time.Second,
+	"schedule": 8 * time.Second,
 }
 
 // RouteMargin is how long before its Lambda deadline a route handler's context ends

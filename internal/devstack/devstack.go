@@ -36,6 +36,7 @@ import (
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/localqueue"
 	"github.com/terret/terret-ws/internal/pausehook"
+	"github.com/terret/terret-ws/internal/schedule"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/stack"
@@ -166,6 +167,8 @@ type Stack struct {
 	webhookQueue *localqueue.Queue
 
 	http lateHandler // the agent paths over HTTP (package httpapi), bound once built
+
+	schedules *schedule.Local // the local engine of schedules (schedules.go)
 
 	measure    Measure
 	quotaSweep *sweeper
@@ -379,9 +382,13 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err := st.bindWebhook(webhookFn, awsCfg, userAWS, prof, o, logger); err != nil {
 		return nil, err
 	}
+	schedFn, err := st.scheduleFunction(awsCfg, logger)
+	if err != nil {
+		return nil, err
+	}
 	if emu != nil { // every handler rebound to its function's emulated environments
 		emu.webhookQueueURL = st.webhookQueue.URL()
-		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner, "webhook": webhookFn}
+		handlers := map[string]*localgw.Deferred{"connect": connect, "message": message, "disconnect": disconnect, "deliver": deliver, "runner": runner, "webhook": webhookFn, "schedule": schedFn}
 		wrap := map[string]func(lambda.Handler) lambda.Handler{"connect": con.connect, "message": con.frame, "disconnect": con.disconnect}
 		if st.emu, err = emu.start(st, handlers, wrap); err != nil {
 			return nil, err
@@ -413,6 +420,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st.sweep = startSweeper(life, deliver, service.SweepInput, o.TokenSweep, logger)
 	st.quotaSweep = startSweeper(life, runner, agentservice.QuotaSweepInput, o.QuotaSweep, logger)
+	if err := st.startSchedules(life, awsCfg, schedFn, logger); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -458,6 +468,9 @@ func (s *Stack) Close() error {
 	var errs []error
 	s.sweep.stop()
 	s.quotaSweep.stop()
+	if s.schedules != nil {
+		s.schedules.Close()
+	}
 	if s.logPoller != nil {
 		errs = append(errs, s.logPoller.Close())
 	}

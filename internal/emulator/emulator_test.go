@@ -142,8 +142,8 @@ func TestTemplateEnvironmentInits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fns) != 7 {
-		t.Fatalf("template.yaml has %d functions, want 7", len(fns))
+	if len(fns) != 8 {
+		t.Fatalf("template.yaml has %d functions, want 8", len(fns))
 	}
 	opts := emulator.Options{
 		Root: repoRoot(t), RIE: rieBin, BuildDir: dir, Logger: slog.New(slog.DiscardHandler),

@@ -163,6 +163,11 @@ func (r resolver) value(name string) (string, error) {
 	if q, ok := r.local.Queues[name]; ok {
 		return q, nil
 	}
+	switch r.resourceType(name) {
+	case "AWS::Scheduler::ScheduleGroup", "AWS::IAM::Role":
+		// Schedules locally are terret dev's engine's: no group, no role to pass.
+		return "", nil
+	}
 	if p, ok := r.s.Get("Parameters", name).(map[string]any); ok {
 		if v, ok := r.local.Parameters[name]; ok {
 			return v, nil

@@ -202,5 +202,6 @@ func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *httpapi.Se
 		events.MaxLook = httpapi.FirstLook
 	}
 	events.Route(s)
+	s.RouteSchedules(Schedules(cfg, awsCfg, logger, ScheduleEngine(cfg, awsCfg), nil))
 	return s
 }

@@ -409,6 +409,7 @@ func TestAlarmMath(t *testing.T) {
 		},
 		"BackgroundErrorsAlarm": {
 			{"the schedules alone, healthy", series{"Invocations{deliver}": 1, "Invocations{runner}": 1}, false},
+			{"agent schedules failing among few", series{"Invocations{schedule}": 3, "Errors{schedule}": 3}, true},
 			{"the token sweep failing every minute", series{"Invocations{deliver}": 1, "Invocations{runner}": 1, "Errors{deliver}": 1}, true},
 			{"busy, 2% failing", series{"Invocations{deliver}": 1000, "Errors{deliver}": 20}, false},
 			{"the webhook function failing among healthy deliver", series{"Invocations{deliver}": 100, "Invocations{webhook}": 20, "Errors{webhook}": 20}, true},
@@ -417,6 +418,11 @@ func TestAlarmMath(t *testing.T) {
 			{"no traffic", series{}, false},
 			{"quiet minute, a throttle", series{"Invocations{webhook}": 2, "Throttles{webhook}": 1}, true},
 			{"busy, 0.5% throttled", series{"Invocations{webhook}": 995, "Throttles{webhook}": 5}, false},
+		},
+		"ScheduleThrottlesAlarm": {
+			{"no fires", series{}, false},
+			{"a fire throttled among few", series{"Invocations{schedule}": 2, "Throttles{schedule}": 1}, true},
+			{"many fires, 0.5% throttled", series{"Invocations{schedule}": 995, "Throttles{schedule}": 5}, false},
 		},
 		"FunctionThrottlesAlarm": {
 			{"no traffic", series{}, false},

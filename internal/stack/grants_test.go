@@ -62,6 +62,19 @@ var (
 		// The events path: it reads the log, checks tokens as connect does, and takes
 		// the replay slots (connections.Slots: BatchGetItem, UpdateItem), nothing else.
 		"HttpFunction": {{"LogTable", logReader, nil, nil}, tokenRead, replaySlots},
+		// A fire: the schedule's record, the inbox item and the state item in one
+		// transaction (no Query: it reads items by key); a refusal's append.
+		"ScheduleFunction": {{"LogTable", logWriter, nil, nil}, {"AgentsTable", agentsByKey, nil, nil}},
+	}
+	agentsByKey = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}
+	// Schedules: a function with SCHEDULE_GROUP may manage the schedules of the stack's
+	// group (the runner: create, update, delete; the schedule function: delete);
+	// one with SCHEDULE_ROLE_ARN may pass the scheduler's role, to EventBridge
+	// Scheduler only.
+	scheduleARN       = "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:schedule/${ScheduleGroup}/*"
+	wantScheduleGrant = map[string][]string{
+		"RunnerFunction":   {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"},
+		"ScheduleFunction": {"scheduler:DeleteSchedule"},
 	}
 	webhookProfiles = tableGrant{"AgentsTable", []string{"dynamodb:GetItem"}, []string{"agent#*"}, []string{"pk", "sk", "profile"}}
 	// The webhook function enqueues attempts and delays failed ones, on its queue only.
@@ -155,8 +168,10 @@ func TestGrants(t *testing.T) {
 	t.Parallel()
 	s := loadStack(t)
 	fs := functions(t, s)
-	if len(s.Resources("AWS::IAM::Role"))+len(s.Resources("AWS::IAM::Policy"))+len(s.Resources("AWS::IAM::ManagedPolicy")) > 0 {
-		t.Error("IAM roles and policies come from the functions' Policies only")
+	// The one role beside the functions' is the one EventBridge Scheduler assumes
+	// (TestSchedulerRole).
+	if roles := s.Resources("AWS::IAM::Role"); len(roles) != 1 || roles[0] != "SchedulerRole" || len(s.Resources("AWS::IAM::Policy"))+len(s.Resources("AWS::IAM::ManagedPolicy")) > 0 {
+		t.Errorf("IAM roles and policies come from the functions' Policies only, and SchedulerRole; got roles %v", roles)
 	}
 	for _, f := range fs {
 		env, err := s.Environment(f)
@@ -172,6 +187,8 @@ func TestGrants(t *testing.T) {
 		tablesGot := map[string][]string{}
 		var tableGrants []string
 		var invokes, manage, bedrock, secrets, queues []string
+		var schedules []string
+		passes := 0
 		for _, g := range grants(t, f) {
 			for _, a := range g.Actions {
 				if strings.Contains(a, "*") {
@@ -210,8 +227,20 @@ func TestGrants(t *testing.T) {
 					}
 				}
 				continue
+			case strings.Join(g.Actions, ",") == "iam:PassRole":
+				_, hasRole := env["SCHEDULE_ROLE_ARN"]
+				cond := g.Condition["StringEquals"]["iam:PassedToService"]
+				if !hasRole || g.Resource != "${SchedulerRole.Arn}" || len(g.Condition) != 1 || len(g.Condition["StringEquals"]) != 1 || strings.Join(cond, ",") != "scheduler.amazonaws.com" {
+					t.Errorf("%s: iam:PassRole on %s with %v; only SchedulerRole, to scheduler.amazonaws.com, by a function with SCHEDULE_ROLE_ARN", f.LogicalID, g.Resource, g.Condition)
+				}
+				passes++
 			case len(g.Condition) > 0:
 				t.Errorf("%s: condition on a non-DynamoDB grant %v", f.LogicalID, g.Actions)
+			case strings.HasPrefix(g.Actions[0], "scheduler:"):
+				if g.Resource != scheduleARN {
+					t.Errorf("%s: %v on %s, want the stack group's schedules %s", f.LogicalID, g.Actions, g.Resource, scheduleARN)
+				}
+				schedules = append(schedules, g.Actions...)
 			case kind == "lambda:InvokeFunction":
 				invokes = append(invokes, g.Resource)
 			case kind == "execute-api:ManageConnections":
@@ -225,6 +254,12 @@ func TestGrants(t *testing.T) {
 			default:
 				t.Errorf("%s: unexpected grant %v on %s", f.LogicalID, g.Actions, g.Resource)
 			}
+		}
+		if _, hasGroup := env["SCHEDULE_GROUP"]; !equalSets(schedules, wantScheduleGrant[f.LogicalID]) || hasGroup != (len(schedules) > 0) {
+			t.Errorf("%s: scheduler actions %v, want %v (and only with SCHEDULE_GROUP)", f.LogicalID, schedules, wantScheduleGrant[f.LogicalID])
+		}
+		if _, hasRole := env["SCHEDULE_ROLE_ARN"]; hasRole != (passes == 1) {
+			t.Errorf("%s: %d iam:PassRole grants with SCHEDULE_ROLE_ARN set = %v", f.LogicalID, passes, hasRole)
 		}
 		for table, v := range tableVar {
 			_, hasVar := env[v]
@@ -324,7 +359,7 @@ func GrantTable(t *testing.T, fs map[string]Function) string {
 
 // order sorts functions in the order a connection meets them.
 func order(id string) int {
-	for i, f := range []string{"ConnectFunction", "MessageFunction", "DisconnectFunction", "DeliverFunction", "RunnerFunction", "WebhookFunction"} {
+	for i, f := range []string{"ConnectFunction", "MessageFunction", "DisconnectFunction", "DeliverFunction", "RunnerFunction", "WebhookFunction", "ScheduleFunction"} {
 		if f == id {
 			return i
 		}

@@ -18,7 +18,7 @@ import (
 // The five functions of the service, by logical id, and the route each API route
 // reaches. The template must declare exactly these.
 var (
-	wantFunctions = []string{"ConnectFunction", "DeliverFunction", "DisconnectFunction", "HttpFunction", "MessageFunction", "RunnerFunction", "WebhookFunction"}
+	wantFunctions = []string{"ConnectFunction", "DeliverFunction", "DisconnectFunction", "HttpFunction", "MessageFunction", "RunnerFunction", "ScheduleFunction", "WebhookFunction"}
 	routeFunction = map[string]string{"$connect": "ConnectFunction", "$default": "MessageFunction", "$disconnect": "DisconnectFunction"}
 )
 

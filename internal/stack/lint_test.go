@@ -98,13 +98,14 @@ func TestTransformedRoles(t *testing.T) {
 		"DeliverFunctionRole":    {basic, streams},
 		"RunnerFunctionRole":     {basic},
 		// The webhook function reads the log's stream and polls its queue.
-		"WebhookFunctionRole": {basic, streams, "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole"},
-		"HttpFunctionRole":    {basic},
+		"WebhookFunctionRole":  {basic, streams, "arn:aws:iam::aws:policy/service-role/AWSLambdaSQSQueueExecutionRole"},
+		"HttpFunctionRole":     {basic},
+		"ScheduleFunctionRole": {basic},
 	}
-	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true, "WebhookFunctionRole": true}
+	sqsSenders := map[string]bool{"DeliverFunctionRole": true, "RunnerFunctionRole": true, "WebhookFunctionRole": true, "ScheduleFunctionRole": true}
 	var roles []string
 	for id, r := range doc.Resources {
-		if r.Type == "AWS::IAM::Role" {
+		if r.Type == "AWS::IAM::Role" && id != "SchedulerRole" { // TestSchedulerRole
 			roles = append(roles, id)
 		}
 		if r.Type == "AWS::IAM::Policy" || r.Type == "AWS::IAM::ManagedPolicy" {

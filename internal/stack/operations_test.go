@@ -346,7 +346,7 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 	// Errors are a share of invocations, route and background functions apart (together
 	// every function); throttles a share of all requests, every function in one alarm.
 	// An alarm reads at most 10 metrics (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/alarm-limits.html):
-	// the webhook and http functions' throttles have their own alarms.
+	// the webhook, http and schedule functions' throttles have their own alarms.
 	var errorsCovered, throttlesCovered []string
 	for _, c := range []struct{ id, part, param string }{
 		{"FunctionErrorsAlarm", "Errors", "${FunctionErrorRateAlarmPercent}"},
@@ -354,6 +354,7 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 		{"FunctionThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
 		{"WebhookThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
 		{"HttpThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
+		{"ScheduleThrottlesAlarm", "Throttles", "${FunctionThrottleRateAlarmPercent}"},
 	} {
 		m := mathAlarm(t, s, c.id)
 		parts, invocations := m.summed("AWS/Lambda", c.part, "FunctionName"), m.summed("AWS/Lambda", "Invocations", "FunctionName")
@@ -377,6 +378,18 @@ func TestFunctionAlarmsAndDashboard(t *testing.T) {
 		} else {
 			throttlesCovered = append(throttlesCovered, parts...)
 		}
+		stats := 0
+		for _, ms := range m.Metrics {
+			if ms.MetricStat != nil {
+				stats++
+			}
+		}
+		if stats > 10 {
+			t.Errorf("%s: %d metrics; an alarm's metric math takes at most 10", c.id, stats)
+		}
+	}
+	if !equalSets(throttlesCovered, all) {
+		t.Errorf("throttle alarms cover %v, want every function once %v", throttlesCovered, all)
 	}
 	if !equalSets(throttlesCovered, all) || len(throttlesCovered) != len(all) {
 		t.Errorf("throttle alarms cover %v, want every function once %v", throttlesCovered, all)

@@ -141,6 +141,9 @@ func TestEnvironment(t *testing.T) {
 		"METRICS_NAMESPACE":      emfNamespace,
 		"ORIGIN_SECRET":          "${OriginSecret}",
 		"WEBHOOK_QUEUE_URL":      "${WebhookQueue}",
+		"SCHEDULE_GROUP":         "${ScheduleGroup}",
+		"SCHEDULE_TARGET_ARN":    "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-schedule",
+		"SCHEDULE_ROLE_ARN":      "${SchedulerRole.Arn}",
 	}
 	fs := functions(t, s)
 	for _, f := range fs {

@@ -84,6 +84,8 @@ type Quotas struct {
 	// rejected.
 	TurnTokens     int64 `json:"turn_tokens,omitempty"`
 	TurnModelCalls int64 `json:"turn_model_calls,omitempty"`
+	// Schedules bounds the agent's schedules (internal/schedule; 0: the default, 20).
+	Schedules int64 `json:"schedules,omitempty"`
 }
 
 // Models names the model spec of each role ("scripted" or "provider/model"); an empty
@@ -299,8 +301,10 @@ func DecodeProfile(raw []byte) (Profile, error) {
 					dst = &p.Quotas.TurnTokens
 				case "turn_model_calls":
 					dst = &p.Quotas.TurnModelCalls
+				case "schedules":
+					dst = &p.Quotas.Schedules
 				default:
-					pe.Add("quotas."+name, "unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls)")
+					pe.Add("quotas."+name, "unknown quota (turns_per_day, tokens_per_month, turn_tokens, turn_model_calls, schedules)")
 					continue
 				}
 				if decodeInto(pe, "quotas."+name, m[name], dst) && *dst < 0 {
@@ -480,6 +484,9 @@ func (p Profile) Merge(over Profile) Profile {
 	if over.Quotas.TurnModelCalls != 0 {
 		out.Quotas.TurnModelCalls = over.Quotas.TurnModelCalls
 	}
+	if over.Quotas.Schedules != 0 {
+		out.Quotas.Schedules = over.Quotas.Schedules
+	}
 	if len(over.Providers) > 0 {
 		out.Providers = map[string]json.RawMessage{}
 		for k, v := range p.Providers {
@@ -513,7 +520,7 @@ func BuiltinNames() []string {
 	for _, t := range Demo() {
 		out = append(out, t.Definition().Name)
 	}
-	return out
+	return append(out, ToolSchedule)
 }
 
 // Builder builds the tool one ToolConfig of its kind describes. The lambda and mcp
@@ -528,26 +535,33 @@ type SetBuilder func(cfg ToolConfig) ([]Tool, error)
 // Registry maps tool kinds to Builders. KindBuiltin (the demo tools) is always there.
 // It is safe for concurrent use.
 type Registry struct {
-	mu    sync.RWMutex
-	kinds map[string]Builder
-	sets  map[string]SetBuilder
+	mu       sync.RWMutex
+	kinds    map[string]Builder
+	sets     map[string]SetBuilder
+	builtins map[string]Tool // KindBuiltin's tools by name: the demo tools and RegisterBuiltin's
 }
 
 // NewRegistry returns a registry knowing only KindBuiltin.
 func NewRegistry() *Registry {
-	demo := map[string]Tool{}
+	r := &Registry{sets: map[string]SetBuilder{}, builtins: map[string]Tool{}}
 	for _, t := range Demo() {
-		demo[t.Definition().Name] = t
+		r.builtins[t.Definition().Name] = t
 	}
-	return &Registry{sets: map[string]SetBuilder{}, kinds: map[string]Builder{
+	r.kinds = map[string]Builder{
 		KindBuiltin: func(cfg ToolConfig) (Tool, error) {
-			t, ok := demo[cfg.Name]
+			r.mu.RLock()
+			t, ok := r.builtins[cfg.Name]
+			r.mu.RUnlock()
 			if !ok {
+				if cfg.Name == ToolSchedule {
+					return nil, fmt.Errorf("%w: the builtin tool %q is not available here", ErrUnknownTool, cfg.Name)
+				}
 				return nil, fmt.Errorf("%w: no builtin tool %q", ErrUnknownTool, cfg.Name)
 			}
 			return t, nil
 		},
-	}}
+	}
+	return r
 }
 
 // RegisterKind makes b build the tools of kind. Registering a kind again replaces

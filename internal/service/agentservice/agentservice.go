@@ -24,6 +24,7 @@ import (
 	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/secret"
+	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
 	"github.com/terret/terret-ws/internal/tools"
@@ -151,6 +152,9 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	if err := kinds.RegisterSetKind(mcptool.Kind, mcptool.Sets(mcptool.Options{Stderr: stderr, LookupEnv: env.LookupEnv, Secrets: env.Secrets}, o.Local)); err != nil {
 		return agent.Config{}, err
 	}
+	// The schedule tool: a profile that names it lets the model set, list and cancel its
+	// own agent's schedules (internal/schedule).
+	kinds.RegisterBuiltin(service.Schedules(cfg, awsCfg, logger, service.ScheduleEngine(cfg, awsCfg), nil).Tool())
 	pause := o.Pause
 	if pause == nil && cfg.PauseEndpoint != "" {
 		logger.Warn("agent: pause points post to a test rig and wait for it", "endpoint", cfg.PauseEndpoint)
