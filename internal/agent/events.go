@@ -51,6 +51,8 @@ type userMessage struct {
 	Text    string `json:"text"`
 	InboxID string `json:"inbox_id,omitempty"`
 	TurnID  string `json:"turn_id,omitempty"`
+	// ClientID is the client_id of the inject that queued the text (control.Frame).
+	ClientID string `json:"client_id,omitempty"`
 	// Truncated is never set now (Inject refuses text over MaxTextBytes); it stays in
 	// the schema because logs written before may carry it.
 	Truncated bool `json:"truncated,omitempty"`
@@ -60,6 +62,7 @@ type contextInjected struct {
 	Text      string `json:"text"`
 	InboxID   string `json:"inbox_id,omitempty"`
 	Truncated bool   `json:"truncated,omitempty"` // as userMessage's
+	ClientID  string `json:"client_id,omitempty"` // as userMessage's
 }
 
 type turnStart struct {
@@ -124,10 +127,15 @@ type approvalResolved struct {
 	CallID  string `json:"call_id"`
 	Verdict string `json:"verdict"`
 	Reason  string `json:"reason,omitempty"`
+	// ClientID is the client_id of the approve or deny frame (control.Frame).
+	ClientID string `json:"client_id,omitempty"`
 }
 
 type policyUpdated struct {
 	Patterns []string `json:"patterns"`
+	// ClientID is the client_id of the set_policy frame (control.Frame); a repeat of
+	// the policy in force carries the one it repeats.
+	ClientID string `json:"client_id,omitempty"`
 }
 
 type sessionTitled struct {

@@ -29,6 +29,8 @@ type inboxItem struct {
 	// Gz holds Text gzip-compressed, instead of Text, in an inbox item of its own
 	// whose text compresses (see compress).
 	Gz []byte `dynamodbav:"gz,omitempty"`
+	// ClientID is the inject's client_id (control.Frame), for the event it becomes.
+	ClientID string `dynamodbav:"client_id,omitempty"`
 	// attr is the state item's attribute holding an inline inject (inboxAttr, or
 	// turnWakeAttr once a turn claimed it); "" for an item of its own.
 	attr string `dynamodbav:"-"`
@@ -149,7 +151,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 	if err := st.reserveInbox(ctx, agentID, int64(len(it.Text)), it.Wake); err != nil {
 		return false, err
 	}
-	if err := st.inboxPut(ctx, item); err != nil {
+	if err := st.inboxPut(ctx, agentID, item); err != nil {
 		_ = st.releaseInbox(context.WithoutCancel(ctx), agentID, 1, int64(len(it.Text)))
 		return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 	}

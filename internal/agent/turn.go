@@ -134,7 +134,7 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 		}
 		inv.adopt(st)
 	}
-	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id}); err != nil {
+	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, ClientID: it.ClientID}); err != nil {
 		return err
 	}
 	if err := inv.crash(CrashUserMessage); err != nil {
@@ -230,7 +230,7 @@ func (inv *invocation) drain(ctx context.Context) error {
 	}
 	for _, it := range inv.inbox {
 		if !inv.log.isLogged(it.ID) {
-			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID}); err != nil {
+			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, ClientID: it.ClientID}); err != nil {
 				return err
 			}
 		}

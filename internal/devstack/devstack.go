@@ -356,7 +356,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if o.TokenClock != nil {
 		tokens = tokens.WithClock(o.TokenClock)
 	}
-	st.http.Bind(service.HTTP(st.Config, awsCfg, logger))
+	st.http.Bind(service.HTTP(st.Config, awsCfg, logger, agent))
 	connect.Bind(con.connect(perCall(sock.Connect)))
 	message.Bind(con.frame(perCall(sock.Message)))
 	disconnect.Bind(con.disconnect(perCall(sock.Disconnect)))

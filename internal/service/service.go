@@ -187,7 +187,14 @@ func Exit(err error) {
 
 // HTTP builds the agent paths over HTTP (package httpapi): terret dev's gateway serves
 // them, and on AWS the http function. Each feature's paths are added here.
-func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *httpapi.Server {
+//
+// agent serves the control frames posted to /agents/{agent_id}/frames (the runtime the
+// message function mounts; nil: they answer unsupported), each inject conditional on
+// its token still being current.
+func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, agent socket.Controller) *httpapi.Server {
 	db := cfg.DynamoDB(awsCfg)
-	return httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	tokens := auth.New(db, cfg.ConnectionsTable)
+	h := httpapi.New(tokens, logger)
+	h.Frames(agent, tokens)
+	return h
 }
