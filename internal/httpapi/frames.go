@@ -11,6 +11,7 @@ import (
 	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
 )
 
@@ -25,6 +26,14 @@ type Guards interface {
 
 var _ Guards = (*auth.Store)(nil)
 
+// Sessions creates an agent's log (sessionlog.Log), as $connect does.
+type Sessions interface {
+	// Create appends session/created at seq 0 unless the session exists.
+	Create(ctx context.Context, sessionID string) (bool, error)
+}
+
+var _ Sessions = (*sessionlog.Log)(nil)
+
 // Accepted is the body of a frame's success answer (status 202).
 type Accepted struct {
 	Accepted bool `json:"accepted"`
@@ -37,11 +46,12 @@ type Accepted struct {
 // Idempotency-Key is the frame's client_id (a client_id in the body too must be the
 // same). An inject is queued only while the request's token is still current
 // (guards.Condition, in the inbox write's transaction): a token revoked while the
-// frame was handled applies nothing and is answered unauthorized. agent nil: every
-// frame is unsupported.
-func (s *Server) Frames(agent socket.Controller, guards Guards) {
+// frame was handled applies nothing and is answered unauthorized. A valid frame for an
+// agent whose log does not exist yet creates it first (sessions.Create), as a connect
+// does: an agent may be driven over HTTP alone. agent nil: every frame is unsupported.
+func (s *Server) Frames(agent socket.Controller, guards Guards, sessions Sessions) {
 	s.Route(FramesPath, func(w http.ResponseWriter, r *http.Request, c Caller) {
-		code, msg := s.frame(r.Context(), r, c, agent, guards)
+		code, msg := s.frame(r.Context(), r, c, agent, guards, sessions)
 		if code != "" {
 			WriteError(w, code, msg)
 			return
@@ -51,7 +61,7 @@ func (s *Server) Frames(agent socket.Controller, guards Guards) {
 }
 
 // frame applies the request's frame: the code and message of its refusal, or "".
-func (s *Server) frame(ctx context.Context, r *http.Request, c Caller, agent socket.Controller, guards Guards) (protocol.Code, string) {
+func (s *Server) frame(ctx context.Context, r *http.Request, c Caller, agent socket.Controller, guards Guards, sessions Sessions) (protocol.Code, string) {
 	key, hasKey := "", false
 	if vs, ok := r.Header[http.CanonicalHeaderKey(protocol.IdempotencyKeyHeader)]; ok {
 		if len(vs) != 1 {
@@ -86,6 +96,12 @@ func (s *Server) frame(ctx context.Context, r *http.Request, c Caller, agent soc
 	}
 	if hasKey {
 		meta.ClientID = key
+	}
+	if agent != nil {
+		if _, err := sessions.Create(ctx, c.AgentID); err != nil {
+			s.log.ErrorContext(ctx, "create session", "agent_id", c.AgentID, "error", err)
+			return protocol.CodeInternal, "internal error"
+		}
 	}
 	guard := guards.Condition(c.AgentID, c.TokenHash)
 	ctx = control.WithFrame(ctx, control.Frame{ClientID: meta.ClientID, Guard: &guard})

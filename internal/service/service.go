@@ -195,6 +195,6 @@ func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, agent socke
 	db := cfg.DynamoDB(awsCfg)
 	tokens := auth.New(db, cfg.ConnectionsTable)
 	h := httpapi.New(tokens, logger)
-	h.Frames(agent, tokens)
+	h.Frames(agent, tokens, sessionlog.New(db, cfg.LogTable))
 	return h
 }
