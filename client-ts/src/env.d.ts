@@ -11,3 +11,8 @@ declare class URL {
   readonly searchParams: { get(name: string): string | null; set(name: string, value: string): void };
   toString(): string;
 }
+declare const crypto: { getRandomValues<T extends Uint8Array>(array: T): T };
+declare function fetch(
+  url: string,
+  init?: { method?: string; headers?: Record<string, string>; body?: string; signal?: unknown },
+): Promise<{ status: number; text(): Promise<string> }>;
