@@ -533,7 +533,6 @@ func (c *Client) run(cn *conn) {
 			return
 		}
 		since = time.Now()
-		c.resend(cn)
 	}
 }
 
@@ -603,6 +602,7 @@ func (c *Client) resubscribe(cn *conn) error {
 		c.awaiting = from
 		c.mu.Unlock()
 	}
+	c.resend(cn) // before any frame sent from now on (exactlyonce.go)
 	c.attach(cn)
 	return nil
 }

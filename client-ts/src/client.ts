@@ -670,7 +670,6 @@ export class TerretClient implements AsyncIterable<StreamItem> {
           await this.resubscribe(c);
           conn = c;
           this.status({ state: 'connected', attempt, hello: c.hello! });
-          this.resend(c);
           break;
         } catch (err) {
           if (this.stopped) return this.finish(null);
@@ -704,6 +703,7 @@ export class TerretClient implements AsyncIterable<StreamItem> {
       conn.send(this.subscribeFrame(from));
       this.awaiting = from;
     }
+    this.resend(conn); // the injects whose event has not come, before any new frame
     this.attach(conn);
   }
 

@@ -675,7 +675,6 @@
             await this.resubscribe(c);
             conn = c;
             this.status({ state: "connected", attempt, hello: c.hello });
-            this.resend(c);
             break;
           } catch (err) {
             if (this.stopped) return this.finish(null);
@@ -708,6 +707,7 @@
         conn.send(this.subscribeFrame(from));
         this.awaiting = from;
       }
+      this.resend(conn);
       this.attach(conn);
     }
     /**
