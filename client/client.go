@@ -196,10 +196,11 @@ type Client struct {
 	connected  chan struct{} // closed while conn != nil
 	hello      Hello
 	subscribed bool
-	next       int64  // the next seq the caller has not received
-	awaiting   int64  // ≥ 0: discard events until this seq (the newest subscription's first)
-	progress   bool   // the current connection delivered an event
-	epoch      string // the epoch of the log next belongs to ("" until a hello names one)
+	next       int64           // the next seq the caller has not received
+	awaiting   int64           // ≥ 0: discard events until this seq (the newest subscription's first)
+	progress   bool            // the current connection delivered an event
+	epoch      string          // the epoch of the log next belongs to ("" until a hello names one)
+	pending    []pendingInject // injects sent whose event has not come (exactlyonce.go)
 }
 
 // Dial connects to an agent's socket URL — ws(s)://HOST/agents/{agent_id}/ws, or the
@@ -387,11 +388,16 @@ func (c *Client) Keepalive(ctx context.Context) error {
 	return c.onConn(ctx, "keepalive", func(cn *conn) error { return cn.writeRaw(ctx, keepaliveFrame) })
 }
 
-// send writes one frame once connected, waiting through a reconnect (bounded by ctx).
-// Frames are sent at most once: one whose write fails is not re-sent, since the server
-// may have got it (the log will tell), and the error is returned.
+// send writes one frame once connected, waiting through a reconnect (bounded by ctx),
+// named with a new client_id. A frame whose write fails is not re-sent now, and the
+// error is returned; an inject is kept until its event comes, and sent again with the
+// same client_id after each reconnect (exactlyonce.go): the server applies it once.
 func (c *Client) send(ctx context.Context, f protocol.ClientFrame) error {
-	return c.onConn(ctx, f.FrameType(), func(cn *conn) error { return cn.write(ctx, f) })
+	id := NewClientID()
+	if in, ok := f.(protocol.Inject); ok {
+		c.keep(id, in)
+	}
+	return c.onConn(ctx, f.FrameType(), func(cn *conn) error { return cn.writeID(ctx, f, id) })
 }
 
 // onConn runs write on the connection once connected, waiting through a reconnect
@@ -596,6 +602,7 @@ func (c *Client) resubscribe(cn *conn) error {
 		c.awaiting = from
 		c.mu.Unlock()
 	}
+	c.resend(cn) // before any frame sent from now on (exactlyonce.go)
 	c.attach(cn)
 	return nil
 }
@@ -721,6 +728,7 @@ func (c *Client) event(data []byte) error {
 	}
 	c.next, c.progress = ev.Seq+1, true
 	c.mu.Unlock()
+	c.acknowledged(ev)
 	if c.opts.OnEvent != nil {
 		if err := c.opts.OnEvent(ev); err != nil {
 			return &fatal{err}

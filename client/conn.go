@@ -211,9 +211,18 @@ func dropped(err error) error {
 // concurrently (docs/protocol.md, "Ordering"). Frames are numbered and written under one
 // lock: the numbers follow the wire order.
 func (cn *conn) write(ctx context.Context, f protocol.ClientFrame) error {
+	return cn.writeID(ctx, f, "")
+}
+
+// writeID is write with the frame's client_id ("": none).
+func (cn *conn) writeID(ctx context.Context, f protocol.ClientFrame, clientID string) error {
 	cn.writeMu.Lock()
 	defer cn.writeMu.Unlock()
-	data := withOrder(protocol.Marshal(f), cn.order+1)
+	data := protocol.Marshal(f)
+	if clientID != "" {
+		data = withField(data, protocol.FieldClientID, clientID)
+	}
+	data = withOrder(data, cn.order+1)
 	if err := writeMessage(ctx, cn.ws, data); err != nil {
 		// A failed write leaves the socket unusable: drop it so the reader ends and the
 		// client reconnects (where numbering starts again at 1).

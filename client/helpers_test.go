@@ -316,6 +316,7 @@ type proxy struct {
 	down     bool
 	conns    map[net.Conn]bool
 	wg       sync.WaitGroup
+	swallow  atomic.Bool              // while set, what the client sends is read and dropped
 	toClient []byte                   // what the gateway sent, while a watch is pending
 	watches  map[string]chan struct{} // closed once toClient holds their key
 }
@@ -408,8 +409,24 @@ func (p *proxy) serve() {
 				up.Close()
 			}
 		}
-		go pipe(up, c)
+		go pipe(up, swallower{c, p})
 		go pipe(c, io.TeeReader(up, p))
+	}
+}
+
+// swallower reads what the client sends and drops it while the proxy swallows: a frame
+// the client wrote that never reaches the gateway.
+type swallower struct {
+	net.Conn
+	p *proxy
+}
+
+func (s swallower) Read(b []byte) (int, error) {
+	for {
+		n, err := s.Conn.Read(b)
+		if n == 0 || err != nil || !s.p.swallow.Load() {
+			return n, err
+		}
 	}
 }
 

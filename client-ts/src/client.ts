@@ -3,7 +3,7 @@ import { MemoryCursor, type Cursor } from './cursor.js';
 import { ClosedError, ConnectionError, ProtocolError, ProtocolViolationError, TerretError } from './errors.js';
 import {
   PROTO, SUBPROTOCOL, SUBPROTOCOL_BEARER,
-  type ClientFrame, type Envelope, type ErrorCode, type EventPayloads, type EventType, type HelloFrame, type Json,
+  type ClientFrame, type Envelope, type ErrorCode, type EventPayloads, type EventType, type HelloFrame, type InjectFrame, type Json,
 } from './protocol.gen.js';
 import { agentIdOf } from './url.js';
 
@@ -137,6 +137,24 @@ export const KEEPALIVE_FRAME = '{"type":"keepalive"}';
 
 /** DEFAULT_KEEPALIVE_MS is keepaliveMs's default: a minute inside API Gateway's 10-minute idle timeout. */
 export const DEFAULT_KEEPALIVE_MS = 9 * 60 * 1000;
+
+/** An inject sent whose event has not come: sent again after each reconnect. */
+interface PendingInject {
+  frame: InjectFrame;
+  sent: number;
+}
+
+/** The most injects kept for a resend; past it the oldest is forgotten. */
+const MAX_PENDING = 256;
+/** How long an inject is kept: the server remembers a client_id for 24 hours. */
+const PENDING_WINDOW_MS = 23 * 3600 * 1000;
+
+/** newClientId returns a new random client_id ("c-" and 32 hex digits). */
+export function newClientId(): string {
+  const b = new Uint8Array(16);
+  crypto.getRandomValues(b);
+  return 'c-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
 
 /** Conn is one WebSocket: its frames in arrival order, and the order count of what it sent. */
 class Conn {
@@ -312,6 +330,7 @@ export class TerretClient implements AsyncIterable<StreamItem> {
   private epoch: string | null = null; // the epoch of the log next belongs to
   private awaiting: number | null = null; // discard events until this seq (the newest subscription's first)
   private progress = false; // the current connection delivered an event
+  private pendingInjects: PendingInject[] = []; // injects sent whose event has not come (exactly once)
 
   constructor(options: ClientOptions) {
     this.agentId = agentIdOf(options.url);
@@ -449,6 +468,10 @@ export class TerretClient implements AsyncIterable<StreamItem> {
    * log tells), and the promise rejects.
    */
   async send(frame: ClientFrame): Promise<void> {
+    if (frame.type !== 'subscribe' && !('client_id' in frame && frame.client_id)) {
+      frame = { ...frame, client_id: newClientId() };
+    }
+    if (frame.type === 'inject') this.keep(frame);
     for (;;) {
       this.throwIfStopped();
       if (this.conn) {
@@ -456,6 +479,41 @@ export class TerretClient implements AsyncIterable<StreamItem> {
         return;
       }
       await new Promise<void>((r) => this.readyWaiters.push(r));
+    }
+  }
+
+  /**
+   * pending lists the client_ids of the injects sent whose event (user/message or
+   * context/injected carrying the client_id) has not arrived, oldest first. After a
+   * reconnect each is sent again with its client_id: the server applies a client_id
+   * once, so one that landed appends nothing and one lost with the socket lands now.
+   */
+  get pending(): string[] {
+    return this.pendingInjects.map((p) => p.frame.client_id!);
+  }
+
+  private keep(frame: InjectFrame): void {
+    const now = Date.now();
+    while (this.pendingInjects.length > 0 && (this.pendingInjects.length >= MAX_PENDING || now - this.pendingInjects[0]!.sent > PENDING_WINDOW_MS)) {
+      this.pendingInjects.shift();
+    }
+    this.pendingInjects.push({ frame, sent: now });
+  }
+
+  private acknowledged(ev: SessionEvent): void {
+    if (ev.type !== 'user/message' && ev.type !== 'context/injected') return;
+    const id = (ev.payload as { client_id?: unknown } | null)?.client_id;
+    if (typeof id !== 'string') return;
+    this.pendingInjects = this.pendingInjects.filter((p) => p.frame.client_id !== id);
+  }
+
+  private resend(conn: Conn): void {
+    for (const p of [...this.pendingInjects]) {
+      try {
+        conn.send(p.frame);
+      } catch {
+        return; // the connection ended: the next one sends them again
+      }
     }
   }
 
@@ -645,6 +703,7 @@ export class TerretClient implements AsyncIterable<StreamItem> {
       conn.send(this.subscribeFrame(from));
       this.awaiting = from;
     }
+    this.resend(conn); // the injects whose event has not come, before any new frame
     this.attach(conn);
   }
 
@@ -746,6 +805,7 @@ export class TerretClient implements AsyncIterable<StreamItem> {
     if (ev.seq > this.next) throw new ProtocolViolationError(`client: event seq ${ev.seq} where ${this.next} was due`);
     this.next = ev.seq + 1;
     this.progress = true;
+    this.acknowledged(ev);
     try {
       await this.opts.onEvent?.(ev, raw);
       for (const fn of this.listeners.event) await fn(ev, raw);

@@ -12,7 +12,8 @@ declare class URL {
   readonly searchParams: { get(name: string): string | null; set(name: string, value: string): void };
   toString(): string;
 }
-// The log over HTTP (events.ts): fetch with a streamed body, and abort.
+// The log over HTTP (events.ts) and frames over HTTP (http.ts): fetch with a streamed
+// body, a POST body, and abort.
 interface AbortSignal {
   readonly aborted: boolean;
 }
@@ -26,7 +27,11 @@ interface FetchResponse {
   text(): Promise<string>;
   readonly body: { getReader(): { read(): Promise<{ value?: Uint8Array; done: boolean }> } } | null;
 }
-declare function fetch(url: string, init?: { headers?: Record<string, string>; signal?: AbortSignal }): Promise<FetchResponse>;
+declare function fetch(
+  url: string,
+  init?: { method?: string; headers?: Record<string, string>; body?: string; signal?: AbortSignal | unknown },
+): Promise<FetchResponse>;
 declare class TextDecoder {
   decode(input?: Uint8Array, options?: { stream?: boolean }): string;
 }
+declare const crypto: { getRandomValues<T extends Uint8Array>(array: T): T };

@@ -63,6 +63,8 @@ export interface TurnUsage {
 export interface ClientFrameCommon {
   /** The frame's number on its connection: 1, 2, 3, … with no gap, starting again at 1 on every new connection. Servers that do not know it ignore it. */
   order?: number;
+  /** Control frames only (not subscribe): 1–128 characters naming the frame; the same client_id for the same agent within 24 hours is applied once, a repeat appends nothing and draws no error. The event the frame produced carries it. */
+  client_id?: string;
 }
 
 /** Replay the log from from_seq (inclusive), then tail it live. */
@@ -184,6 +186,8 @@ export interface UserMessagePayload {
   inbox_id?: string;
   turn_id?: string;
   truncated?: boolean;
+  /** The client_id of the frame that produced this event. */
+  client_id?: string;
 }
 
 /** Payload of context/injected: A queued inject drained at a step boundary (a steer). */
@@ -191,6 +195,8 @@ export interface ContextInjectedPayload {
   text: string;
   inbox_id?: string;
   truncated?: boolean;
+  /** The client_id of the frame that produced this event. */
+  client_id?: string;
 }
 
 /** Payload of turn/start. */
@@ -246,11 +252,15 @@ export interface ApprovalResolvedPayload {
   call_id: string;
   verdict: Verdict;
   reason?: string;
+  /** The client_id of the frame that produced this event. */
+  client_id?: string;
 }
 
 /** Payload of policy/updated. */
 export interface PolicyUpdatedPayload {
   patterns: string[];
+  /** The client_id of the frame that produced this event. */
+  client_id?: string;
 }
 
 /** Payload of session/titled. */

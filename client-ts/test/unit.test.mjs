@@ -82,7 +82,14 @@ describe('client', () => {
     await client.inject('a');
     await client.cancel('why');
     await client.approve('c1');
-    assert.deepEqual(sock(0).sent, [
+    // Every control frame carries a new client_id (exactly-once frames).
+    const ids = (sent) => sent.map((f) => f.client_id);
+    const bare = (sent) => sent.map(({ client_id, ...f }) => f);
+    const first = ids(sock(0).sent);
+    assert.equal(first[0], undefined);
+    for (const id of first.slice(1)) assert.match(id, /^c-[0-9a-f]{32}$/);
+    assert.equal(new Set(first.slice(1)).size, 3);
+    assert.deepEqual(bare(sock(0).sent), [
       { type: 'subscribe', from_seq: 0, order: 1 },
       { type: 'inject', text: 'a', wake: true, order: 2 },
       { type: 'cancel', reason: 'why', order: 3 },
@@ -93,11 +100,15 @@ describe('client', () => {
     await client.deny('c1', 'no');
     await client.setModel('main', 'scripted');
     await client.setPolicy(['echo']);
-    assert.deepEqual(s1.sent, [
+    // The inject, whose event never came, is sent again first with its client_id.
+    assert.equal(s1.sent[1].client_id, first[1]);
+    assert.deepEqual(client.pending, [first[1]]);
+    assert.deepEqual(bare(s1.sent), [
       { type: 'subscribe', from_seq: 0, order: 1 },
-      { type: 'deny', call_id: 'c1', reason: 'no', order: 2 },
-      { type: 'set_model', role: 'main', spec: 'scripted', order: 3 },
-      { type: 'set_policy', patterns: ['echo'], order: 4 },
+      { type: 'inject', text: 'a', wake: true, order: 2 },
+      { type: 'deny', call_id: 'c1', reason: 'no', order: 3 },
+      { type: 'set_model', role: 'main', spec: 'scripted', order: 4 },
+      { type: 'set_policy', patterns: ['echo'], order: 5 },
     ]);
     await client.close();
   });

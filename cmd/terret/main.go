@@ -35,6 +35,8 @@ commands:
   usage --agent ID             print the agent's metered usage
   chat --agent ID              talk with the agent in the terminal
   tail --agent ID [--from N]   print the agent's events as JSON lines, following live
+  send --agent ID '<frame JSON>' [--idempotency-key K]
+                               post one control frame over HTTP; prints its client_id
   smoke [--url URL --token T]  connect, subscribe, run a turn with a tool call,
                                reconnect and replay; each step with its latency
   session export --agent ID [--from SEQ] [--to SEQ]
@@ -79,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runChat(ctx, args[1:], stdout, stderr)
 	case "tail":
 		err = runTail(ctx, args[1:], stdout, stderr)
+	case "send":
+		err = runSend(ctx, args[1:], stdout, stderr)
 	case "agent":
 		err = runAgent(ctx, args[1:], stdout, stderr)
 	case "smoke":

@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/protocol"
@@ -315,7 +316,7 @@ func (c *core) resolveVerdict(ctx context.Context, agentID string, w *logWindow,
 		if w.turn == nil || !w.turn.stands(callID) {
 			return ErrStaleCall
 		}
-		ev, err := c.log.AppendAt(ctx, agentID, w.last+1, TypeApprovalResolved, approvalResolved{CallID: callID, Verdict: verdictText, Reason: reason})
+		ev, err := c.log.AppendAt(ctx, agentID, w.last+1, TypeApprovalResolved, approvalResolved{CallID: callID, Verdict: verdictText, Reason: reason, ClientID: control.FrameFrom(ctx).ClientID})
 		if err == nil {
 			w.add(ev)
 			return nil

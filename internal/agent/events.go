@@ -53,17 +53,19 @@ type userMessage struct {
 	TurnID  string `json:"turn_id,omitempty"`
 	// ScheduleID: the schedule whose fire this is (internal/schedule).
 	ScheduleID string `json:"schedule_id,omitempty"`
+	// ClientID is the client_id of the inject that queued the text (control.Frame).
+	ClientID string `json:"client_id,omitempty"`
 	// Truncated is never set now (Inject refuses text over MaxTextBytes); it stays in
 	// the schema because logs written before may carry it.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
 type contextInjected struct {
-	Text    string `json:"text"`
-	InboxID string `json:"inbox_id,omitempty"`
-	// ScheduleID: as userMessage's.
-	ScheduleID string `json:"schedule_id,omitempty"`
-	Truncated  bool   `json:"truncated,omitempty"` // as userMessage's
+	Text       string `json:"text"`
+	InboxID    string `json:"inbox_id,omitempty"`
+	ScheduleID string `json:"schedule_id,omitempty"` // as userMessage's
+	Truncated  bool   `json:"truncated,omitempty"`   // as userMessage's
+	ClientID   string `json:"client_id,omitempty"`   // as userMessage's
 }
 
 type turnStart struct {
@@ -128,10 +130,15 @@ type approvalResolved struct {
 	CallID  string `json:"call_id"`
 	Verdict string `json:"verdict"`
 	Reason  string `json:"reason,omitempty"`
+	// ClientID is the client_id of the approve or deny frame (control.Frame).
+	ClientID string `json:"client_id,omitempty"`
 }
 
 type policyUpdated struct {
 	Patterns []string `json:"patterns"`
+	// ClientID is the client_id of the set_policy frame (control.Frame); a repeat of
+	// the policy in force carries the one it repeats.
+	ClientID string `json:"client_id,omitempty"`
 }
 
 type sessionTitled struct {

@@ -33,6 +33,8 @@ type inboxItem struct {
 	// user/message or context/injected carries the id, after a schedule/fired.
 	ScheduleID string `dynamodbav:"schedule_id,omitempty"`
 	FireAt     string `dynamodbav:"fire_at,omitempty"`
+	// ClientID is the inject's client_id (control.Frame), for the event it becomes.
+	ClientID string `dynamodbav:"client_id,omitempty"`
 	// attr is the state item's attribute holding an inline inject (inboxAttr, or
 	// turnWakeAttr once a turn claimed it); "" for an item of its own.
 	attr string `dynamodbav:"-"`
@@ -153,7 +155,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 	if err := st.reserveInbox(ctx, agentID, int64(len(it.Text)), it.Wake); err != nil {
 		return false, err
 	}
-	if err := st.inboxPut(ctx, item); err != nil {
+	if err := st.inboxPut(ctx, agentID, item); err != nil {
 		_ = st.releaseInbox(context.WithoutCancel(ctx), agentID, 1, int64(len(it.Text)))
 		return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 	}

@@ -52,18 +52,38 @@ func connOf(ctx context.Context) string {
 // carries one (free: a condition on the write it makes anyway). A write refused for
 // that reason is ErrNotOwner; one refused by in's own condition is returned as
 // st.update returns it, with the old item when in asked for it.
+//
+// A frame with a client_id or a guard (control.Frame) makes the write a transaction
+// with its dedup record and its guard (frameTx): a refusal by in's own condition is
+// then returned as the single write's would be (a ConditionalCheckFailedException with
+// the old item), a duplicate as errDuplicate, a failed guard as control.ErrTokenGone.
 func (st *store) inboxUpdate(ctx context.Context, agentID string, in *dynamodb.UpdateItemInput) error {
 	conn := connOf(ctx)
-	if conn == "" {
+	if conn == "" && !framed(ctx) {
 		_, err := st.update(ctx, agentID, in)
 		return err
 	}
-	in.ConditionExpression = aws.String("(" + aws.ToString(in.ConditionExpression) + ") AND #owner_conn = :owner_conn")
-	in.ExpressionAttributeNames["#owner_conn"] = attrConn
-	in.ExpressionAttributeValues[":owner_conn"] = s(conn)
+	if conn != "" {
+		in.ConditionExpression = aws.String("(" + aws.ToString(in.ConditionExpression) + ") AND #owner_conn = :owner_conn")
+		in.ExpressionAttributeNames["#owner_conn"] = attrConn
+		in.ExpressionAttributeValues[":owner_conn"] = s(conn)
+	}
 	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
-	_, err := st.update(ctx, agentID, in)
-	if old, failed := dynamoerr.CondFailedItem(err); failed && !ownedBy(old, conn) {
+	var err error
+	if framed(ctx) {
+		err = st.frameTx(ctx, agentID, time.Now(), types.TransactWriteItem{Update: &types.Update{
+			TableName: aws.String(st.table), Key: key(agentID, skState),
+			UpdateExpression: in.UpdateExpression, ConditionExpression: in.ConditionExpression,
+			ExpressionAttributeNames: in.ExpressionAttributeNames, ExpressionAttributeValues: in.ExpressionAttributeValues,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}})
+		if old, failed := dynamoerr.TxCondFailedItem(err, 0); failed {
+			err = &types.ConditionalCheckFailedException{Message: aws.String("inbox write's condition"), Item: old}
+		}
+	} else {
+		_, err = st.update(ctx, agentID, in)
+	}
+	if old, failed := dynamoerr.CondFailedItem(err); failed && conn != "" && !ownedBy(old, conn) {
 		return ErrNotOwner
 	}
 	return err
@@ -80,8 +100,25 @@ func ownedBy(item map[string]types.AttributeValue, conn string) bool {
 // in one transaction (a put can be conditional on its own item only). Cost then: the
 // put billed twice (a transactional write) and 2 write units for the check; a
 // transaction that met another write of the state item is tried again, a few times.
-func (st *store) inboxPut(ctx context.Context, item map[string]types.AttributeValue) error {
+func (st *store) inboxPut(ctx context.Context, agentID string, item map[string]types.AttributeValue) error {
 	conn := connOf(ctx)
+	if framed(ctx) {
+		// With the dedup record and the guard (frameTx), and the connection's check.
+		items := []types.TransactWriteItem{{Put: &types.Put{TableName: aws.String(st.table), Item: item}}}
+		if conn != "" {
+			items = append(items, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+				TableName: aws.String(st.table), Key: key(agentID, skState),
+				ConditionExpression:       aws.String("#conn = :c"),
+				ExpressionAttributeNames:  map[string]string{"#conn": attrConn},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(conn)},
+			}})
+		}
+		err := st.frameTx(ctx, agentID, time.Now(), items...)
+		if conn != "" && dynamoerr.TxCondFailed(err, 1) {
+			return ErrNotOwner
+		}
+		return err
+	}
 	if conn == "" {
 		_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.table), Item: item})
 		return err

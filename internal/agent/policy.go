@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/dynamoerr"
 
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -53,7 +54,12 @@ const maxPolicyRepeats = 16
 // and the claim (1 write unit). A repeat — only for frames handled out of send order
 // at the same time — adds 1 read, 1 append and 1 claim. One sent before one already
 // received costs the write alone.
-func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) error {
+func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) (err error) {
+	done, dup, err := s.c.once(ctx, agentID)
+	if err != nil || dup {
+		return err
+	}
+	defer func() { done(err) }()
 	if patterns == nil {
 		patterns = []string{}
 	}
@@ -66,7 +72,7 @@ func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []stri
 		return nil // a later set_policy was received, or is logged and claimed
 	}
 	s.c.pause(PausePolicyRead, agentID)
-	ev, err := s.c.log.AppendStamped(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns}, key)
+	ev, err := s.c.log.AppendStamped(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns, ClientID: control.FrameFrom(ctx).ClientID}, key)
 	if err != nil {
 		return fmt.Errorf("agent: update policy of %s: %w", agentID, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -65,8 +66,11 @@ func (s *Service) InjectFrom(ctx context.Context, agentID, text string, wake boo
 	}
 	now := s.c.now()
 	st := s.c.stamp(ctx)
-	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, At: now.UTC().Format(sessionlog.TimeFormat)}
+	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, At: now.UTC().Format(sessionlog.TimeFormat), ClientID: control.FrameFrom(ctx).ClientID}
 	counted, err := s.c.store.putInbox(fromConn(ctx, connID), agentID, it)
+	if errors.Is(err, errDuplicate) {
+		return nil // applied before (client_id): nothing queued, no error
+	}
 	if err != nil {
 		return err
 	}
@@ -124,7 +128,12 @@ const MaxWaitingCancels = 2
 // ErrNotRunning, not left without an answer. Cost: 1 write, a read of the log's
 // newest events (turnEnded) and one asynchronous invoke with a turn running;
 // otherwise 1–2 writes, an inbox query per look, and 1 write to withdraw.
-func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
+func (s *Service) Cancel(ctx context.Context, agentID, reason string) (err error) {
+	done, dup, err := s.c.once(ctx, agentID)
+	if err != nil || dup {
+		return err
+	}
+	defer func() { done(err) }()
 	reason, _ = boundText(reason, MaxReasonBytes)
 	st := s.c.stamp(ctx)
 	key := st.Key()
@@ -239,10 +248,15 @@ func (s *Service) Deny(ctx context.Context, agentID, callID, reason string) erro
 	return s.verdict(ctx, agentID, callID, VerdictDenied, reason)
 }
 
-func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, reason string) error {
+func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, reason string) (err error) {
 	if !s.c.cfg.Approvals {
 		return ErrUnsupported
 	}
+	done, dup, err := s.c.once(ctx, agentID)
+	if err != nil || dup {
+		return err
+	}
+	defer func() { done(err) }()
 	st, err := s.c.store.getState(ctx, agentID, attrTurnID, "turn_seq")
 	if err != nil {
 		return err
@@ -271,7 +285,12 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 // (configured: bedrock, scripted)`). A set_model sent before the one in force (by the
 // frames' protocol.Stamp, from ctx) changes nothing, so the last one sent wins whatever
 // order the handlers ran in. Cost: 1 read, 1 write.
-func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) error {
+func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) (err error) {
+	done, dup, err := s.c.once(ctx, agentID)
+	if err != nil || dup {
+		return err
+	}
+	defer func() { done(err) }()
 	var attr string
 	switch role {
 	case RoleMain:

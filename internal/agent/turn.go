@@ -137,7 +137,7 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 	if err := inv.logFire(ctx, it); err != nil {
 		return err
 	}
-	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, ScheduleID: it.ScheduleID}); err != nil {
+	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, ScheduleID: it.ScheduleID, ClientID: it.ClientID}); err != nil {
 		return err
 	}
 	if err := inv.crash(CrashUserMessage); err != nil {
@@ -236,7 +236,7 @@ func (inv *invocation) drain(ctx context.Context) error {
 			if err := inv.logFire(ctx, it); err != nil {
 				return err
 			}
-			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, ScheduleID: it.ScheduleID}); err != nil {
+			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, ScheduleID: it.ScheduleID, ClientID: it.ClientID}); err != nil {
 				return err
 			}
 		}

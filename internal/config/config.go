@@ -99,9 +99,9 @@ var vars = map[string][]string{
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
 	"webhook":    {"LOG_TABLE", "AGENTS_TABLE", "AGENT_PROFILE", "WEBHOOK_QUEUE_URL"},
 	"runner":     {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS", "SCHEDULE_GROUP", "SCHEDULE_TARGET_ARN", "SCHEDULE_ROLE_ARN"},
-	// http serves the agent paths over HTTP; the events path reads the log and takes
-	// replay slots.
-	"http": {"LOG_TABLE", "CONNECTIONS_TABLE", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "ORIGIN_SECRET"},
+	// http serves the agent paths over HTTP: frames through the message function's
+	// runtime, the log (reads and replay slots), and the schedules as the runner sets them.
+	"http": {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS", "ORIGIN_SECRET", "SCHEDULE_GROUP", "SCHEDULE_TARGET_ARN", "SCHEDULE_ROLE_ARN"},
 	// schedule: the target of EventBridge Scheduler's schedules (internal/schedule).
 	"schedule": {"LOG_TABLE", "AGENTS_TABLE", "RUNNER_FUNCTION", "SCHEDULE_GROUP"},
 }

@@ -51,32 +51,52 @@ func Parse(data []byte) (ClientFrame, error) {
 // can count a bad frame too. An order field that is present but not a positive
 // integer is itself a bad_frame (order 0).
 func ParseOrdered(data []byte) (ClientFrame, int64, error) {
-	return parse(data, MaxFrameBytes)
+	f, m, err := parseMeta(data, MaxFrameBytes)
+	return f, m.Order, err
 }
 
 // parse is ParseOrdered with the size bound as a parameter, so tests can re-parse
 // encodings that grew past MaxFrameBytes (see ClientFrame).
 func parse(data []byte, maxBytes int) (ClientFrame, int64, error) {
+	f, m, err := parseMeta(data, maxBytes)
+	return f, m.Order, err
+}
+
+// parseMeta is ParseMeta with the size bound as a parameter.
+func parseMeta(data []byte, maxBytes int) (ClientFrame, Meta, error) {
+	frame, order, fields, err := parseOrderedFields(data, maxBytes)
+	m := Meta{Order: order}
+	if err != nil {
+		return nil, m, err
+	}
+	if m.ClientID, err = clientIDOf(frame, fields); err != nil {
+		return nil, m, err
+	}
+	return frame, m, nil
+}
+
+// parseOrderedFields is the frame, its order and its top-level fields.
+func parseOrderedFields(data []byte, maxBytes int) (ClientFrame, int64, map[string]json.RawMessage, error) {
 	if len(data) > maxBytes {
-		return nil, 0, badFrame("frame is %d bytes, at most %d allowed", len(data), maxBytes)
+		return nil, 0, nil, badFrame("frame is %d bytes, at most %d allowed", len(data), maxBytes)
 	}
 	if !utf8.Valid(data) {
-		return nil, 0, badFrame("frame is not valid UTF-8")
+		return nil, 0, nil, badFrame("frame is not valid UTF-8")
 	}
 	var whole json.RawMessage
 	if err := json.Unmarshal(data, &whole); err != nil {
-		return nil, 0, syntaxProblem(err)
+		return nil, 0, nil, syntaxProblem(err)
 	}
 	if at := loneSurrogate(data); at >= 0 {
 		// encoding/json would decode it to U+FFFD: text the client never wrote.
-		return nil, 0, badFrame("frame is not valid UTF-8: \\u escape of a lone surrogate at byte %d", at)
+		return nil, 0, nil, badFrame("frame is not valid UTF-8: \\u escape of a lone surrogate at byte %d", at)
 	}
 	if k := kindOf(whole); k != "object" {
-		return nil, 0, badFrame("frame is not a JSON object, got %s", k)
+		return nil, 0, nil, badFrame("frame is not a JSON object, got %s", k)
 	}
 	fields, err := objectFields(whole)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	var order int64
 	if _, ok := fields[FieldOrder]; ok {
@@ -87,13 +107,13 @@ func parse(data []byte, maxBytes int) (ClientFrame, int64, error) {
 				err = badField("frame", FieldOrder, "must be at least 1")
 			}
 			if err != nil {
-				return nil, 0, err
+				return nil, 0, nil, err
 			}
 			order = n
 		}
 	}
 	frame, err := parseFields(fields)
-	return frame, order, err
+	return frame, order, fields, err
 }
 
 // loneSurrogate returns the offset of the first \u escape in valid JSON data that

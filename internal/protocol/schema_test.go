@@ -21,7 +21,7 @@ import (
 
 // commonFields are the fields every client frame may carry. They are parsed apart from
 // each frame's own fields (protocol.ParseOrdered), so no Go frame type has them.
-var commonFields = map[string]bool{protocol.FieldOrder: true}
+var commonFields = map[string]bool{protocol.FieldOrder: true, protocol.FieldClientID: true}
 
 type schemaField struct {
 	Name     string `json:"name"`
@@ -241,6 +241,16 @@ func TestSchemaClientFrames(t *testing.T) {
 			withOrder, _ := json.Marshal(map[string]any{"type": fr.Type, protocol.FieldOrder: 7, "from_seq": 0, "text": "x", "wake": true, "call_id": "c", "role": "main", "spec": "scripted", "patterns": []string{}})
 			if _, order, err := protocol.ParseOrdered(withOrder); err != nil || order != 7 {
 				t.Errorf("%s: ParseOrdered(%s) = order %d, %v; want 7", fr.Type, withOrder, order, err)
+			}
+			// The client_id of a control frame comes back from ParseMeta; on subscribe it is
+			// an unknown field, ignored.
+			withID, _ := json.Marshal(map[string]any{"type": fr.Type, protocol.FieldClientID: "k-1", "from_seq": 0, "text": "x", "wake": true, "call_id": "c", "role": "main", "spec": "scripted", "patterns": []string{}})
+			wantID := "k-1"
+			if fr.Type == protocol.TypeSubscribe {
+				wantID = ""
+			}
+			if _, meta, err := protocol.ParseMeta(withID); err != nil || meta.ClientID != wantID {
+				t.Errorf("%s: ParseMeta(%s) = client_id %q, %v; want %q", fr.Type, withID, meta.ClientID, err, wantID)
 			}
 
 			// The parser agrees: the whole frame (common fields included) parses, and so

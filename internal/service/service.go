@@ -187,9 +187,15 @@ func Exit(err error) {
 
 // HTTP builds the agent paths over HTTP (package httpapi): terret dev's gateway serves
 // them, and on AWS the http function. Each feature's paths are added here.
-func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *httpapi.Server {
+//
+// agent serves the control frames posted to /agents/{agent_id}/frames (the runtime the
+// message function mounts; nil: they answer unsupported), each inject conditional on
+// its token still being current.
+func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, agent socket.Controller) *httpapi.Server {
 	db := cfg.DynamoDB(awsCfg)
-	s := httpapi.New(auth.New(db, cfg.ConnectionsTable), logger)
+	tokens := auth.New(db, cfg.ConnectionsTable)
+	s := httpapi.New(tokens, logger)
+	s.Frames(agent, tokens, sessionlog.New(db, cfg.LogTable))
 	// The log over HTTP (GET /agents/{agent_id}/events): pages, long-polls and
 	// Server-Sent Events through a Deliverer of its own, whose replay slots are the
 	// cluster's.

@@ -46,6 +46,9 @@ func codeFor(err error) (protocol.Code, string) {
 		// the connection closes with internal — a client that may still connect
 		// reconnects, one whose access ended is refused at the door.
 		return protocol.CodeInternal, "internal error"
+	case errors.Is(err, control.ErrTokenGone):
+		// Over HTTP: the token stopped being current while the frame was handled.
+		return protocol.CodeUnauthorized, protocol.Refusal(protocol.CodeUnauthorized).Message
 	case errors.Is(err, connections.ErrNotOwner):
 		return protocol.CodeSuperseded, protocol.Refusal(protocol.CodeSuperseded).Message
 	default:

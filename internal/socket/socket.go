@@ -341,7 +341,8 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 		s.reply(ctx, lg, c, protocol.NewError(protocol.CodeBadFrame, "frames must be JSON text frames"))
 		return ok, nil
 	}
-	frame, order, err := protocol.ParseOrdered(body)
+	frame, meta, err := protocol.ParseMeta(body)
+	order := meta.Order
 	stamp := protocol.Stamp{At: req.RequestContext.RequestTimeEpoch, Order: order}
 	if stamp.At <= 0 {
 		stamp.At = time.Now().UnixMilli()
@@ -398,6 +399,9 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 		defer taken()
 	}
 	ctx = protocol.WithStamp(ctx, stamp)
+	if meta.ClientID != "" {
+		ctx = control.WithFrame(ctx, control.Frame{ClientID: meta.ClientID})
+	}
 	if err != nil {
 		var bf *protocol.BadFrameError
 		if errors.As(err, &bf) {
@@ -509,24 +513,7 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 	if f, ok := frame.(protocol.Subscribe); ok {
 		return s.out.SubscribeFrame(ctx, c, f, taken)
 	}
-	if s.agent == nil {
-		return ErrUnsupported
-	}
-	switch f := frame.(type) {
-	case protocol.Inject:
-		return s.agent.InjectFrom(ctx, c.AgentID, f.Text, f.Wake, c.ID)
-	case protocol.Cancel:
-		return s.agent.Cancel(ctx, c.AgentID, f.Reason)
-	case protocol.Approve:
-		return s.agent.Approve(ctx, c.AgentID, f.CallID)
-	case protocol.Deny:
-		return s.agent.Deny(ctx, c.AgentID, f.CallID, f.Reason)
-	case protocol.SetModel:
-		return s.agent.SetModel(ctx, c.AgentID, f.Role, f.Spec)
-	case protocol.SetPolicy:
-		return s.agent.SetPolicy(ctx, c.AgentID, f.Patterns)
-	}
-	return ErrUnsupported
+	return Apply(ctx, s.agent, c.AgentID, c.ID, frame)
 }
 
 // reply sends a protocol frame to an open connection, after hello: delivery owns that

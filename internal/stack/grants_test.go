@@ -59,9 +59,10 @@ var (
 		"RunnerFunction":     {{"LogTable", logWriter, nil, nil}, logExpiry, connsOwnersSlots, {"AgentsTable", agents, nil, nil}},
 		// The webhook function reads a log's epoch and an agent's own profile, nothing more.
 		"WebhookFunction": {{"LogTable", logReader, nil, nil}, webhookProfiles},
-		// The events path: it reads the log, checks tokens as connect does, and takes
-		// the replay slots (connections.Slots: BatchGetItem, UpdateItem), nothing else.
-		"HttpFunction": {{"LogTable", logReader, nil, nil}, tokenRead, replaySlots},
+		// The agent paths over HTTP: the events path reads the log, checks tokens as
+		// connect does and takes replay slots; frames need the message function's
+		// grants and an inject's token condition; schedules the runner's.
+		"HttpFunction": {{"LogTable", logWriter, nil, nil}, connsOwnersSlots, tokenRead, tokenCheck, {"AgentsTable", agents, nil, nil}},
 		// A fire: the schedule's record, the inbox item and the state item in one
 		// transaction (no Query: it reads items by key); a refusal's append.
 		"ScheduleFunction": {{"LogTable", logWriter, nil, nil}, {"AgentsTable", agentsByKey, nil, nil}},
@@ -74,6 +75,7 @@ var (
 	scheduleARN       = "arn:${AWS::Partition}:scheduler:${AWS::Region}:${AWS::AccountId}:schedule/${ScheduleGroup}/*"
 	wantScheduleGrant = map[string][]string{
 		"RunnerFunction":   {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"},
+		"HttpFunction":     {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"},
 		"ScheduleFunction": {"scheduler:DeleteSchedule"},
 	}
 	webhookProfiles = tableGrant{"AgentsTable", []string{"dynamodb:GetItem"}, []string{"agent#*"}, []string{"pk", "sk", "profile"}}
@@ -296,14 +298,15 @@ func TestGrants(t *testing.T) {
 		if posts && !equalSets(manage, manageConnections) || !posts && len(manage) > 0 {
 			t.Errorf("%s: execute-api:ManageConnections on %v, want %v iff WS_MANAGEMENT_ENDPOINT is set (%v)", f.LogicalID, manage, manageConnections, posts)
 		}
-		// The functions that build the agent runtime fetch the profiles' api_key_secret
+		// The functions that build the agent runtime (message, runner, and http for
+		// frames over HTTP) fetch the profiles' api_key_secret
 		// keys at cold start: exactly the secrets the operator lists in ProfileSecretArns.
 		// The webhook function fetches the webhooks' secret_secret secrets: exactly
 		// WebhookSecretArns, and no provider key.
-		if runtime := f.LogicalID == "MessageFunction" || f.LogicalID == "RunnerFunction"; runtime && !equalSets(secrets, []string{"${ProfileSecretArns}"}) ||
+		if runtime := f.LogicalID == "MessageFunction" || f.LogicalID == "RunnerFunction" || f.LogicalID == "HttpFunction"; runtime && !equalSets(secrets, []string{"${ProfileSecretArns}"}) ||
 			f.LogicalID == "WebhookFunction" && !equalSets(secrets, []string{"${WebhookSecretArns}"}) ||
 			!runtime && f.LogicalID != "WebhookFunction" && len(secrets) > 0 {
-			t.Errorf("%s: profile secrets readable on %v; want ${ProfileSecretArns} for the message and runner functions, ${WebhookSecretArns} for webhook, none elsewhere", f.LogicalID, secrets)
+			t.Errorf("%s: profile secrets readable on %v; want ${ProfileSecretArns} for the message, runner and http functions, ${WebhookSecretArns} for webhook, none elsewhere", f.LogicalID, secrets)
 		}
 		if wh := f.LogicalID == "WebhookFunction"; wh && !equalSets(queues, []string{"${WebhookQueue.Arn}"}) || !wh && len(queues) > 0 {
 			t.Errorf("%s: %v on %v; only the webhook function, on WebhookQueue only", f.LogicalID, webhookQueueActions, queues)

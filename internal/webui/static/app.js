@@ -204,6 +204,13 @@
   }
   var KEEPALIVE_FRAME = '{"type":"keepalive"}';
   var DEFAULT_KEEPALIVE_MS = 9 * 60 * 1e3;
+  var MAX_PENDING = 256;
+  var PENDING_WINDOW_MS = 23 * 3600 * 1e3;
+  function newClientId() {
+    const b = new Uint8Array(16);
+    crypto.getRandomValues(b);
+    return "c-" + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  }
   var Conn = class {
     constructor(ws, tap, keepaliveMs = 0) {
       __publicField(this, "ws", ws);
@@ -330,7 +337,7 @@
     }
   };
   var TerretClient = class {
-    // the current connection delivered an event
+    // injects sent whose event has not come (exactly once)
     constructor(options) {
       __publicField(this, "agentId");
       __publicField(this, "opts");
@@ -358,6 +365,8 @@
       __publicField(this, "awaiting", null);
       // discard events until this seq (the newest subscription's first)
       __publicField(this, "progress", false);
+      // the current connection delivered an event
+      __publicField(this, "pendingInjects", []);
       this.agentId = agentIdOf(options.url);
       this.opts = { minBackoffMs: 250, maxBackoffMs: 3e4, connectTimeoutMs: 15e3, ...options };
       if (this.opts.maxBackoffMs < this.opts.minBackoffMs) this.opts.maxBackoffMs = this.opts.minBackoffMs;
@@ -483,6 +492,10 @@
      * log tells), and the promise rejects.
      */
     async send(frame) {
+      if (frame.type !== "subscribe" && !("client_id" in frame && frame.client_id)) {
+        frame = { ...frame, client_id: newClientId() };
+      }
+      if (frame.type === "inject") this.keep(frame);
       for (; ; ) {
         this.throwIfStopped();
         if (this.conn) {
@@ -490,6 +503,37 @@
           return;
         }
         await new Promise((r) => this.readyWaiters.push(r));
+      }
+    }
+    /**
+     * pending lists the client_ids of the injects sent whose event (user/message or
+     * context/injected carrying the client_id) has not arrived, oldest first. After a
+     * reconnect each is sent again with its client_id: the server applies a client_id
+     * once, so one that landed appends nothing and one lost with the socket lands now.
+     */
+    get pending() {
+      return this.pendingInjects.map((p) => p.frame.client_id);
+    }
+    keep(frame) {
+      const now = Date.now();
+      while (this.pendingInjects.length > 0 && (this.pendingInjects.length >= MAX_PENDING || now - this.pendingInjects[0].sent > PENDING_WINDOW_MS)) {
+        this.pendingInjects.shift();
+      }
+      this.pendingInjects.push({ frame, sent: now });
+    }
+    acknowledged(ev) {
+      if (ev.type !== "user/message" && ev.type !== "context/injected") return;
+      const id = ev.payload?.client_id;
+      if (typeof id !== "string") return;
+      this.pendingInjects = this.pendingInjects.filter((p) => p.frame.client_id !== id);
+    }
+    resend(conn) {
+      for (const p of [...this.pendingInjects]) {
+        try {
+          conn.send(p.frame);
+        } catch {
+          return;
+        }
       }
     }
     /**
@@ -663,6 +707,7 @@
         conn.send(this.subscribeFrame(from));
         this.awaiting = from;
       }
+      this.resend(conn);
       this.attach(conn);
     }
     /**
@@ -758,6 +803,7 @@
       if (ev.seq > this.next) throw new ProtocolViolationError(`client: event seq ${ev.seq} where ${this.next} was due`);
       this.next = ev.seq + 1;
       this.progress = true;
+      this.acknowledged(ev);
       try {
         await this.opts.onEvent?.(ev, raw);
         for (const fn of this.listeners.event) await fn(ev, raw);
