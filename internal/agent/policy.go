@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/dynamoerr"
 
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -56,6 +57,9 @@ const maxPolicyRepeats = 16
 func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) error {
 	if patterns == nil {
 		patterns = []string{}
+	}
+	if expect, ok := control.ExpectOf(ctx); ok {
+		return s.setPolicyExpecting(ctx, agentID, patterns, expect)
 	}
 	key := s.c.stamp(ctx).Key()
 	newest, err := s.c.store.seePolicy(ctx, agentID, key)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -66,6 +67,14 @@ func (s *Service) InjectFrom(ctx context.Context, agentID, text string, wake boo
 	now := s.c.now()
 	st := s.c.stamp(ctx)
 	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, At: now.UTC().Format(sessionlog.TimeFormat)}
+	if expect, ok := control.ExpectOf(ctx); ok {
+		// Checked now, to answer at once, and again by the runner as it drains the
+		// inject (staleInject): a turn may start or end in between.
+		if _, err := s.c.afterExpect(ctx, agentID, protocol.TypeInject, expect, isTurnEdge); err != nil {
+			return err
+		}
+		it.ExpectSeq, it.Conn = &expect, connID
+	}
 	counted, err := s.c.store.putInbox(fromConn(ctx, connID), agentID, it)
 	if err != nil {
 		return err
@@ -126,6 +135,9 @@ const MaxWaitingCancels = 2
 // otherwise 1–2 writes, an inbox query per look, and 1 write to withdraw.
 func (s *Service) Cancel(ctx context.Context, agentID, reason string) error {
 	reason, _ = boundText(reason, MaxReasonBytes)
+	if expect, ok := control.ExpectOf(ctx); ok {
+		return s.cancelExpecting(ctx, agentID, reason, expect)
+	}
 	st := s.c.stamp(ctx)
 	key := st.Key()
 	deadline := time.UnixMilli(st.At).Add(InFlightBound)
@@ -253,6 +265,15 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 	w := newWindow(s.c.log, agentID, st.TurnSeq)
 	if err := w.refresh(ctx); err != nil {
 		return err
+	}
+	if expect, ok := control.ExpectOf(ctx); ok {
+		frame := protocol.TypeApprove
+		if verdictText == VerdictDenied {
+			frame = protocol.TypeDeny
+		}
+		if err := verdictExpecting(w, frame, callID, expect); err != nil {
+			return err
+		}
 	}
 	if err := s.c.resolveVerdict(ctx, agentID, w, callID, verdictText, reason); err != nil {
 		return err

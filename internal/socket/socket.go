@@ -495,6 +495,9 @@ func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.C
 	if s.agent == nil {
 		return ErrUnsupported
 	}
+	// A frame's expect_seq precondition travels in ctx to the frame methods, which
+	// check it (control.WithExpect): a frame without one is served as before.
+	ctx = control.WithExpect(ctx, protocol.Expecting(frame))
 	switch f := frame.(type) {
 	case protocol.Inject:
 		return s.agent.InjectFrom(ctx, c.AgentID, f.Text, f.Wake, c.ID)

@@ -194,6 +194,9 @@ func AgentWith(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, logg
 		return nil, err
 	}
 	rt := &Runtime{fast: delivery.NewNotifier(d, fastPathBudget)}
+	if d != nil {
+		acfg.Answer = d // a stale inject found by the runner is answered on its socket
+	}
 	acfg.Log = sessionlog.Notify(sessionlog.New(cfg.DynamoDB(awsCfg), cfg.LogTable), rt.fast.OnAppend)
 	if rt.svc, err = agent.New(acfg); err != nil {
 		return nil, err
