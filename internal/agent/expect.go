@@ -107,12 +107,20 @@ func (s *Service) cancelExpecting(ctx context.Context, agentID, reason string, e
 	if _, err := s.c.afterExpect(ctx, agentID, protocol.TypeCancel, expect, isTurnEdge); err != nil {
 		return err
 	}
+	// No turn running now: stale if a turn/start or turn/end came after expect
+	// meanwhile (the turn the client saw ended), else not_running.
+	notRunning := func() error {
+		if _, err := s.c.afterExpect(ctx, agentID, protocol.TypeCancel, expect, isTurnEdge); err != nil {
+			return err
+		}
+		return ErrNotRunning
+	}
 	st, err := s.c.store.getState(ctx, agentID, attrTurnID, "turn_seq")
 	if err != nil {
 		return err
 	}
 	if st.TurnID == "" {
-		return ErrNotRunning
+		return notRunning()
 	}
 	started, err := s.c.turnStartSeq(ctx, agentID, st)
 	if err != nil {
@@ -120,7 +128,7 @@ func (s *Service) cancelExpecting(ctx context.Context, agentID, reason string, e
 	}
 	switch {
 	case started == 0:
-		return ErrNotRunning // claimed, not started: the agent was idle at expect, and is in the log
+		return notRunning() // claimed, not started
 	case started > expect:
 		return &control.StaleError{Frame: protocol.TypeCancel, Expect: expect, Seq: started, Type: TypeTurnStart}
 	}
@@ -145,12 +153,7 @@ func (s *Service) cancelExpecting(ctx context.Context, agentID, reason string, e
 		return err
 	}
 	if !recorded {
-		// The turn is no longer recorded: its turn/end is logged (and released).
-		_, err := s.c.afterExpect(ctx, agentID, protocol.TypeCancel, expect, isTurnEdge)
-		if err == nil {
-			err = ErrNotRunning
-		}
-		return err
+		return notRunning() // no longer recorded: its turn/end is logged
 	}
 	s.c.pause(PauseCancelRecorded, agentID)
 	if err := staleEnd(); err != nil {
@@ -280,6 +283,14 @@ func verdictExpecting(w *logWindow, frame, callID string, expect int64) error {
 		return &control.StaleError{Frame: frame, Expect: expect, Seq: seq, Type: TypeApprovalRequested}
 	}
 	return nil
+}
+
+// verdictFrame is the frame type of a verdict.
+func verdictFrame(verdictText string) string {
+	if verdictText == VerdictDenied {
+		return protocol.TypeDeny
+	}
+	return protocol.TypeApprove
 }
 
 // staleInject reports the conflict that makes a queued inject with an expect_seq

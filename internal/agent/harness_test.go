@@ -129,6 +129,7 @@ type opts struct {
 	wrapDB    func(agent.DB) agent.DB
 	retries   int // Lambda's retries of a failed invocation; 0: Lambda's 2
 	onAppend  func(context.Context, sessionlog.Event)
+	answer    agent.Answerer // the runner's answers to stale injects
 }
 
 // env is one agent on the shared tables, with a Service and a Runner wired as the
@@ -180,6 +181,7 @@ func newEnv(t *testing.T, o opts) *env {
 		Log: lg, DB: adb, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
 		Models: o.models, Tools: o.tools, Profile: o.profile, Approvals: o.approvals,
 		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash, Pause: o.pause,
+		Answer: o.answer,
 	}
 	var err error
 	if e.svc, err = agent.New(e.cfg); err != nil {

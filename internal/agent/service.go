@@ -260,6 +260,11 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 		return err
 	}
 	if st.TurnID == "" {
+		if expect, ok := control.ExpectOf(ctx); ok {
+			if _, err := s.c.afterExpect(ctx, agentID, verdictFrame(verdictText), expect, func(sessionlog.Event) bool { return false }); err != nil {
+				return err // above the tip: bad_frame before stale_call
+			}
+		}
 		return ErrStaleCall
 	}
 	w := newWindow(s.c.log, agentID, st.TurnSeq)
@@ -267,11 +272,7 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 		return err
 	}
 	if expect, ok := control.ExpectOf(ctx); ok {
-		frame := protocol.TypeApprove
-		if verdictText == VerdictDenied {
-			frame = protocol.TypeDeny
-		}
-		if err := verdictExpecting(w, frame, callID, expect); err != nil {
+		if err := verdictExpecting(w, verdictFrame(verdictText), callID, expect); err != nil {
 			return err
 		}
 	}
