@@ -73,9 +73,9 @@ type progress struct {
 	// requestSeq is each approval/requested's seq (an approve's expect_seq is checked
 	// against it).
 	requestSeq map[string]int64
-	verdicts  map[string]verdict
-	last      lastKind
-	usage     TurnUsage // tokens and model calls of completed model outputs
+	verdicts   map[string]verdict
+	last       lastKind
+	usage      TurnUsage // tokens and model calls of completed model outputs
 }
 
 // newProgress starts the progress of the turn whose turn/start is start.
