@@ -41,7 +41,8 @@ func TestRuntimeExpectSeq(t *testing.T) {
 		a.send(`{"type":"cancel","reason":"stop"}`)
 		var stale string
 		var end int64
-		for end == 0 || stale == "" {
+		titled := false
+		for end == 0 || stale == "" || !titled {
 			f := a.frame(hang())
 			if f.Seq == nil {
 				if f.Type != "error" || f.Code != "stale" || stale != "" {
@@ -51,6 +52,7 @@ func TestRuntimeExpectSeq(t *testing.T) {
 				continue
 			}
 			ev := a.event(f)
+			titled = titled || ev.Type == "session/titled"
 			if ev.Type == "turn/end" {
 				if ev.str("status") != "cancelled" {
 					a.fatalf("turn/end %s, want cancelled", ev)
@@ -61,7 +63,6 @@ func TestRuntimeExpectSeq(t *testing.T) {
 		if !strings.Contains(stale, fmt.Sprintf("turn/end at seq %d", end)) {
 			a.fatalf("stale answer %q does not name the turn/end at seq %d", stale, end)
 		}
-		a.titled()
 		// The socket is open and the agent idle: the dropped wake started nothing.
 		a.send(fmt.Sprintf(`{"type":"cancel","expect_seq":%d}`, a.next-1))
 		if f := a.frame(hang()); f.Type != "error" || f.Code != "not_running" {
