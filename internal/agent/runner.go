@@ -322,7 +322,7 @@ func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
 	}
 	for _, it := range items {
 		if it.Wake && !inv.log.isLogged(it.ID) {
-			return &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}, nil
+			return &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it, rules: pinnedRules(prof)}, nil
 		}
 	}
 	return nil, nil

@@ -124,6 +124,9 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 	id := inv.st.TurnID // claimed with the lease, or by an invocation that died before logging anything
 	if id == "" {
 		c := claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}
+		if prof, err := inv.c.agentProfile(inv.profileJSON); err == nil {
+			c.rules = pinnedRules(prof)
+		}
 		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, c)
 		if err != nil {
 			return err
@@ -493,7 +496,7 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 	prof, set, err := inv.toolset()
 	var rules tools.RuleSet
 	if err == nil {
-		rules, err = inv.c.rulesOf(prof)
+		rules, err = inv.c.rulesOf(inv.turnRules(prof))
 	}
 	if err != nil {
 		for _, c := range owed {
