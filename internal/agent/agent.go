@@ -63,6 +63,9 @@ var _ Invoker = (*lambda.Client)(nil)
 type RunnerEvent struct {
 	AgentID string `json:"agent_id"`
 	Sweep   string `json:"sweep,omitempty"`
+	// Expire, with AgentID, is a timer's event (Timer): the approval request of this
+	// call id expires, then the agent's turn goes on.
+	Expire string `json:"expire,omitempty"`
 }
 
 // Model roles set_model accepts.
@@ -110,6 +113,9 @@ type Config struct {
 	// Answer, if set, answers a client whose queued inject the runner dropped as stale
 	// (expect_seq); nil: the drop is only logged.
 	Answer Answerer
+	// Timer fires approval requests' expiries (approval.expires_in); nil: a request
+	// waits for a verdict, however its tool entry is configured.
+	Timer Timer
 	// RetentionDays (the deployment's RETENTION_DAYS; a profile's retention_days wins)
 	// expires log events that many days after they were appended, once the checkpoint
 	// has passed them (retention.go); 0: keep them forever.

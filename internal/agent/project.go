@@ -73,6 +73,8 @@ type progress struct {
 	// requestSeq is each approval/requested's seq (an approve's expect_seq is checked
 	// against it).
 	requestSeq map[string]int64
+	// expiresAt is each expiring approval request's deadline.
+	expiresAt map[string]time.Time
 	verdicts   map[string]verdict
 	last       lastKind
 	usage      TurnUsage // tokens and model calls of completed model outputs
@@ -80,7 +82,7 @@ type progress struct {
 
 // newProgress starts the progress of the turn whose turn/start is start.
 func newProgress(start sessionlog.Event) *progress {
-	p := &progress{results: map[string]bool{}, requested: map[string]bool{}, requestSeq: map[string]int64{}, verdicts: map[string]verdict{}, last: lastInput}
+	p := &progress{results: map[string]bool{}, requested: map[string]bool{}, requestSeq: map[string]int64{}, expiresAt: map[string]time.Time{}, verdicts: map[string]verdict{}, last: lastInput}
 	p.turnID = decode[turnStart](start).TurnID
 	p.startAt, _ = time.Parse(sessionlog.TimeFormat, start.At)
 	return p
@@ -115,8 +117,12 @@ func (p *progress) add(ev sessionlog.Event) {
 			p.usage.ModelCalls += max(c.Calls, 1)
 		}
 	case TypeApprovalRequested:
-		id := decode[approvalRequested](ev).CallID
+		req := decode[approvalRequested](ev)
+		id := req.CallID
 		p.requested[id] = true
+		if at, err := time.Parse(sessionlog.TimeFormat, req.ExpiresAt); err == nil {
+			p.expiresAt[id] = at
+		}
 		if _, ok := p.requestSeq[id]; !ok {
 			p.requestSeq[id] = ev.Seq
 		}

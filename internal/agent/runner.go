@@ -43,6 +43,11 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 	if ev.AgentID == "" {
 		return errors.New("agent: runner event without agent_id")
 	}
+	if ev.Expire != "" {
+		if _, err := r.Expire(ctx, ev.AgentID, ev.Expire); err != nil {
+			return err
+		}
+	}
 	return r.Run(ctx, ev.AgentID)
 }
 

@@ -531,7 +531,11 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 		if park {
 			for _, pl := range plans {
 				if pl.park && !t.requested[pl.call.ID] {
-					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args, Rule: pl.rule}); err != nil {
+					expires, err := inv.armExpiry(ctx, pl.call.ID, set.ApprovalExpiry(pl.call.Name))
+					if err != nil {
+						return 0, err
+					}
+					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args, Rule: pl.rule, ExpiresAt: expires}); err != nil {
 						return 0, err
 					}
 				}
