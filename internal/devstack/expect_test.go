@@ -1,11 +1,15 @@
 package devstack_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/tools"
 )
 
 // TestRuntimeExpectSeq: expect_seq over the socket. A frame whose precondition fails is
@@ -69,5 +73,40 @@ func TestRuntimeExpectSeq(t *testing.T) {
 			a.fatalf("answer %s, want not_running", f)
 		}
 		a.matchLog()
+	}})
+}
+
+// TestRuntimeApprovalExpires: with a tool entry's approval.expires_in, a request no one
+// answers is resolved denied, reason expired, by the stack's timer — no frame, no
+// polling client — and the turn goes on; the client sees it all over its socket.
+func TestRuntimeApprovalExpires(t *testing.T) {
+	t.Parallel()
+	prof := tools.DefaultProfile()
+	for i := range prof.Tools {
+		if prof.Tools[i].Name == "guarded_echo" {
+			prof.Tools[i].Approval = &tools.Approval{ExpiresIn: "2s"}
+		}
+	}
+	raw, err := json.Marshal(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(file, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := startRuntimeStack(t, devstack.Options{Approvals: true, Profile: file})
+	runFlows(t, e, flow{"expires", func(a *agentConn) {
+		script := `{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"wait"}}]},{"say":"went on"}]}`
+		a.inject(script, true)
+		id := a.startTurn(script)
+		evs := a.follow(id, callW("guarded_echo", `{"text":"wait"}`), requestedW("guarded_echo", `{"text":"wait"}`))
+		if req := evs[len(evs)-1]; req.str("expires_at") == "" {
+			a.fatalf("approval/requested %s has no expires_at", req)
+		}
+		call := a.calls[0]
+		a.follow(id, resolvedW("denied", "expired"), errorW("denied: expired"), answerW("went on", 2), endW("completed", ""))
+		a.titled()
+		a.refused("stale_call", approveFrame(call)) // the expiry won: a verdict now is stale
 	}})
 }
