@@ -75,9 +75,9 @@ type progress struct {
 	requestSeq map[string]int64
 	// expiresAt is each expiring approval request's deadline.
 	expiresAt map[string]time.Time
-	verdicts   map[string]verdict
-	last       lastKind
-	usage      TurnUsage // tokens and model calls of completed model outputs
+	verdicts  map[string]verdict
+	last      lastKind
+	usage     TurnUsage // tokens and model calls of completed model outputs
 }
 
 // newProgress starts the progress of the turn whose turn/start is start.

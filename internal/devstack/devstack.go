@@ -161,7 +161,7 @@ type Stack struct {
 
 	measure    Measure
 	quotaSweep *sweeper
-	timer      *timer.Local // approval expiries (package timer)
+	timer      *timer.Local               // approval expiries (package timer)
 	logStream  *types.StreamSpecification // held back (Measure.LogStreamLater)
 	logMapping eventsource.Mapping
 	logPoller  *eventsource.Poller
