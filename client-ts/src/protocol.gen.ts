@@ -251,6 +251,8 @@ export interface ApprovalRequestedPayload {
   name: string;
   args: Json;
   rule?: string;
+  /** When the request is resolved denied, reason expired, if no verdict came by then (the tool entry's approval.expires_in); absent: it waits for a verdict. */
+  expires_at?: string;
 }
 
 /** Payload of approval/resolved. */
