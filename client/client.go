@@ -380,6 +380,52 @@ func (c *Client) SetPolicy(ctx context.Context, patterns []string) error {
 	return c.send(ctx, protocol.SetPolicy{Patterns: patterns})
 }
 
+// Seen is the highest seq delivered to Options.OnEvent (counting the one being
+// delivered), -1 before the first: the usual expect_seq for a frame sent in answer to
+// what the events showed. An application that acts on what a person sees should pass
+// the seq of what it last showed instead.
+func (c *Client) Seen() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next - 1
+}
+
+// InjectExpect is Inject with the precondition expect_seq (docs/protocol.md,
+// "expect_seq"): applied only if no turn started or ended after seq — a steer lands in
+// the turn the sender saw running, a wake starts a turn only on an agent still idle.
+// Otherwise the server answers stale (an OnNotice *ProtocolError matching ErrStale)
+// and nothing is appended.
+func (c *Client) InjectExpect(ctx context.Context, text string, wake bool, seq int64) error {
+	return c.send(ctx, protocol.Inject{Text: text, Wake: wake, ExpectSeq: &seq})
+}
+
+// CancelExpect is Cancel with the precondition expect_seq: it stops only the turn
+// that was running at seq; if that turn ended, or another started, after seq, the
+// server answers stale and stops nothing.
+func (c *Client) CancelExpect(ctx context.Context, reason string, seq int64) error {
+	return c.send(ctx, protocol.Cancel{Reason: reason, ExpectSeq: &seq})
+}
+
+// ApproveExpect is Approve with the precondition expect_seq: the approval request
+// must be at or before seq (the sender saw it), else stale.
+func (c *Client) ApproveExpect(ctx context.Context, callID string, seq int64) error {
+	return c.send(ctx, protocol.Approve{CallID: callID, ExpectSeq: &seq})
+}
+
+// DenyExpect is Deny with the precondition expect_seq, as ApproveExpect.
+func (c *Client) DenyExpect(ctx context.Context, callID, reason string, seq int64) error {
+	return c.send(ctx, protocol.Deny{CallID: callID, Reason: reason, ExpectSeq: &seq})
+}
+
+// SetPolicyExpect is SetPolicy with the precondition expect_seq: applied only if no
+// policy/updated was logged after seq (no one else changed the policy meanwhile).
+func (c *Client) SetPolicyExpect(ctx context.Context, patterns []string, seq int64) error {
+	if patterns == nil {
+		patterns = []string{}
+	}
+	return c.send(ctx, protocol.SetPolicy{Patterns: patterns, ExpectSeq: &seq})
+}
+
 // Keepalive sends {"type":"keepalive"} now, unnumbered, as the client does by itself
 // after KeepaliveInterval without sending (docs/protocol.md, "Extension: keepalive").
 // A server with the extension answers {"type":"keepalive"}; one without answers

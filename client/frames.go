@@ -43,6 +43,10 @@ const (
 	CodeStaleCall    Code = "stale_call"   // approve/deny of no standing request; stays open
 	CodeUnsupported  Code = "unsupported"  // the deployment does not mount the plugin; stays open
 	CodeInternal     Code = "internal"     // the server failed serving the connection; closes
+	// CodeStale: the frame's expect_seq precondition failed — the agent moved on after
+	// the seq the frame was sent for (the message names the seq); nothing was applied;
+	// stays open.
+	CodeStale Code = "stale"
 )
 
 // Closes reports whether the server closes the connection after an error with this
@@ -65,6 +69,9 @@ var (
 	ErrStaleCall    = errors.New("client: stale call")
 	ErrUnsupported  = errors.New("client: unsupported")
 	ErrInternal     = errors.New("client: internal server error")
+	// ErrStale: a frame sent with expect_seq (InjectExpect, CancelExpect, …) was not
+	// applied because the agent moved on after that seq: look again.
+	ErrStale = errors.New("client: stale: the agent moved on")
 )
 
 // Errors of the client itself.
@@ -90,6 +97,7 @@ var codeErrors = map[Code]error{
 	CodeStaleCall:    ErrStaleCall,
 	CodeUnsupported:  ErrUnsupported,
 	CodeInternal:     ErrInternal,
+	CodeStale:        ErrStale,
 }
 
 // ProtocolError is an error frame the server sent. errors.Is matches it against the

@@ -67,6 +67,7 @@ func TestCodes(t *testing.T) {
 		protocol.CodeLagged: client.ErrLagged, protocol.CodeBadFrame: client.ErrBadFrame,
 		protocol.CodeNotRunning: client.ErrNotRunning, protocol.CodeStaleCall: client.ErrStaleCall,
 		protocol.CodeUnsupported: client.ErrUnsupported, protocol.CodeInternal: client.ErrInternal,
+		protocol.CodeStale: client.ErrStale,
 	}
 	for _, code := range protocol.Codes() {
 		pe := &client.ProtocolError{Code: client.Code(code), Message: "m"}

@@ -437,29 +437,51 @@ export class TerretClient implements AsyncIterable<StreamItem> {
     if (this.conn) this.conn.send(this.subscribeFrame(fromSeq));
   }
 
-  /** inject sends text; with wake on an idle agent it starts a turn, otherwise it steers the running one. */
-  inject(text: string, options: { wake?: boolean } = {}): Promise<void> {
-    return this.send({ type: 'inject', text, wake: options.wake ?? true });
+  /**
+   * The seq of the newest event delivered (-1 before the first): the usual expectSeq of
+   * a frame sent in answer to what the events showed.
+   */
+  get seenSeq(): number {
+    return this.next - 1;
   }
-  /** cancel asks the running turn to stop (a not_running notice when none runs). */
-  cancel(reason?: string): Promise<void> {
-    return this.send(reason ? { type: 'cancel', reason } : { type: 'cancel' });
+
+  /**
+   * inject sends text; with wake on an idle agent it starts a turn, otherwise it steers
+   * the running one. With expectSeq (the newest seq the sender saw) it applies only if
+   * no turn started or ended after it; otherwise the server answers a `stale` notice and
+   * nothing is logged.
+   */
+  inject(text: string, options: { wake?: boolean; expectSeq?: number } = {}): Promise<void> {
+    return this.send(withExpect({ type: 'inject', text, wake: options.wake ?? true }, options.expectSeq));
   }
-  /** approve resolves the parked tool call callId (the id of its tool/call). */
-  approve(callId: string): Promise<void> {
-    return this.send({ type: 'approve', call_id: callId });
+  /**
+   * cancel asks the running turn to stop (a not_running notice when none runs). With
+   * expectSeq it stops only the turn running at that seq, else a `stale` notice.
+   */
+  cancel(reason?: string, options: { expectSeq?: number } = {}): Promise<void> {
+    return this.send(withExpect(reason ? { type: 'cancel', reason } : { type: 'cancel' }, options.expectSeq));
   }
-  /** deny resolves the parked tool call callId as denied. */
-  deny(callId: string, reason?: string): Promise<void> {
-    return this.send(reason ? { type: 'deny', call_id: callId, reason } : { type: 'deny', call_id: callId });
+  /**
+   * approve resolves the parked tool call callId (the id of its tool/call). With
+   * expectSeq the request must be at or before that seq, else a `stale` notice.
+   */
+  approve(callId: string, options: { expectSeq?: number } = {}): Promise<void> {
+    return this.send(withExpect({ type: 'approve', call_id: callId }, options.expectSeq));
+  }
+  /** deny resolves the parked tool call callId as denied; expectSeq as for approve. */
+  deny(callId: string, reason?: string, options: { expectSeq?: number } = {}): Promise<void> {
+    return this.send(withExpect(reason ? { type: 'deny', call_id: callId, reason } : { type: 'deny', call_id: callId }, options.expectSeq));
   }
   /** setModel points a model role (main, titler, …) at spec ("provider/model" or "scripted"). */
   setModel(role: string, spec: string): Promise<void> {
     return this.send({ type: 'set_model', role, spec });
   }
-  /** setPolicy replaces the agent's tool allow list (fnmatch globs; [] allows no tool). */
-  setPolicy(patterns: string[]): Promise<void> {
-    return this.send({ type: 'set_policy', patterns: [...patterns] });
+  /**
+   * setPolicy replaces the agent's tool allow list (fnmatch globs; [] allows no tool).
+   * With expectSeq it applies only if no policy/updated came after that seq.
+   */
+  setPolicy(patterns: string[], options: { expectSeq?: number } = {}): Promise<void> {
+    return this.send(withExpect({ type: 'set_policy', patterns: [...patterns] }, options.expectSeq));
   }
 
   /**
@@ -869,3 +891,10 @@ function fatalOf(err: Error): Error | null {
 
 /** Json is re-exported for payload typing. */
 export type { Json, ErrorCode };
+
+/** withExpect adds the expect_seq precondition to frame when seq is given. */
+function withExpect<F extends ClientFrame>(frame: F, seq: number | undefined): F {
+  if (seq === undefined) return frame;
+  if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError(`expect_seq ${seq}: must be an integer ≥ 0`);
+  return { ...frame, expect_seq: seq };
+}

@@ -22,9 +22,10 @@ export type ErrorCode =
   | "not_running"
   | "stale_call"
   | "unsupported"
-  | "internal";
+  | "internal"
+  | "stale";
 /** Every error code, in the protocol's order. */
-export const ERROR_CODES: readonly ErrorCode[] = ["unauthorized", "superseded", "lagged", "bad_frame", "not_running", "stale_call", "unsupported", "internal"];
+export const ERROR_CODES: readonly ErrorCode[] = ["unauthorized", "superseded", "lagged", "bad_frame", "not_running", "stale_call", "unsupported", "internal", "stale"];
 /** The codes after which the server closes the connection. */
 export const CLOSING_CODES: readonly ErrorCode[] = ["unauthorized", "superseded", "lagged", "internal"];
 /** What each code means. */
@@ -37,6 +38,7 @@ export const ERROR_CODE_DOCS: Readonly<Record<ErrorCode, string>> = {
   stale_call: "Approve or deny named a call with no standing approval request; nothing is appended, the connection stays open.",
   unsupported: "The frame needs a plugin this deployment does not mount; the connection stays open.",
   internal: "The server hit an unexpected error serving this connection; the connection closes. Resubscribe from the last durable seq.",
+  stale: "The frame's expect_seq precondition failed: the log moved on after that seq in a way that matters to the frame (the message names the conflicting seq); nothing is appended, the connection stays open.",
 };
 
 export type TurnStatus = "completed" | "cancelled" | "rejected" | "empty" | "failed";
@@ -81,18 +83,24 @@ export interface InjectFrame extends ClientFrameCommon {
   type: "inject";
   text: string;
   wake: boolean;
+  /** Precondition: the highest seq the client had seen when it decided. Applied only if nothing after it changes what the frame acts on, else answered stale; above the log's tip it is bad_frame. */
+  expect_seq?: number;
 }
 
 /** Ask the running turn to stop. */
 export interface CancelFrame extends ClientFrameCommon {
   type: "cancel";
   reason?: string;
+  /** Precondition: the highest seq the client had seen when it decided. Applied only if nothing after it changes what the frame acts on, else answered stale; above the log's tip it is bad_frame. */
+  expect_seq?: number;
 }
 
 /** Approve the parked tool call call_id. */
 export interface ApproveFrame extends ClientFrameCommon {
   type: "approve";
   call_id: string;
+  /** Precondition: the highest seq the client had seen when it decided. Applied only if nothing after it changes what the frame acts on, else answered stale; above the log's tip it is bad_frame. */
+  expect_seq?: number;
 }
 
 /** Deny the parked tool call call_id. */
@@ -100,6 +108,8 @@ export interface DenyFrame extends ClientFrameCommon {
   type: "deny";
   call_id: string;
   reason?: string;
+  /** Precondition: the highest seq the client had seen when it decided. Applied only if nothing after it changes what the frame acts on, else answered stale; above the log's tip it is bad_frame. */
+  expect_seq?: number;
 }
 
 /** Point a model role (main, titler, …) at a spec: provider/model or scripted. */
@@ -113,6 +123,8 @@ export interface SetModelFrame extends ClientFrameCommon {
 export interface SetPolicyFrame extends ClientFrameCommon {
   type: "set_policy";
   patterns: string[];
+  /** Precondition: the highest seq the client had seen when it decided. Applied only if nothing after it changes what the frame acts on, else answered stale; above the log's tip it is bad_frame. */
+  expect_seq?: number;
 }
 
 /** A frame a client sends. */
@@ -245,6 +257,8 @@ export interface ApprovalRequestedPayload {
   name: string;
   args: Json;
   rule?: string;
+  /** When the request is resolved denied, reason expired, if no verdict came by then (the tool entry's approval.expires_in); absent: it waits for a verdict. */
+  expires_at?: string;
 }
 
 /** Payload of approval/resolved. */

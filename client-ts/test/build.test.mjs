@@ -39,7 +39,7 @@ test('npm pack: files, exports and types resolve', () => {
     writeFileSync(join(app, 'package.json'), '{"type":"module"}');
     writeFileSync(join(app, 'main.mjs'), `import { TerretClient, SessionProjection, ERROR_CODES, PROTO } from '@terret/client';
 console.log(JSON.stringify([typeof TerretClient, typeof SessionProjection, ERROR_CODES.length, PROTO]));`);
-    assert.equal(execFileSync(process.execPath, ['main.mjs'], { cwd: app, encoding: 'utf8' }).trim(), '["function","function",8,1]');
+    assert.equal(execFileSync(process.execPath, ['main.mjs'], { cwd: app, encoding: 'utf8' }).trim(), '["function","function",9,1]');
     writeFileSync(join(app, 'main.ts'), `import { TerretClient, ProtocolError, type KnownEvent, type StreamItem } from '@terret/client';
 const c: TerretClient = new TerretClient({ url: 'ws://h/agents/a/ws' });
 const f = (e: KnownEvent): string => (e.type === 'tool/call' ? e.payload.name : e.type);

@@ -113,6 +113,28 @@ describe('client', () => {
     await client.close();
   });
 
+  test('expectSeq sends expect_seq on inject, cancel, approve, deny and set_policy; seenSeq is the newest seq delivered', async () => {
+    const { client, got, sock } = await setup();
+    assert.equal(client.seenSeq, -1);
+    sock(0).recv(ev(0), ev(1));
+    await until('0..1', () => got.seqs.length === 2);
+    assert.equal(client.seenSeq, 1);
+    await client.inject('a', { wake: false, expectSeq: 1 });
+    await client.cancel(undefined, { expectSeq: 1 });
+    await client.approve('c1', { expectSeq: 0 });
+    await client.deny('c1', 'no', { expectSeq: 1 });
+    await client.setPolicy(['echo'], { expectSeq: 1 });
+    assert.deepEqual(sock(0).sent.slice(1), [
+      { type: 'inject', text: 'a', wake: false, expect_seq: 1, order: 2 },
+      { type: 'cancel', expect_seq: 1, order: 3 },
+      { type: 'approve', call_id: 'c1', expect_seq: 0, order: 4 },
+      { type: 'deny', call_id: 'c1', reason: 'no', expect_seq: 1, order: 5 },
+      { type: 'set_policy', patterns: ['echo'], expect_seq: 1, order: 6 },
+    ]);
+    assert.throws(() => client.cancel(undefined, { expectSeq: -1 }), RangeError);
+    await client.close();
+  });
+
   test('after a resubscribe events are discarded until seq == from_seq; none twice, none skipped', async () => {
     const { client, got, sock } = await setup();
     sock(0).recv(ev(0), ev(1), ev(2));

@@ -184,6 +184,7 @@ type chatView struct {
 	history  int64             // the log's tip at connect: events up to it were not sent from here
 	turnOpen bool
 	parked   map[string]string // call id → tool name: approvals the open turn waits for
+	shown    int64             // the seq of the newest event shown: the expect_seq of a steer, cancel or verdict
 }
 
 func newChatView(w io.Writer, color, echo bool, agent string) *chatView {
@@ -244,6 +245,7 @@ const compactedMarker = "Earlier context summarised through seq"
 func (v *chatView) event(ev client.Event) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.shown = ev.Seq
 	var p struct {
 		Text      string          `json:"text"`
 		Index     int             `json:"index"`
@@ -374,6 +376,17 @@ func (v *chatView) clip(s string) string {
 	return string([]rune(s)[:max]) + "…"
 }
 
+// seen is the seq of the newest event shown.
+func (v *chatView) seen() int64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.shown
+}
+
+// staleText is how a stale answer shows: the frame was sent for what the screen
+// showed, and the agent had moved on.
+const staleText = "the agent moved on — look again"
+
 func (v *chatView) notice(n client.Notice) {
 	var rt *client.ReplayTruncated
 	if errors.As(n, &rt) {
@@ -381,6 +394,13 @@ func (v *chatView) notice(n client.Notice) {
 		return
 	}
 	var pe *client.ProtocolError
+	if errors.As(n, &pe) && pe.Code == client.CodeStale {
+		v.mu.Lock()
+		v.own = nil // a stale steer is not logged: nothing to wait for
+		v.mu.Unlock()
+		v.problem("%s (%s)", staleText, pe.Message)
+		return
+	}
 	if errors.As(n, &pe) && pe.Code == client.CodeBadFrame {
 		v.mu.Lock()
 		v.own = nil // the refused frame may have been an inject: nothing to wait for
@@ -430,19 +450,24 @@ func (v *chatView) input(ctx context.Context, c *client.Client, line string) (qu
 	case "inject":
 		v.mu.Lock()
 		v.own = append(v.own, cmd.text)
+		steer, seen := v.turnOpen, v.shown
 		v.mu.Unlock()
-		err = c.Inject(ctx, cmd.text, true)
+		if steer { // lands in the turn on screen, or not at all (stale)
+			err = c.InjectExpect(ctx, cmd.text, true, seen)
+		} else {
+			err = c.Inject(ctx, cmd.text, true)
+		}
 		if err != nil {
 			v.mu.Lock()
 			v.takeOwn(cmd.text, false)
 			v.mu.Unlock()
 		}
-	case "cancel":
-		err = c.Cancel(ctx, cmd.reason)
+	case "cancel": // the turn on screen, or none (stale)
+		err = c.CancelExpect(ctx, cmd.reason, v.seen())
 	case "approve":
-		err = c.Approve(ctx, cmd.id)
+		err = c.ApproveExpect(ctx, cmd.id, v.seen())
 	case "deny":
-		err = c.Deny(ctx, cmd.id, cmd.reason)
+		err = c.DenyExpect(ctx, cmd.id, cmd.reason, v.seen())
 	case "policy":
 		err = c.SetPolicy(ctx, cmd.patterns)
 	case "model":

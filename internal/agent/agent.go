@@ -40,6 +40,9 @@ type Log interface {
 	Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error)
 	AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (sessionlog.Event, error)
 	AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (sessionlog.Event, error)
+	// AppendAtStamped puts an event at exactly seq, stamped (sessionlog.ErrConflict if
+	// seq is taken): set_policy's compare-and-append under expect_seq.
+	AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (sessionlog.Event, error)
 	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
 	Tip(ctx context.Context, sessionID string) (int64, error)
 	// Expire sets an event's TTL (retention: only for events the checkpoint passed).
@@ -61,6 +64,9 @@ var _ Invoker = (*lambda.Client)(nil)
 type RunnerEvent struct {
 	AgentID string `json:"agent_id"`
 	Sweep   string `json:"sweep,omitempty"`
+	// Expire, with AgentID, is a timer's event (Timer): the approval request of this
+	// call id expires, then the agent's turn goes on.
+	Expire string `json:"expire,omitempty"`
 }
 
 // Model roles set_model accepts.
@@ -105,6 +111,12 @@ type Config struct {
 	// Rules compiles profiles' rules over tool arguments (package rules). nil: a
 	// profile with rules cannot run tools here (its calls fail, naming the cause).
 	Rules RuleCompiler
+	// Answer, if set, answers a client whose queued inject the runner dropped as stale
+	// (expect_seq); nil: the drop is only logged.
+	Answer Answerer
+	// Timer fires approval requests' expiries (approval.expires_in); nil: a request
+	// waits for a verdict, however its tool entry is configured.
+	Timer Timer
 	// RetentionDays (the deployment's RETENTION_DAYS; a profile's retention_days wins)
 	// expires log events that many days after they were appended, once the checkpoint
 	// has passed them (retention.go); 0: keep them forever.

@@ -124,6 +124,9 @@ type approvalRequested struct {
 	Name   string          `json:"name"`
 	Args   json.RawMessage `json:"args"`
 	Rule   string          `json:"rule,omitempty"` // the rule that asks, by JSON path
+	// ExpiresAt is when the request is resolved as denied, reason expired, with no
+	// verdict by then (the tool entry's approval.expires_in); "": never.
+	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
 type approvalResolved struct {

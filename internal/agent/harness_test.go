@@ -91,7 +91,7 @@ func (i *invoker) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*l
 		}()
 		for attempt := 0; attempt <= i.retries; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), i.timeout)
-			err := i.runner.Load().Run(ctx, ev.AgentID)
+			err := i.runner.Load().Handle(ctx, ev)
 			cancel()
 			if err == nil {
 				return
@@ -129,6 +129,9 @@ type opts struct {
 	wrapDB    func(agent.DB) agent.DB
 	retries   int // Lambda's retries of a failed invocation; 0: Lambda's 2
 	onAppend  func(context.Context, sessionlog.Event)
+	answer    agent.Answerer // the runner's answers to stale injects
+	timer     agent.Timer    // approval expiries
+	now       func() time.Time
 }
 
 // env is one agent on the shared tables, with a Service and a Runner wired as the
@@ -180,6 +183,7 @@ func newEnv(t *testing.T, o opts) *env {
 		Log: lg, DB: adb, AgentsTable: names["AgentsTable"], Invoker: e.inv, RunnerFunction: runnerFunction,
 		Models: o.models, Tools: o.tools, Profile: o.profile, Approvals: o.approvals,
 		LeaseDuration: testLease, DeadlineMargin: o.margin, Crash: o.crash, Pause: o.pause,
+		Answer: o.answer, Timer: o.timer, Now: o.now,
 	}
 	var err error
 	if e.svc, err = agent.New(e.cfg); err != nil {

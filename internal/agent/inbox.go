@@ -35,6 +35,11 @@ type inboxItem struct {
 	FireAt     string `dynamodbav:"fire_at,omitempty"`
 	// ClientID is the inject's client_id (control.Frame), for the event it becomes.
 	ClientID string `dynamodbav:"client_id,omitempty"`
+	// ExpectSeq is the inject's expect_seq precondition (nil: none), checked again by
+	// the runner when it drains the inject; Conn is the connection it came from, which
+	// is answered stale if that check fails ("" for an inject from no connection).
+	ExpectSeq *int64 `dynamodbav:"expect_seq,omitempty"`
+	Conn      string `dynamodbav:"conn,omitempty"`
 	// attr is the state item's attribute holding an inline inject (inboxAttr, or
 	// turnWakeAttr once a turn claimed it); "" for an item of its own.
 	attr string `dynamodbav:"-"`

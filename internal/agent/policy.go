@@ -63,6 +63,9 @@ func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []stri
 	if patterns == nil {
 		patterns = []string{}
 	}
+	if expect, ok := control.ExpectOf(ctx); ok {
+		return s.setPolicyExpecting(ctx, agentID, patterns, expect)
+	}
 	key := s.c.stamp(ctx).Key()
 	newest, err := s.c.store.seePolicy(ctx, agentID, key)
 	if err != nil {

@@ -70,6 +70,11 @@ type progress struct {
 	calls     []callInfo
 	results   map[string]bool // call ids with a tool/result
 	requested map[string]bool
+	// requestSeq is each approval/requested's seq (an approve's expect_seq is checked
+	// against it).
+	requestSeq map[string]int64
+	// expiresAt is each expiring approval request's deadline.
+	expiresAt map[string]time.Time
 	verdicts  map[string]verdict
 	last      lastKind
 	usage     TurnUsage // tokens and model calls of completed model outputs
@@ -77,7 +82,7 @@ type progress struct {
 
 // newProgress starts the progress of the turn whose turn/start is start.
 func newProgress(start sessionlog.Event) *progress {
-	p := &progress{results: map[string]bool{}, requested: map[string]bool{}, verdicts: map[string]verdict{}, last: lastInput}
+	p := &progress{results: map[string]bool{}, requested: map[string]bool{}, requestSeq: map[string]int64{}, expiresAt: map[string]time.Time{}, verdicts: map[string]verdict{}, last: lastInput}
 	p.turnID = decode[turnStart](start).TurnID
 	p.startAt, _ = time.Parse(sessionlog.TimeFormat, start.At)
 	return p
@@ -112,7 +117,15 @@ func (p *progress) add(ev sessionlog.Event) {
 			p.usage.ModelCalls += max(c.Calls, 1)
 		}
 	case TypeApprovalRequested:
-		p.requested[decode[approvalRequested](ev).CallID] = true
+		req := decode[approvalRequested](ev)
+		id := req.CallID
+		p.requested[id] = true
+		if at, err := time.Parse(sessionlog.TimeFormat, req.ExpiresAt); err == nil {
+			p.expiresAt[id] = at
+		}
+		if _, ok := p.requestSeq[id]; !ok {
+			p.requestSeq[id] = ev.Seq
+		}
 	case TypeApprovalResolved:
 		r := decode[approvalResolved](ev)
 		if p.requested[r.CallID] {

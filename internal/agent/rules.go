@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/terret/terret-ws/internal/tools"
@@ -46,4 +47,38 @@ func ruleDeniedText(d tools.Decision) string {
 		text += ": " + d.Err
 	}
 	return text
+}
+
+// Rules pinned per turn. A turn decides its tool calls by the rules in force when it
+// started, however the profile changes until it ends (a stored profile put, an edited
+// profile file): the claim that records the turn on the state item also records the
+// profile's rules (claim.rules, the state item's turn_rules, cleared with the turn), in
+// the same write, so pinning costs no request; a turn that parks for an approval and
+// resumes in another invocation, or hands over at a deadline, reads them back with the
+// state. The next turn pins the rules in force at its own start.
+
+// pinnedRules is prof's rules as the claim records them: JSON, "[]" for none.
+func pinnedRules(prof tools.Profile) string {
+	if len(prof.Rules) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(prof.Rules)
+	if err != nil {
+		return "" // not pinned: the turn reads the profile's
+	}
+	return string(b)
+}
+
+// turnRules is prof with the open turn's pinned rules in place of its own, when the
+// turn pinned them.
+func (inv *invocation) turnRules(prof tools.Profile) tools.Profile {
+	if inv.st.TurnRules == "" {
+		return prof
+	}
+	var rs []tools.Rule
+	if err := json.Unmarshal([]byte(inv.st.TurnRules), &rs); err != nil {
+		return prof
+	}
+	prof.Rules = rs
+	return prof
 }

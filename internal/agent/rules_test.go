@@ -148,3 +148,36 @@ func TestBadRuleFailsTurn(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesPinnedPerTurn: a turn decides its calls by the rules in force when it
+// started. The agent's stored profile drops every rule while the turn is parked; the
+// turn's next call is still denied by the rule it started with, in a new invocation;
+// the next turn runs under the new profile.
+func TestRulesPinnedPerTurn(t *testing.T) {
+	t.Parallel()
+	e := ruleEnv(t, ruleProfile(), true)
+	e.inject(script(`{"call":[{"tool":"guarded_echo","args":{"text":"park"}}]}`, `{"call":[{"tool":"echo","args":{"text":"rm one"}}]}`, `{"say":"done"}`), true)
+	evs := e.waitFor("approval/requested", func(evs []sessionlog.Event) bool { return count(evs, agent.TypeApprovalRequested) == 1 })
+	e.settle()
+	if err := agent.PutProfile(e.ctx, e.db, e.names["AgentsTable"], e.agentID, `{"rules":[]}`); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(nil) // the verdict and the rest of the turn run in a new process
+	if err := e.svc.Approve(e.ctx, e.agentID, str(ofType(evs, agent.TypeToolCall)[0], "id")); err != nil {
+		t.Fatal(err)
+	}
+	evs = e.waitTurnEnds(1)
+	e.settle()
+	res := ofType(evs, agent.TypeToolResult)
+	if len(res) != 2 || str(res[1], "error") != "denied by rule rules[0]" || payload(res[1])["rule"] != "rules[0]" {
+		t.Fatalf("the turn's second call, after the profile dropped its rules: want denied by the rule the turn started with:\n%s", dump(evs))
+	}
+	e.inject(script(`{"call":[{"tool":"echo","args":{"text":"rm two"}}]}`, `{"say":"done"}`), true)
+	evs = e.waitTurnEnds(2)
+	e.settle()
+	e.noErrors()
+	res = ofType(evs, agent.TypeToolResult)
+	if len(res) != 3 || string(mustJSON(payload(res[2])["result"])) != `{"text":"rm two"}` {
+		t.Errorf("the next turn, under the profile without rules: want the call run:\n%s", dump(evs))
+	}
+}

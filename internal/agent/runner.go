@@ -43,6 +43,11 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 	if ev.AgentID == "" {
 		return errors.New("agent: runner event without agent_id")
 	}
+	if ev.Expire != "" {
+		if _, err := r.Expire(ctx, ev.AgentID, ev.Expire); err != nil {
+			return err
+		}
+	}
 	return r.Run(ctx, ev.AgentID)
 }
 
@@ -322,7 +327,7 @@ func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
 	}
 	for _, it := range items {
 		if it.Wake && !inv.log.isLogged(it.ID) {
-			return &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}, nil
+			return &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it, rules: pinnedRules(prof)}, nil
 		}
 	}
 	return nil, nil

@@ -67,6 +67,14 @@ func (s *Service) InjectFrom(ctx context.Context, agentID, text string, wake boo
 	now := s.c.now()
 	st := s.c.stamp(ctx)
 	it := inboxItem{ID: newInboxID(st.Key()), Text: text, Wake: wake, At: now.UTC().Format(sessionlog.TimeFormat), ClientID: control.FrameFrom(ctx).ClientID}
+	if expect, ok := control.ExpectOf(ctx); ok {
+		// Checked now, to answer at once, and again by the runner as it drains the
+		// inject (staleInject): a turn may start or end in between.
+		if _, err := s.c.afterExpect(ctx, agentID, protocol.TypeInject, expect, isTurnEdge); err != nil {
+			return err
+		}
+		it.ExpectSeq, it.Conn = &expect, connID
+	}
 	counted, err := s.c.store.putInbox(fromConn(ctx, connID), agentID, it)
 	if errors.Is(err, errDuplicate) {
 		return nil // applied before (client_id): nothing queued, no error
@@ -135,6 +143,9 @@ func (s *Service) Cancel(ctx context.Context, agentID, reason string) (err error
 	}
 	defer func() { done(err) }()
 	reason, _ = boundText(reason, MaxReasonBytes)
+	if expect, ok := control.ExpectOf(ctx); ok {
+		return s.cancelExpecting(ctx, agentID, reason, expect)
+	}
 	st := s.c.stamp(ctx)
 	key := st.Key()
 	deadline := time.UnixMilli(st.At).Add(InFlightBound)
@@ -262,11 +273,21 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 		return err
 	}
 	if st.TurnID == "" {
+		if expect, ok := control.ExpectOf(ctx); ok {
+			if _, err := s.c.afterExpect(ctx, agentID, verdictFrame(verdictText), expect, func(sessionlog.Event) bool { return false }); err != nil {
+				return err // above the tip: bad_frame before stale_call
+			}
+		}
 		return ErrStaleCall
 	}
 	w := newWindow(s.c.log, agentID, st.TurnSeq)
 	if err := w.refresh(ctx); err != nil {
 		return err
+	}
+	if expect, ok := control.ExpectOf(ctx); ok {
+		if err := verdictExpecting(w, verdictFrame(verdictText), callID, expect); err != nil {
+			return err
+		}
 	}
 	if err := s.c.resolveVerdict(ctx, agentID, w, callID, verdictText, reason); err != nil {
 		return err

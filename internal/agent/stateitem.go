@@ -18,6 +18,7 @@ const (
 	attrLeaseUntil = "lease_until" // state.LeaseUntil, the lease's last millisecond
 	attrPending    = "pending"     // state.Stimuli, the stimulus counter
 	attrTurnID     = "turn_id"     // state.TurnID, the recorded turn
+	attrTurnRules  = "turn_rules"  // state.TurnRules, the recorded turn's pinned rules
 )
 
 // state is the agent's state item. The fields are named for what they hold (the
@@ -37,6 +38,9 @@ type state struct {
 	// TurnKey is the stamp key (protocol.Stamp.Key) of the waking inject that started
 	// the recorded turn; a cancel only stops a turn whose wake it was sent after.
 	TurnKey string `dynamodbav:"turn_key"`
+	// TurnRules is the recorded turn's rules, JSON, pinned by its claim (pinnedRules);
+	// "": none pinned (a turn claimed before rules were pinned uses the profile's).
+	TurnRules string `dynamodbav:"turn_rules"`
 	// PolicyAt and PolicySeq are the stamp key and log seq of the newest claimed
 	// policy/updated (claimPolicy): claims only ever rise in both.
 	PolicyAt  string `dynamodbav:"policy_at"`
@@ -108,7 +112,7 @@ func names(attrs ...string) map[string]string {
 
 // boundaryAttrs are what a runner reads at a step boundary (not the profile or the
 // counters, which only grow the read).
-var boundaryAttrs = []string{attrOwner, attrLeaseUntil, attrPending, attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason",
+var boundaryAttrs = []string{attrOwner, attrLeaseUntil, attrPending, attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason", attrTurnRules,
 	"cancel_at", "cancel_at_reason", "model_main", "model_titler", "model_compactor",
 	"quota_day", "quota_turns", "quota_month", "quota_tokens", "quota_refused"}
 

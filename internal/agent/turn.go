@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -115,9 +116,17 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 // queued on the state item left the queue with that claim; an inbox item of its own
 // is deleted once its user/message is logged.
 func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
+	if se, err := inv.staleInject(ctx, it); err != nil {
+		return err
+	} else if se != nil {
+		return inv.dropStale(ctx, it, se)
+	}
 	id := inv.st.TurnID // claimed with the lease, or by an invocation that died before logging anything
 	if id == "" {
 		c := claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}
+		if prof, err := inv.c.agentProfile(inv.profileJSON); err == nil {
+			c.rules = pinnedRules(prof)
+		}
 		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, c)
 		if err != nil {
 			return err
@@ -151,6 +160,29 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 	inv.dropInbox(it.ID)
 	_, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id})
 	return err
+}
+
+// dropStale drops a waking inject found stale (staleInject) instead of starting a turn
+// with it: its connection is answered stale first, then the turn claimed for it, if
+// any, is forgotten and the inject taken off the inbox, logging nothing. A runner that
+// dies in between finds it stale again (a turn/start or turn/end stays logged) and
+// drops it then: the answer may come twice, the inject is never logged.
+func (inv *invocation) dropStale(ctx context.Context, it inboxItem, se *control.StaleError) error {
+	inv.answerStale(ctx, it, se)
+	if inv.st.TurnID != "" && inv.st.TurnKey == it.key() && !inv.log.isLogged(it.ID) {
+		st, err := inv.c.store.clearTurn(ctx, inv.agent, inv.me, inv.st.TurnID)
+		if err != nil {
+			return err
+		}
+		inv.adopt(st)
+	}
+	if it.attr != turnWakeAttr {
+		if err := inv.deleteInbox(ctx, []inboxItem{it}); err != nil {
+			return err
+		}
+	}
+	inv.dropInbox(it.ID)
+	return nil
 }
 
 func (inv *invocation) dropInbox(id string) {
@@ -233,6 +265,14 @@ func (inv *invocation) drain(ctx context.Context) error {
 	}
 	for _, it := range inv.inbox {
 		if !inv.log.isLogged(it.ID) {
+			se, err := inv.staleInject(ctx, it)
+			if err != nil {
+				return err
+			}
+			if se != nil {
+				inv.answerStale(ctx, it, se) // and deleted with the others, never logged
+				continue
+			}
 			if err := inv.logFire(ctx, it); err != nil {
 				return err
 			}
@@ -462,7 +502,7 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 	prof, set, err := inv.toolset()
 	var rules tools.RuleSet
 	if err == nil {
-		rules, err = inv.c.rulesOf(prof)
+		rules, err = inv.c.rulesOf(inv.turnRules(prof))
 	}
 	if err != nil {
 		for _, c := range owed {
@@ -497,7 +537,11 @@ func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInf
 		if park {
 			for _, pl := range plans {
 				if pl.park && !t.requested[pl.call.ID] {
-					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args, Rule: pl.rule}); err != nil {
+					expires, err := inv.armExpiry(ctx, pl.call.ID, set.ApprovalExpiry(pl.call.Name))
+					if err != nil {
+						return 0, err
+					}
+					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args, Rule: pl.rule, ExpiresAt: expires}); err != nil {
 						return 0, err
 					}
 				}

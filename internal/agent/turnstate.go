@@ -20,6 +20,9 @@ type claim struct {
 	turnID string
 	seq    int64
 	wake   inboxItem
+	// rules is the profile's rules in force at the claim, JSON (pinnedRules): the turn
+	// decides its tool calls by them however the profile changes until it ends.
+	rules string
 }
 
 // clause adds the claim's parts to an update: the turn's id, first seq and wake key
@@ -32,6 +35,10 @@ func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, val
 		attrs["#"+a] = a
 	}
 	vals[":t"], vals[":seq"], vals[":k"] = s(c.turnID), n(c.seq), s(c.wake.key())
+	if c.rules != "" {
+		*set = append(*set, "#turn_rules = :rules")
+		attrs["#turn_rules"], vals[":rules"] = attrTurnRules, s(c.rules)
+	}
 	if c.wake.attr == "" || c.wake.attr == turnWakeAttr {
 		return nil
 	}
@@ -153,12 +160,12 @@ type finish struct {
 func finishing(turnID string, u TurnUsage) finish {
 	return finish{
 		expr: clauses{
-			remove: []string{"#turn_id", "#turn_seq", "#turn_key", "#turn_wake", "#cancel_turn", "#cancel_reason"},
+			remove: []string{"#turn_id", "#turn_seq", "#turn_key", "#turn_wake", "#cancel_turn", "#cancel_reason", "#turn_rules"},
 			add: []string{"#usage_turns :one", "#usage_input_tokens :in", "#usage_output_tokens :out", "#usage_model_calls :mc",
 				"#usage_tool_calls :tc", "#usage_wall_ms :wall", "#quota_turns :one", "#quota_tokens :tok"},
 		},
 		cond: "#turn_id = :t",
-		names: names(attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason",
+		names: names(attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason", attrTurnRules,
 			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
 			"quota_turns", "quota_tokens"),
 		vals: map[string]types.AttributeValue{
@@ -174,9 +181,9 @@ func finishing(turnID string, u TurnUsage) finish {
 // errLeaseLost when the lease is not mine.
 func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) (state, error) {
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason"),
+		UpdateExpression:                    aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason, #turn_rules"),
 		ConditionExpression:                 aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:            names(attrOwner, attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason"),
+		ExpressionAttributeNames:            names(attrOwner, attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason", attrTurnRules),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,

@@ -77,9 +77,9 @@ func TestTurnWrites(t *testing.T) {
 	t.Parallel()
 	const (
 		queue   = "UpdateItem SET #inbox.#id = :it ADD #pending :one"
-		claim   = "UpdateItem SET #owner = :me, #lease_until = :until, #pending = if_not_exists(#pending, :zero), #turn_id = :t, #turn_seq = :seq, #turn_key = :k"
-		release = "UpdateItem SET #ck = :ck REMOVE #owner, #lease_until, #turn_id" // the checkpoint rides the release
-		counted = "UpdateItem ADD #items :one, #bytes :size"                       // the inbox's bound
+		claim   = "UpdateItem SET #owner = :me, #lease_until = :until, #pending = if_not_exists(#pending, :zero), #turn_id = :t, #turn_seq = :seq, #turn_key = :k, #turn_rules = :rules" // the turn's rules pinned in the claim
+		release = "UpdateItem SET #ck = :ck REMOVE #owner, #lease_until, #turn_id"                                                                                                       // the checkpoint rides the release
+		counted = "UpdateItem ADD #items :one, #bytes :size"                                                                                                                             // the inbox's bound
 		uncount = "UpdateItem ADD #items :items, #bytes :size"
 		fold    = "PutItem" // the turn's history, folded, written before the checkpoint moves past it
 	)

@@ -17,6 +17,7 @@ func TestStateFor(t *testing.T) {
 		protocol.CodeNotRunning:   connections.StateUnauthorized,
 		protocol.CodeStaleCall:    connections.StateUnauthorized,
 		protocol.CodeUnsupported:  connections.StateUnauthorized,
+		protocol.CodeStale:        connections.StateUnauthorized,
 	}
 	for _, code := range protocol.Codes() {
 		w, ok := want[code]

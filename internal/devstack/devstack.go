@@ -42,6 +42,7 @@ import (
 	"github.com/terret/terret-ws/internal/stack"
 	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/webhook"
+	"github.com/terret/terret-ws/internal/timer"
 )
 
 // Options configure a Stack. Zero values take the spec's and dev-profile.md's defaults.
@@ -172,6 +173,7 @@ type Stack struct {
 
 	measure    Measure
 	quotaSweep *sweeper
+	timer      *timer.Local               // approval expiries (package timer)
 	logStream  *types.StreamSpecification // held back (Measure.LogStreamLater)
 	logMapping eventsource.Mapping
 	logPoller  *eventsource.Poller
@@ -353,7 +355,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	tune := service.Tuning{Observer: o.Observer, ReplayPage: o.ReplayPage}
 	msgD := service.Deliverer(st.Config, awsCfg, logger, tune)      // the message function's, shared as there
 	agentLog := slog.New(withoutRunnerTurnFailed{logger.Handler()}) // the console logs failed turns (console.go)
-	agent, err := agentservice.AgentWith(st.Config, awsCfg, msgD, agentLog, agentservice.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock, Rules: ruleEngine.Rules})
+	// Approval expiries: records in the agents table, armed again here at every start.
+	st.timer = agentservice.LocalTimer(st.Config, awsCfg, logger)
+	agent, err := agentservice.AgentWith(st.Config, awsCfg, msgD, agentLog, agentservice.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock, Rules: ruleEngine.Rules, Timer: st.timer})
 	if err != nil {
 		return nil, err
 	}
@@ -423,6 +427,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err := st.startSchedules(life, awsCfg, schedFn, logger); err != nil {
 		return nil, err
 	}
+	if err := st.timer.Start(life); err != nil {
+		return nil, err
+	}
 	return st, nil
 }
 
@@ -470,6 +477,9 @@ func (s *Stack) Close() error {
 	s.quotaSweep.stop()
 	if s.schedules != nil {
 		s.schedules.Close()
+	}
+	if s.timer != nil {
+		s.timer.Stop()
 	}
 	if s.logPoller != nil {
 		errs = append(errs, s.logPoller.Close())

@@ -67,27 +67,32 @@ type Subscribe struct {
 type Inject struct {
 	Text string `json:"text"`
 	Wake bool   `json:"wake"`
+	// ExpectSeq, when set, is the precondition expect_seq (see [FieldExpectSeq]).
+	ExpectSeq *int64 `json:"expect_seq,omitempty"`
 }
 
 // Cancel asks for a cooperative stop of the running turn.
 // Wire: {"type":"cancel"} or {"type":"cancel","reason":"..."}. An absent,
 // null or empty reason all parse to Reason == "", meaning "no reason given".
 type Cancel struct {
-	Reason string `json:"reason,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	ExpectSeq *int64 `json:"expect_seq,omitempty"`
 }
 
 // Approve resolves the parked tool call CallID as approved.
 // Wire: {"type":"approve","call_id":"..."}; call_id must be non-empty.
 type Approve struct {
-	CallID string `json:"call_id"`
+	CallID    string `json:"call_id"`
+	ExpectSeq *int64 `json:"expect_seq,omitempty"`
 }
 
 // Deny resolves the parked tool call CallID as denied.
 // Wire: {"type":"deny","call_id":"..."} with an optional "reason"; call_id
 // must be non-empty. An absent, null or empty reason parse to Reason == "".
 type Deny struct {
-	CallID string `json:"call_id"`
-	Reason string `json:"reason,omitempty"`
+	CallID    string `json:"call_id"`
+	Reason    string `json:"reason,omitempty"`
+	ExpectSeq *int64 `json:"expect_seq,omitempty"`
 }
 
 // SetModel repoints model role Role (e.g. "main", "titler") at Spec.
@@ -106,7 +111,33 @@ type SetModel struct {
 // allowed. Empty and duplicate patterns are accepted as given. Parse always
 // returns a non-nil slice, and encoding a nil slice writes [].
 type SetPolicy struct {
-	Patterns []string `json:"patterns"`
+	Patterns  []string `json:"patterns"`
+	ExpectSeq *int64   `json:"expect_seq,omitempty"`
+}
+
+// FieldExpectSeq is the optional precondition of inject, cancel, set_policy, approve
+// and deny: the highest seq the client had seen when it decided. The frame is
+// applied only if nothing logged after that seq changes what it acts on; otherwise
+// it is answered [CodeStale] and nothing is appended. A value above the log's tip is
+// bad_frame. Absent (nil): the frame behaves as without the precondition.
+const FieldExpectSeq = "expect_seq"
+
+// Expecting returns the expect_seq precondition of f, or nil when f has none (or is
+// a frame that takes none).
+func Expecting(f ClientFrame) *int64 {
+	switch f := f.(type) {
+	case Inject:
+		return f.ExpectSeq
+	case Cancel:
+		return f.ExpectSeq
+	case Approve:
+		return f.ExpectSeq
+	case Deny:
+		return f.ExpectSeq
+	case SetPolicy:
+		return f.ExpectSeq
+	}
+	return nil
 }
 
 // FrameType returns "subscribe".

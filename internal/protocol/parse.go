@@ -393,6 +393,19 @@ func (f fieldReader) nonNegInt(name string) (int64, error) {
 	return n, nil
 }
 
+// expectSeq reads the optional expect_seq precondition (FieldExpectSeq): an integer
+// ≥ 0; absent or null is nil.
+func (f fieldReader) expectSeq() (*int64, error) {
+	if _, ok := f.lookup(FieldExpectSeq, true); !ok {
+		return nil, nil
+	}
+	n, err := f.nonNegInt(FieldExpectSeq)
+	if err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
 func (f fieldReader) subscribe() (ClientFrame, error) {
 	n, err := f.nonNegInt("from_seq")
 	if err != nil {
@@ -414,7 +427,11 @@ func (f fieldReader) inject() (ClientFrame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Inject{Text: text, Wake: wake}, nil
+	expect, err := f.expectSeq()
+	if err != nil {
+		return nil, err
+	}
+	return Inject{Text: text, Wake: wake, ExpectSeq: expect}, nil
 }
 
 func (f fieldReader) cancel() (ClientFrame, error) {
@@ -422,7 +439,11 @@ func (f fieldReader) cancel() (ClientFrame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Cancel{Reason: reason}, nil
+	expect, err := f.expectSeq()
+	if err != nil {
+		return nil, err
+	}
+	return Cancel{Reason: reason, ExpectSeq: expect}, nil
 }
 
 func (f fieldReader) approve() (ClientFrame, error) {
@@ -430,7 +451,11 @@ func (f fieldReader) approve() (ClientFrame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Approve{CallID: id}, nil
+	expect, err := f.expectSeq()
+	if err != nil {
+		return nil, err
+	}
+	return Approve{CallID: id, ExpectSeq: expect}, nil
 }
 
 func (f fieldReader) deny() (ClientFrame, error) {
@@ -442,7 +467,11 @@ func (f fieldReader) deny() (ClientFrame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Deny{CallID: id, Reason: reason}, nil
+	expect, err := f.expectSeq()
+	if err != nil {
+		return nil, err
+	}
+	return Deny{CallID: id, Reason: reason, ExpectSeq: expect}, nil
 }
 
 func (f fieldReader) setModel() (ClientFrame, error) {
@@ -500,5 +529,9 @@ func (f fieldReader) setPolicy() (ClientFrame, error) {
 		}
 		patterns = append(patterns, p)
 	}
-	return SetPolicy{Patterns: patterns}, nil
+	expect, err := f.expectSeq()
+	if err != nil {
+		return nil, err
+	}
+	return SetPolicy{Patterns: patterns, ExpectSeq: expect}, nil
 }

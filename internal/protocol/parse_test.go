@@ -158,6 +158,10 @@ func TestParseRejects(t *testing.T) {
 		{"subscribe from_seq exponent", `{"type":"subscribe","from_seq":1e2}`, `subscribe: field "from_seq" must be an integer`, "from_seq", "subscribe"},
 		{"subscribe from_seq huge exponent", `{"type":"subscribe","from_seq":1e400}`, `subscribe: field "from_seq" must be an integer`, "from_seq", "subscribe"},
 		{"subscribe from_seq negative", `{"type":"subscribe","from_seq":-1}`, `subscribe: field "from_seq" must not be negative`, "from_seq", "subscribe"},
+		// expect_seq: an integer ≥ 0 where present.
+		{"cancel expect_seq negative", `{"type":"cancel","expect_seq":-1}`, `cancel: field "expect_seq" must not be negative`, "expect_seq", "cancel"},
+		{"inject expect_seq string", `{"type":"inject","text":"x","wake":true,"expect_seq":"3"}`, `inject: field "expect_seq" must be an integer, got string`, "expect_seq", "inject"},
+		{"approve expect_seq fraction", `{"type":"approve","call_id":"c","expect_seq":1.5}`, `approve: field "expect_seq" must be an integer, got a fraction or exponent`, "expect_seq", "approve"},
 		{"subscribe from_seq negative float", `{"type":"subscribe","from_seq":-0.5}`, `subscribe: field "from_seq" must be an integer`, "from_seq", "subscribe"},
 		{"subscribe from_seq very negative", `{"type":"subscribe","from_seq":-9223372036854775809}`, `subscribe: field "from_seq" must not be negative`, "from_seq", "subscribe"},
 		{"subscribe from_seq beyond int64", `{"type":"subscribe","from_seq":9223372036854775808}`, `subscribe: field "from_seq" is too large, at most 9223372036854775807 allowed`, "from_seq", "subscribe"},
@@ -337,6 +341,13 @@ func TestParseAccepts(t *testing.T) {
 		{"subscribe batch false", `{"type":"subscribe","from_seq":4,"batch":false}`, Subscribe{FromSeq: 4}},
 		{"subscribe batch null", `{"type":"subscribe","from_seq":4,"batch":null}`, Subscribe{FromSeq: 4}},
 		{"subscribe unknown fields ignored", `{"type":"subscribe","from_seq":3,"x":{"y":[1,2,{"z":null}],"y":1},"Type":"inject","future":true}`, Subscribe{FromSeq: 3}},
+		// expect_seq.
+		{"inject expect_seq", `{"type":"inject","text":"t","wake":false,"expect_seq":12}`, Inject{Text: "t", ExpectSeq: seqPtr(12)}},
+		{"cancel expect_seq 0", `{"type":"cancel","expect_seq":0}`, Cancel{ExpectSeq: seqPtr(0)}},
+		{"cancel expect_seq null", `{"type":"cancel","expect_seq":null}`, Cancel{}},
+		{"approve expect_seq", `{"type":"approve","call_id":"c","expect_seq":3}`, Approve{CallID: "c", ExpectSeq: seqPtr(3)}},
+		{"deny expect_seq", `{"type":"deny","call_id":"c","expect_seq":3}`, Deny{CallID: "c", ExpectSeq: seqPtr(3)}},
+		{"set_policy expect_seq", `{"type":"set_policy","patterns":[],"expect_seq":9}`, SetPolicy{Patterns: []string{}, ExpectSeq: seqPtr(9)}},
 		// inject.
 		{"inject wake", `{"type":"inject","text":"what is the weather?","wake":true}`, Inject{Text: "what is the weather?", Wake: true}},
 		{"inject steer", `{"type":"inject","text":"use celsius","wake":false}`, Inject{Text: "use celsius", Wake: false}},
@@ -587,3 +598,5 @@ func TestParseSurrogateEscapes(t *testing.T) {
 		}
 	}
 }
+
+func seqPtr(n int64) *int64 { return &n }

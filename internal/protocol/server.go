@@ -144,6 +144,10 @@ const (
 	// CodeStaleCall: approve/deny named a call with no standing approval
 	// request; nothing is appended and the connection stays open.
 	CodeStaleCall Code = "stale_call"
+	// CodeStale: a frame's expect_seq precondition failed (FieldExpectSeq): the log
+	// moved on in a way that matters to the frame; the message names the conflicting
+	// seq. Nothing is appended and the connection stays open.
+	CodeStale Code = "stale"
 	// CodeUnsupported: the frame needs a plugin this deployment does not
 	// mount; the connection stays open.
 	CodeUnsupported Code = "unsupported"
@@ -153,16 +157,13 @@ const (
 	// CodeForbidden: a control frame from an observer connection or token; nothing
 	// is appended and the connection stays open (dev-profile "Roles").
 	CodeForbidden Code = "forbidden"
-	// CodeStale: the frame's expect_seq precondition failed; nothing is appended and
-	// the connection stays open (dev-profile "Control you can trust").
-	CodeStale Code = "stale"
 )
 
 // Codes lists every code of the spec, in spec order.
 func Codes() []Code {
 	return []Code{
 		CodeUnauthorized, CodeSuperseded, CodeLagged, CodeBadFrame,
-		CodeNotRunning, CodeStaleCall, CodeUnsupported, CodeInternal,
+		CodeNotRunning, CodeStaleCall, CodeUnsupported, CodeInternal, CodeStale,
 	}
 }
 
@@ -182,7 +183,7 @@ func (c Code) Closes() bool {
 func (c Code) Valid() bool {
 	switch c {
 	case CodeUnauthorized, CodeSuperseded, CodeLagged, CodeBadFrame,
-		CodeNotRunning, CodeStaleCall, CodeUnsupported, CodeInternal:
+		CodeNotRunning, CodeStaleCall, CodeUnsupported, CodeInternal, CodeStale:
 		return true
 	}
 	return false

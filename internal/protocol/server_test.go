@@ -102,6 +102,7 @@ func TestCodes(t *testing.T) {
 		{CodeStaleCall, "stale_call", false},
 		{CodeUnsupported, "unsupported", false},
 		{CodeInternal, "internal", true},
+		{CodeStale, "stale", false},
 	}
 	all := Codes()
 	if len(all) != len(tests) {

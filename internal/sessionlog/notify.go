@@ -31,6 +31,11 @@ func (n *Notifying) AppendAt(ctx context.Context, sessionID string, seq int64, t
 	return n.notified(ctx)(n.Log.AppendAt(ctx, sessionID, seq, typ, payload))
 }
 
+// AppendAtStamped is Log.AppendAtStamped, then the notification.
+func (n *Notifying) AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendAtStamped(ctx, sessionID, seq, typ, payload, stamp))
+}
+
 // AppendStamped is Log.AppendStamped, then the notification.
 func (n *Notifying) AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
 	return n.notified(ctx)(n.Log.AppendStamped(ctx, sessionID, typ, payload, stamp))

@@ -185,6 +185,13 @@ func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any
 // caller must know seq-1 exists (it read or wrote it), or the log would get a gap; so
 // seq must be ≥ 1 — seq 0 is written only by Create.
 func (l *Log) AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (Event, error) {
+	return l.AppendAtStamped(ctx, sessionID, seq, typ, payload, "")
+}
+
+// AppendAtStamped is AppendAt with stamp kept on the event's item, as AppendStamped
+// keeps it: a compare-and-append for a writer that read the log up to seq-1 and
+// wants its event logged only if nothing came after what it read.
+func (l *Log) AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (Event, error) {
 	if seq < 1 {
 		return Event{}, fmt.Errorf("%w: AppendAt seq %d", ErrInvalid, seq)
 	}
@@ -196,6 +203,7 @@ func (l *Log) AppendAt(ctx context.Context, sessionID string, seq int64, typ str
 	if err != nil {
 		return Event{}, err
 	}
+	ev.Stamp = stamp
 	if err := l.put(ctx, ev); err != nil {
 		if errors.Is(err, ErrConflict) {
 			l.observe(sessionID, seq)

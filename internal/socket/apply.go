@@ -2,6 +2,7 @@ package socket
 
 import (
 	"context"
+	"github.com/terret/terret-ws/internal/agent/control"
 
 	"github.com/terret/terret-ws/internal/protocol"
 )
@@ -15,6 +16,9 @@ func Apply(ctx context.Context, agent Controller, agentID, connID string, frame 
 	if agent == nil {
 		return ErrUnsupported
 	}
+	// A frame's expect_seq precondition travels in ctx to the frame methods, which
+	// check it (control.WithExpect): a frame without one is served as before.
+	ctx = control.WithExpect(ctx, protocol.Expecting(frame))
 	switch f := frame.(type) {
 	case protocol.Inject:
 		return agent.InjectFrom(ctx, agentID, f.Text, f.Wake, connID)

@@ -20,7 +20,13 @@ func codeFor(err error) (protocol.Code, string) {
 	var bf *protocol.BadFrameError
 	var long *control.TextTooLongError
 	var full *control.InboxFullError
+	var stale *control.StaleError
+	var ahead *control.AheadError
 	switch {
+	case errors.As(err, &stale):
+		return protocol.CodeStale, stale.Message()
+	case errors.As(err, &ahead):
+		return protocol.CodeBadFrame, fmt.Sprintf("%s: field \"expect_seq\" is %d, above the log's newest seq %d", ahead.Frame, ahead.Expect, ahead.Tip)
 	case errors.As(err, &bf):
 		return protocol.CodeBadFrame, bf.Message
 	case errors.As(err, &long):

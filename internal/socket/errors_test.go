@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -28,6 +29,10 @@ func TestCodeFor(t *testing.T) {
 		{"inbox full", wrap(&agent.InboxFullError{Items: 32, Bytes: 70000}), protocol.CodeBadFrame,
 			"inject: the agent's inbox is full (32 injects of 70000 bytes wait; at most 32 injects, 262144 bytes): this inject is not queued; send it again once the agent's turn has drained the inbox"},
 		{"no turn running", wrap(agent.ErrNotRunning), protocol.CodeNotRunning, "no turn is running"},
+		{"expect_seq stale", wrap(&control.StaleError{Frame: "cancel", Expect: 7, Seq: 9, Type: "turn/end"}), protocol.CodeStale,
+			"cancel: expect_seq 7 is stale: turn/end at seq 9 came after it; nothing was applied"},
+		{"expect_seq above the tip", wrap(&control.AheadError{Frame: "approve", Expect: 12, Tip: 10}), protocol.CodeBadFrame,
+			`approve: field "expect_seq" is 12, above the log's newest seq 10`},
 		{"stale call", wrap(agent.ErrStaleCall), protocol.CodeStaleCall, "no standing approval request for that call_id"},
 		{"approvals not mounted", wrap(agent.ErrUnsupported), protocol.CodeUnsupported,
 			"approvals are not mounted: run terret dev with --approvals, or deploy with Approvals=true"},

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Errors of profiles and the kinds registry.
@@ -113,6 +114,30 @@ type ToolConfig struct {
 	// DefaultEffect applies to the calls of this entry's tools that no rule decides:
 	// on an MCP server, every tool the server lists, including tools it adds later.
 	DefaultEffect Effect `json:"default_effect,omitempty"`
+	// Approval bounds how long an approval request for this entry's tools waits:
+	// {"expires_in": "30m"} resolves one with no verdict by then as denied, reason
+	// "expired" (nil: it waits for a verdict).
+	Approval *Approval `json:"approval,omitempty"`
+}
+
+// Approval is a tool entry's approval settings.
+type Approval struct {
+	ExpiresIn string `json:"expires_in"` // a Go duration: "90s", "30m", "24h"
+}
+
+// MaxApprovalExpiry bounds a tool entry's approval.expires_in.
+const MaxApprovalExpiry = 30 * 24 * time.Hour
+
+// ExpiresAfter is a's expires_in as a duration (0: none or invalid).
+func (a *Approval) ExpiresAfter() time.Duration {
+	if a == nil {
+		return 0
+	}
+	d, err := time.ParseDuration(a.ExpiresIn)
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return d
 }
 
 // Problem is one thing wrong with a profile: Path is the JSON path of the offending
@@ -339,7 +364,7 @@ func DecodeProfile(raw []byte) (Profile, error) {
 }
 
 var toolKeys = map[string]bool{"name": true, "kind": true, "description": true, "schema": true,
-	"concurrency": true, "needs_approval": true, "spec": true, "default_effect": true}
+	"concurrency": true, "needs_approval": true, "spec": true, "default_effect": true, "approval": true}
 
 func decodeTool(pe *ProfileError, path string, raw json.RawMessage) (ToolConfig, bool) {
 	var obj map[string]json.RawMessage
@@ -349,7 +374,7 @@ func decodeTool(pe *ProfileError, path string, raw json.RawMessage) (ToolConfig,
 	n := len(pe.Problems)
 	for _, k := range sortedKeys(obj) {
 		if !toolKeys[k] {
-			pe.Add(path+"."+k, "unknown key (name, kind, description, schema, concurrency, needs_approval, default_effect, spec)")
+			pe.Add(path+"."+k, "unknown key (name, kind, description, schema, concurrency, needs_approval, default_effect, approval, spec)")
 		}
 	}
 	var t ToolConfig
@@ -359,6 +384,20 @@ func decodeTool(pe *ProfileError, path string, raw json.RawMessage) (ToolConfig,
 	decodeInto(pe, path+".concurrency", obj["concurrency"], &t.Concurrency)
 	if decodeInto(pe, path+".default_effect", obj["default_effect"], &t.DefaultEffect) {
 		checkDefaultEffect(pe, path+".default_effect", t.DefaultEffect)
+	}
+	if v, ok := obj["approval"]; ok {
+		var a Approval
+		if decodeInto(pe, path+".approval", v, &a) {
+			d, err := time.ParseDuration(a.ExpiresIn)
+			switch {
+			case err != nil:
+				pe.Add(path+".approval.expires_in", "%q is not a duration (\"90s\", \"30m\", \"24h\")", a.ExpiresIn)
+			case d < time.Second || d > MaxApprovalExpiry:
+				pe.Add(path+".approval.expires_in", "%s: must be between 1s and %s", a.ExpiresIn, MaxApprovalExpiry)
+			default:
+				t.Approval = &a
+			}
+		}
 	}
 	if v, ok := obj["needs_approval"]; ok {
 		var b bool
@@ -628,6 +667,12 @@ func (r *Registry) Build(p Profile) (*Set, error) {
 			}
 			set.byName[name] = t
 			set.list = append(set.list, t)
+			if d := cfg.Approval.ExpiresAfter(); d > 0 {
+				if set.expiry == nil {
+					set.expiry = map[string]time.Duration{}
+				}
+				set.expiry[name] = d
+			}
 			if cfg.DefaultEffect != "" {
 				if set.defaults == nil {
 					set.defaults = map[string]defaultEffect{}
@@ -644,7 +689,12 @@ type Set struct {
 	list     []Tool
 	byName   map[string]Tool
 	defaults map[string]defaultEffect
+	expiry   map[string]time.Duration
 }
+
+// ApprovalExpiry is how long an approval request for the tool called name waits for a
+// verdict (its entry's approval.expires_in); 0: until one comes.
+func (s *Set) ApprovalExpiry(name string) time.Duration { return s.expiry[name] }
 
 type defaultEffect struct {
 	effect Effect

@@ -27,6 +27,7 @@ import (
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
+	"github.com/terret/terret-ws/internal/timer"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/tools/lambdatool"
 	"github.com/terret/terret-ws/internal/tools/mcptool"
@@ -72,6 +73,15 @@ type AgentOptions struct {
 	// Now is the runtime's clock (nil: time.Now): quota periods, leases, the quota
 	// sweep. For tests.
 	Now func() time.Time
+	// Timer fires approval requests' expiries (agent.Config.Timer); nil: LocalTimer
+	// when the functions run locally (LAMBDA_ENDPOINT set), else none.
+	Timer agent.Timer
+}
+
+// LocalTimer is the approval-expiry timer of a local deployment (package timer): its
+// records in the agents table, its fires through the local Lambda endpoint.
+func LocalTimer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *timer.Local {
+	return timer.New(cfg.DynamoDB(awsCfg), cfg.AgentsTable, cfg.Lambda(awsCfg), cfg.RunnerFunction, logger, nil)
 }
 
 // ProfileEnv is where profiles run with these options: keys from the environment
@@ -161,7 +171,14 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 		pause = pausehook.Remote(cfg.PauseEndpoint, pausehook.DefaultMaxHold, logger)
 	}
 	db := cfg.DynamoDB(awsCfg)
+	tm := o.Timer
+	if tm == nil && cfg.LambdaEndpoint != "" {
+		// Functions emulated by terret dev: a local timer in this process (terret dev
+		// itself arms the records again at start).
+		tm = LocalTimer(cfg, awsCfg, logger)
+	}
 	return agent.Config{
+		Timer:          tm,
 		Log:            sessionlog.New(db, cfg.LogTable),
 		DB:             db,
 		AgentsTable:    cfg.AgentsTable,
@@ -204,6 +221,9 @@ func AgentWith(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, logg
 		return nil, err
 	}
 	rt := &Runtime{fast: delivery.NewNotifier(d, fastPathBudget)}
+	if d != nil {
+		acfg.Answer = d // a stale inject found by the runner is answered on its socket
+	}
 	acfg.Log = sessionlog.Notify(sessionlog.New(cfg.DynamoDB(awsCfg), cfg.LogTable), rt.fast.OnAppend)
 	if rt.svc, err = agent.New(acfg); err != nil {
 		return nil, err

@@ -48,6 +48,10 @@ const KNOWN_TYPES = new Set(['session/created', 'user/message', 'context/injecte
 
 let client: TerretClient | null = null;
 let view = new SessionProjection();
+// The seq of the newest event shown: the expect_seq of what the page's buttons send,
+// so a steer, a cancel or a verdict applies to what the person saw or answers stale.
+let shownSeq = -1;
+const STALE_TEXT = 'The agent moved on — look again.';
 const rendered = new Map<number, HTMLLIElement>(); // chat item key → its row
 
 // ---- storage ----
@@ -271,8 +275,9 @@ function renderTool(li: HTMLLIElement, t: ToolItem): void {
         b.type = 'button';
         b.setAttribute('aria-describedby', desc.id);
       }
-      approve.addEventListener('click', () => verdict(li, actions, () => client!.approve(t.callId)));
-      deny.addEventListener('click', () => verdict(li, actions, () => client!.deny(t.callId)));
+      // The buttons act on what the person sees: the request is at or before shownSeq.
+      approve.addEventListener('click', () => verdict(li, actions, () => client!.approve(t.callId, { expectSeq: shownSeq })));
+      deny.addEventListener('click', () => verdict(li, actions, () => client!.deny(t.callId, undefined, { expectSeq: shownSeq })));
       actions.append(approve, deny);
       li.append(actions);
     } else {
@@ -354,6 +359,14 @@ function onNotice(c: TerretClient, n: Notice): void {
       // for the user to act on.
       if (n.error.code === 'bad_frame' && n.error.message.includes('keepalive')) break;
       showError(n.error.message);
+      if (n.error.code === 'stale') {
+        // A frame sent for what the page showed: the agent had moved on meanwhile.
+        showError(STALE_TEXT + ' (' + n.error.message + ')');
+        for (const li of ui.chat.querySelectorAll<HTMLLIElement>('li.approval[data-pending="true"]')) {
+          delete li.dataset.pending;
+          for (const b of li.querySelectorAll<HTMLButtonElement>('.actions button')) b.disabled = false;
+        }
+      }
       if (n.error.code === 'stale_call') {
         // The verdict we sent named no standing request: it is settled already.
         for (const li of ui.chat.querySelectorAll<HTMLLIElement>('li.approval[data-pending="true"]')) {
@@ -382,6 +395,7 @@ function onEvent(c: TerretClient, ev: SessionEvent, raw: string): void {
     logRow('event', String(ev.seq), String(ev.type), '', raw);
   }
   ui.fromSeq.value = String(ev.seq + 1);
+  shownSeq = ev.seq;
   try {
     if (!isObject(ev.payload)) rawRow(ev, raw, 'payload not an object');
     else if (ev.type === 'context/compacted') compactedRow(ev, ev.payload);
@@ -403,6 +417,7 @@ function resetView(): void {
   following.set(ui.chat, true);
   following.set(ui.log, true);
   view = new SessionProjection();
+  shownSeq = -1;
 }
 
 async function connect(): Promise<void> {
@@ -577,7 +592,8 @@ ui.sendForm.addEventListener('submit', (ev) => {
   const text = ui.message.value;
   if (text.trim() === '') return;
   act(async () => {
-    await client!.inject(text, { wake: ui.wake.checked });
+    // A steer (a turn on screen) lands in that turn or not at all.
+    await client!.inject(text, view.turn.running ? { wake: ui.wake.checked, expectSeq: shownSeq } : { wake: ui.wake.checked });
     ui.message.value = '';
   });
 });
@@ -587,7 +603,7 @@ ui.message.addEventListener('keydown', (ev) => {
     ui.sendForm.requestSubmit();
   }
 });
-ui.cancel.addEventListener('click', () => act(() => client!.cancel()));
+ui.cancel.addEventListener('click', () => act(() => client!.cancel(undefined, shownSeq >= 0 ? { expectSeq: shownSeq } : {})));
 ui.modelForm.addEventListener('submit', (ev) => {
   ev.preventDefault();
   act(() => client!.setModel(ui.role.value.trim(), ui.spec.value.trim()));

@@ -17,7 +17,8 @@
     not_running: "Cancel arrived while no turn was running; the connection stays open.",
     stale_call: "Approve or deny named a call with no standing approval request; nothing is appended, the connection stays open.",
     unsupported: "The frame needs a plugin this deployment does not mount; the connection stays open.",
-    internal: "The server hit an unexpected error serving this connection; the connection closes. Resubscribe from the last durable seq."
+    internal: "The server hit an unexpected error serving this connection; the connection closes. Resubscribe from the last durable seq.",
+    stale: "The frame's expect_seq precondition failed: the log moved on after that seq in a way that matters to the frame (the message names the conflicting seq); nothing is appended, the connection stays open."
   };
 
   // src/errors.ts
@@ -462,29 +463,50 @@
       this.awaiting = fromSeq;
       if (this.conn) this.conn.send(this.subscribeFrame(fromSeq));
     }
-    /** inject sends text; with wake on an idle agent it starts a turn, otherwise it steers the running one. */
+    /**
+     * The seq of the newest event delivered (-1 before the first): the usual expectSeq of
+     * a frame sent in answer to what the events showed.
+     */
+    get seenSeq() {
+      return this.next - 1;
+    }
+    /**
+     * inject sends text; with wake on an idle agent it starts a turn, otherwise it steers
+     * the running one. With expectSeq (the newest seq the sender saw) it applies only if
+     * no turn started or ended after it; otherwise the server answers a `stale` notice and
+     * nothing is logged.
+     */
     inject(text, options = {}) {
-      return this.send({ type: "inject", text, wake: options.wake ?? true });
+      return this.send(withExpect({ type: "inject", text, wake: options.wake ?? true }, options.expectSeq));
     }
-    /** cancel asks the running turn to stop (a not_running notice when none runs). */
-    cancel(reason) {
-      return this.send(reason ? { type: "cancel", reason } : { type: "cancel" });
+    /**
+     * cancel asks the running turn to stop (a not_running notice when none runs). With
+     * expectSeq it stops only the turn running at that seq, else a `stale` notice.
+     */
+    cancel(reason, options = {}) {
+      return this.send(withExpect(reason ? { type: "cancel", reason } : { type: "cancel" }, options.expectSeq));
     }
-    /** approve resolves the parked tool call callId (the id of its tool/call). */
-    approve(callId) {
-      return this.send({ type: "approve", call_id: callId });
+    /**
+     * approve resolves the parked tool call callId (the id of its tool/call). With
+     * expectSeq the request must be at or before that seq, else a `stale` notice.
+     */
+    approve(callId, options = {}) {
+      return this.send(withExpect({ type: "approve", call_id: callId }, options.expectSeq));
     }
-    /** deny resolves the parked tool call callId as denied. */
-    deny(callId, reason) {
-      return this.send(reason ? { type: "deny", call_id: callId, reason } : { type: "deny", call_id: callId });
+    /** deny resolves the parked tool call callId as denied; expectSeq as for approve. */
+    deny(callId, reason, options = {}) {
+      return this.send(withExpect(reason ? { type: "deny", call_id: callId, reason } : { type: "deny", call_id: callId }, options.expectSeq));
     }
     /** setModel points a model role (main, titler, …) at spec ("provider/model" or "scripted"). */
     setModel(role, spec) {
       return this.send({ type: "set_model", role, spec });
     }
-    /** setPolicy replaces the agent's tool allow list (fnmatch globs; [] allows no tool). */
-    setPolicy(patterns) {
-      return this.send({ type: "set_policy", patterns: [...patterns] });
+    /**
+     * setPolicy replaces the agent's tool allow list (fnmatch globs; [] allows no tool).
+     * With expectSeq it applies only if no policy/updated came after that seq.
+     */
+    setPolicy(patterns, options = {}) {
+      return this.send(withExpect({ type: "set_policy", patterns: [...patterns] }, options.expectSeq));
     }
     /**
      * send writes one frame once connected, waiting through a reconnect. A frame is sent
@@ -858,6 +880,11 @@
     if (ProtocolError.is(err, "unauthorized") || ProtocolError.is(err, "superseded")) return err;
     return null;
   }
+  function withExpect(frame, seq) {
+    if (seq === void 0) return frame;
+    if (!Number.isSafeInteger(seq) || seq < 0) throw new RangeError(`expect_seq ${seq}: must be an integer ≥ 0`);
+    return { ...frame, expect_seq: seq };
+  }
 
   // src/projection.ts
   var SessionProjection = class {
@@ -1068,6 +1095,8 @@
   ]);
   var client = null;
   var view = new SessionProjection();
+  var shownSeq = -1;
+  var STALE_TEXT = "The agent moved on — look again.";
   var rendered = /* @__PURE__ */ new Map();
   function recall(key) {
     try {
@@ -1264,8 +1293,8 @@
           b.type = "button";
           b.setAttribute("aria-describedby", desc.id);
         }
-        approve.addEventListener("click", () => verdict(li, actions, () => client.approve(t.callId)));
-        deny.addEventListener("click", () => verdict(li, actions, () => client.deny(t.callId)));
+        approve.addEventListener("click", () => verdict(li, actions, () => client.approve(t.callId, { expectSeq: shownSeq })));
+        deny.addEventListener("click", () => verdict(li, actions, () => client.deny(t.callId, void 0, { expectSeq: shownSeq })));
         actions.append(approve, deny);
         li.append(actions);
       } else {
@@ -1334,6 +1363,13 @@
         logRow("proto error", "—", "error", n.error.message);
         if (n.error.code === "bad_frame" && n.error.message.includes("keepalive")) break;
         showError(n.error.message);
+        if (n.error.code === "stale") {
+          showError(STALE_TEXT + " (" + n.error.message + ")");
+          for (const li of ui.chat.querySelectorAll('li.approval[data-pending="true"]')) {
+            delete li.dataset.pending;
+            for (const b of li.querySelectorAll(".actions button")) b.disabled = false;
+          }
+        }
         if (n.error.code === "stale_call") {
           for (const li of ui.chat.querySelectorAll('li.approval[data-pending="true"]')) {
             delete li.dataset.pending;
@@ -1359,6 +1395,7 @@
       logRow("event", String(ev.seq), String(ev.type), "", raw);
     }
     ui.fromSeq.value = String(ev.seq + 1);
+    shownSeq = ev.seq;
     try {
       if (!isObject(ev.payload)) rawRow(ev, raw, "payload not an object");
       else if (ev.type === "context/compacted") compactedRow(ev, ev.payload);
@@ -1379,6 +1416,7 @@
     following.set(ui.chat, true);
     following.set(ui.log, true);
     view = new SessionProjection();
+    shownSeq = -1;
   }
   async function connect() {
     clearError();
@@ -1535,7 +1573,7 @@
     const text = ui.message.value;
     if (text.trim() === "") return;
     act(async () => {
-      await client.inject(text, { wake: ui.wake.checked });
+      await client.inject(text, view.turn.running ? { wake: ui.wake.checked, expectSeq: shownSeq } : { wake: ui.wake.checked });
       ui.message.value = "";
     });
   });
@@ -1545,7 +1583,7 @@
       ui.sendForm.requestSubmit();
     }
   });
-  ui.cancel.addEventListener("click", () => act(() => client.cancel()));
+  ui.cancel.addEventListener("click", () => act(() => client.cancel(void 0, shownSeq >= 0 ? { expectSeq: shownSeq } : {})));
   ui.modelForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
     act(() => client.setModel(ui.role.value.trim(), ui.spec.value.trim()));
