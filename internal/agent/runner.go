@@ -188,7 +188,7 @@ func (inv *invocation) run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, ErrCrashed):
 			return err
-		case lost.Load() || errors.Is(err, errLeaseLost) || errors.Is(err, sessionlog.ErrLeaseEnded):
+		case lost.Load() || errors.Is(err, errLeaseLost):
 			log.WarnContext(ctx, "runner lost its lease; another invocation carries on")
 			return nil
 		case errors.Is(err, sessionlog.ErrEpoch):
@@ -398,22 +398,22 @@ func (inv *invocation) leaseEnds() time.Time {
 }
 
 // fence is what the runner's appends are fenced by (sessionlog.Fence): the epoch of
-// the log its window read under the lease, and the lease's end less a fifth of its
+// the log its window read under the lease, and the lease's end less a tenth of its
 // term for clock skew — a reset or delete takes the lease over and waits it out by
 // its own clock before it erases, so until then the log cannot start over, and a
-// plain put (1 write unit) lands in the log the runner read. When less than a third
-// of the term is left before that (the heartbeat is late), the lease is renewed here
-// first; a lease found lost stops the runner (errLeaseLost).
+// plain put (1 write unit) lands in the log the runner read. When less than half the
+// term is left before that (the heartbeat, every third of it, is late), the lease is
+// renewed here first; a lease found lost stops the runner (errLeaseLost).
 func (inv *invocation) fence(ctx context.Context) (sessionlog.Fence, error) {
 	ttl := inv.c.cfg.LeaseDuration
-	until := inv.leaseEnds().Add(-ttl / 5)
-	if time.Until(until) < ttl/3 {
+	until := inv.leaseEnds().Add(-ttl / 10)
+	if time.Until(until) < ttl/2 {
 		sent := time.Now()
 		if err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(ttl)); err != nil {
 			return sessionlog.Fence{}, err
 		}
 		inv.extendLease(sent.Add(ttl))
-		until = inv.leaseEnds().Add(-ttl / 5)
+		until = inv.leaseEnds().Add(-ttl / 10)
 	}
 	epoch, err := inv.log.epochOf(ctx)
 	if err != nil {

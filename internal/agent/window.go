@@ -169,12 +169,17 @@ func (w *logWindow) append(ctx context.Context, typ string, payload any) (sessio
 
 // appendStamped is append with a stamp kept on the event (sessionlog.Log.AppendIn).
 func (w *logWindow) appendStamped(ctx context.Context, typ string, payload any, stamp string) (sessionlog.Event, error) {
-	f, err := w.fence(ctx)
-	if err != nil {
-		return sessionlog.Event{}, fmt.Errorf("agent: append %s to %s: %w", typ, w.agentID, err)
+	for attempt := 0; ; attempt++ {
+		f, err := w.fence(ctx)
+		if err != nil {
+			return sessionlog.Event{}, fmt.Errorf("agent: append %s to %s: %w", typ, w.agentID, err)
+		}
+		ev, err := w.log.AppendIn(ctx, w.agentID, f, typ, payload, stamp)
+		if errors.Is(err, sessionlog.ErrLeaseEnded) && attempt < 3 {
+			continue // not sent: the fence renews the lease before the next try
+		}
+		return w.adopt(ctx, typ, ev, err)
 	}
-	ev, err := w.log.AppendIn(ctx, w.agentID, f, typ, payload, stamp)
-	return w.adopt(ctx, typ, ev, err)
 }
 
 // epochOf is the epoch of the log the window reads: as its events or its checkpoint
