@@ -107,7 +107,8 @@ type Fence struct {
 	// of the session takes over and waits out before it erases the log (the runner
 	// lease), less what the writer allows for clock skew: the log cannot change epoch
 	// before it, so the put is a plain PutItem, 1 write unit. It is sent only before
-	// Until (else ErrLeaseEnded) and abandoned at Until. Epoch is required with it.
+	// Until (else ErrLeaseEnded, nothing sent); the writer chooses Until so that the
+	// rest of its lease leaves a put room to land. Epoch is required with it.
 	// Zero: the put is in a TransactWriteItems with a ConditionCheck that seq 0's id
 	// is the epoch, 4 write units.
 	Until time.Time
@@ -684,9 +685,7 @@ func (l *Log) putIn(ctx context.Context, ev Event, f *Fence) error {
 		if !time.Now().Before(f.Until) {
 			return fmt.Errorf("%w: %s seq %d", ErrLeaseEnded, ev.SessionID, ev.Seq)
 		}
-		pctx, cancel := context.WithDeadline(ctx, f.Until)
-		defer cancel()
-		return l.put(pctx, ev)
+		return l.put(ctx, ev)
 	}
 	_, err := l.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{ConditionCheck: &types.ConditionCheck{
