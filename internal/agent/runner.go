@@ -403,7 +403,11 @@ func (inv *invocation) leaseEnds() time.Time {
 // its own clock before it erases, so until then the log cannot start over, and a
 // plain put (1 write unit) lands in the log the runner read. When less than half the
 // term is left before that (the heartbeat, every third of it, is late), the lease is
-// renewed here first; a lease found lost stops the runner (errLeaseLost).
+// renewed here first; a lease found lost stops the runner (errLeaseLost). When even
+// the renewal leaves less than a tenth of the term (DynamoDB answering slower than the
+// lease allows), the lease cannot fence the put, and the append is checked by
+// DynamoDB instead: a transaction with the check of seq 0 (4 write units), never a
+// put the lease might not cover.
 func (inv *invocation) fence(ctx context.Context) (sessionlog.Fence, error) {
 	ttl := inv.c.cfg.LeaseDuration
 	until := inv.leaseEnds().Add(-ttl / 10)
@@ -418,6 +422,9 @@ func (inv *invocation) fence(ctx context.Context) (sessionlog.Fence, error) {
 	epoch, err := inv.log.epochOf(ctx)
 	if err != nil {
 		return sessionlog.Fence{}, err
+	}
+	if time.Until(until) < ttl/10 {
+		return sessionlog.Fence{Epoch: epoch}, nil
 	}
 	return sessionlog.Fence{Epoch: epoch, Until: until}, nil
 }

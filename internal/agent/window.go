@@ -176,7 +176,7 @@ func (w *logWindow) appendStamped(ctx context.Context, typ string, payload any, 
 		}
 		ev, err := w.log.AppendIn(ctx, w.agentID, f, typ, payload, stamp)
 		if errors.Is(err, sessionlog.ErrLeaseEnded) && attempt < 3 {
-			continue // not sent: the fence renews the lease before the next try
+			continue // not sent: the fence renews the lease, or checks in DynamoDB, next
 		}
 		return w.adopt(ctx, typ, ev, err)
 	}
