@@ -37,9 +37,12 @@ import (
 // append (the delivery fast path) is the Log's business: wrap it, as
 // sessionlog.Notify does.
 type Log interface {
-	Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error)
-	AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (sessionlog.Event, error)
-	AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (sessionlog.Event, error)
+	// AppendIn and AppendInAt append fenced by the epoch the writer read
+	// (sessionlog.Fence): the runner under its lease, the message route's set_policy
+	// and verdicts with a transaction's check of seq 0.
+	AppendIn(ctx context.Context, sessionID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error)
+	AppendInAt(ctx context.Context, sessionID string, f sessionlog.Fence, seq int64, typ string, payload any) (sessionlog.Event, error)
+	Epoch(ctx context.Context, sessionID string) (string, error)
 	// AppendAtStamped puts an event at exactly seq, stamped (sessionlog.ErrConflict if
 	// seq is taken): set_policy's compare-and-append under expect_seq.
 	AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (sessionlog.Event, error)
@@ -319,7 +322,8 @@ func (c *core) modelsOf(prof tools.Profile) (*model.Registry, error) {
 // standing request in the open turn of the log, atomically with that check: the event
 // is put with AppendAt at exactly the seq after the events it was validated against,
 // so an event landing in between (another verdict above all) makes the put fail, and
-// the check is made again on the newer log. It returns ErrStaleCall, appending
+// the check is made again on the newer log; the put is fenced by the epoch of the
+// events it was checked against, so a reset or delete in between appends nothing. It returns ErrStaleCall, appending
 // nothing, when no request stands. w must reach back at least to the open turn's
 // turn/start.
 func (c *core) resolveVerdict(ctx context.Context, agentID string, w *logWindow, callID, verdictText, reason string) error {
@@ -328,10 +332,20 @@ func (c *core) resolveVerdict(ctx context.Context, agentID string, w *logWindow,
 		if w.turn == nil || !w.turn.stands(callID) {
 			return ErrStaleCall
 		}
-		ev, err := c.log.AppendAt(ctx, agentID, w.last+1, TypeApprovalResolved, approvalResolved{CallID: callID, Verdict: verdictText, Reason: reason, ClientID: control.FrameFrom(ctx).ClientID})
+		epoch, err := w.epochOf(ctx)
+		if errors.Is(err, sessionlog.ErrEpoch) {
+			return ErrStaleCall // the log is gone, and its turn with it
+		}
+		if err != nil {
+			return err
+		}
+		ev, err := c.log.AppendInAt(ctx, agentID, sessionlog.Fence{Epoch: epoch}, w.last+1, TypeApprovalResolved, approvalResolved{CallID: callID, Verdict: verdictText, Reason: reason, ClientID: control.FrameFrom(ctx).ClientID})
 		if err == nil {
 			w.add(ev)
 			return nil
+		}
+		if errors.Is(err, sessionlog.ErrEpoch) {
+			return ErrStaleCall // reset or deleted since the check: its turn is in no log now
 		}
 		if !errors.Is(err, sessionlog.ErrConflict) {
 			return fmt.Errorf("agent: record verdict on %s for %s: %w", callID, agentID, err)

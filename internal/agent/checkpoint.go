@@ -28,6 +28,10 @@ type checkpoint struct {
 	// Hist says where the model's history below Seq is (histfold.go); nil on a
 	// checkpoint from before the history fold, whose Seq is at most its floor.
 	Hist *ckHist `dynamodbav:"hist,omitempty"`
+	// Epoch is the epoch of the log the checkpoint is of (seq 0's id): a runner that
+	// read the log before it took the lease compares it with the one the lease write
+	// returns (invocation.fenceEpoch). "" on a checkpoint from before it was kept.
+	Epoch string `dynamodbav:"epoch,omitempty"`
 
 	put []foldPiece // the fold items the release writes before the checkpoint
 }
@@ -97,6 +101,7 @@ func (w *logWindow) begin(ctx context.Context, st *store, s state) error {
 	w.start, w.last, w.foldTo = ck.Seq, ck.Seq-1, ck.Seq
 	w.base = ck.fold()
 	w.fold = w.base
+	w.epoch = ck.Epoch
 	w.floor = ck.Seq
 	if h := ck.Hist; h != nil {
 		w.floor = min(h.Floor, ck.Seq)
@@ -168,6 +173,7 @@ func (inv *invocation) checkpoint(ended *endedTurn) *checkpoint {
 		}
 	}
 	ck.Hist = &ckHist{Floor: floor, Key: key}
+	ck.Epoch = w.epoch
 	return ck
 }
 

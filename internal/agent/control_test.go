@@ -483,8 +483,8 @@ type holdingLog struct {
 	release  chan struct{}
 }
 
-func (h *holdingLog) Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error) {
-	ev, err := h.Log.Append(ctx, sessionID, typ, payload)
+func (h *holdingLog) AppendIn(ctx context.Context, sessionID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error) {
+	ev, err := h.Log.AppendIn(ctx, sessionID, f, typ, payload, stamp)
 	if err == nil && typ == h.typ {
 		h.once.Do(func() {
 			close(h.appended)

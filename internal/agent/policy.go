@@ -49,9 +49,9 @@ const maxPolicyRepeats = 16
 // between its append and its claim leaves an unclaimed policy/updated, which the fold
 // reads as well; a stale tail it leaves is repeated over by the runner.
 //
-// Cost: 1 write of the state item (seePolicy), the append (1 write unit per KB,
-// and 1 read unit for the tip when this process has not appended to the log lately)
-// and the claim (1 write unit). A repeat — only for frames handled out of send order
+// Cost: 1 write of the state item (seePolicy), the append (a transaction with the
+// check of the log's epoch: 4 write units up to 1 KB, and 1 read unit for the tip when
+// this process has not appended to the log lately) and the claim (1 write unit). A repeat — only for frames handled out of send order
 // at the same time — adds 1 read, 1 append and 1 claim. One sent before one already
 // received costs the write alone.
 func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []string) (err error) {
@@ -75,7 +75,9 @@ func (s *Service) SetPolicy(ctx context.Context, agentID string, patterns []stri
 		return nil // a later set_policy was received, or is logged and claimed
 	}
 	s.c.pause(PausePolicyRead, agentID)
-	ev, err := s.c.log.AppendStamped(ctx, agentID, TypePolicyUpdated, policyUpdated{Patterns: patterns, ClientID: control.FrameFrom(ctx).ClientID}, key)
+	// Fence{}: the handler read no epoch; its put is checked against the log's seq 0,
+	// so a tip cached from a log since reset or deleted is never appended on.
+	ev, err := s.c.log.AppendIn(ctx, agentID, sessionlog.Fence{}, TypePolicyUpdated, policyUpdated{Patterns: patterns, ClientID: control.FrameFrom(ctx).ClientID}, key)
 	if err != nil {
 		return fmt.Errorf("agent: update policy of %s: %w", agentID, err)
 	}
@@ -115,7 +117,10 @@ func (s *Service) claimPolicy(ctx context.Context, agentID string, ev sessionlog
 			// A set_policy sent earlier is logged and claimed after ev.
 			again = ev
 		}
-		ev, err = s.c.log.AppendStamped(ctx, agentID, TypePolicyUpdated, json.RawMessage(again.Payload), again.Stamp)
+		ev, err = s.c.log.AppendIn(ctx, agentID, sessionlog.Fence{Epoch: ev.Epoch}, TypePolicyUpdated, json.RawMessage(again.Payload), again.Stamp)
+		if errors.Is(err, sessionlog.ErrEpoch) {
+			return nil // reset or deleted since: the policy went with its log
+		}
 		if err != nil {
 			return fmt.Errorf("agent: repeat policy of %s: %w", agentID, err)
 		}

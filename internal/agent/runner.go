@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -74,8 +75,14 @@ func (r *Runner) Run(ctx context.Context, agentID string) error {
 // invocation returns a new invocation of r for agentID, with a lease owner id of its
 // own.
 func (r *Runner) invocation(agentID string) *invocation {
-	return &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8),
-		log: &logWindow{log: r.c.log, agentID: agentID, last: -1, logged: map[string]int64{}, fired: map[string]bool{}}}
+	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8)}
+	inv.log = inv.newWindow()
+	return inv
+}
+
+// newWindow is a window on the agent's log not yet begun, appending under inv's lease.
+func (inv *invocation) newWindow() *logWindow {
+	return &logWindow{log: inv.c.log, agentID: inv.agent, last: -1, logged: map[string]int64{}, fired: map[string]bool{}, fence: inv.fence}
 }
 
 // set returns the built tool set of a profile, building it once per Runner.
@@ -133,6 +140,9 @@ type invocation struct {
 
 	quotaRefused optional[int64] // the stimulus count a quota refusal was logged at
 	progressed   bool            // a step ran: handing over now makes progress
+
+	leaseMu  sync.Mutex
+	leaseEnd time.Time // when the lease runs out at the latest, by this process's clock
 }
 
 // optional is a value that may be absent: none is the zero optional, not a value of T
@@ -163,6 +173,10 @@ func (inv *invocation) run(ctx context.Context) error {
 	if err := inv.crash(CrashAfterAcquire); err != nil {
 		return err
 	}
+	if err := inv.fenceEpoch(ctx, st); err != nil {
+		_, _, _ = inv.release(ctx, optional[int64]{}, nil, nil)
+		return err
+	}
 	log := inv.c.logger.With("agent_id", inv.agent, "runner", inv.me)
 	runCtx, cancel := context.WithCancel(ctx)
 	var lost atomic.Bool
@@ -181,6 +195,15 @@ func (inv *invocation) run(ctx context.Context) error {
 			return err
 		case lost.Load() || errors.Is(err, errLeaseLost):
 			log.WarnContext(ctx, "runner lost its lease; another invocation carries on")
+			return nil
+		case errors.Is(err, sessionlog.ErrEpoch):
+			// The session was reset or deleted under this invocation: its work was on
+			// a log that is gone, and none of it is appended to the next one.
+			log.WarnContext(ctx, "the log was reset or deleted; the runner's work on it is dropped", "error", err.Error())
+			stopHeartbeat()
+			if _, _, rerr := inv.release(ctx, optional[int64]{}, nil, nil); rerr != nil {
+				log.ErrorContext(ctx, "release lease after the log was reset", "error", rerr.Error())
+			}
 			return nil
 		case err != nil:
 			stopHeartbeat()
@@ -255,12 +278,13 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 	var seen *state
 	var first time.Time // the first attempt, which found the lease held
 	for {
-		now := inv.c.now()
+		now, sent := inv.c.now(), time.Now()
 		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
 		if err != nil {
 			return state{}, false, err
 		}
 		if ok {
+			inv.extendLease(sent.Add(ttl))
 			inv.profileJSON = st.Profile
 			return st, true, nil
 		}
@@ -347,15 +371,96 @@ func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
 			return
 		case <-t.C:
 		}
+		sent := time.Now()
 		err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(ttl))
 		if errors.Is(err, errLeaseLost) {
 			lost()
 			return
 		}
+		if err == nil {
+			inv.extendLease(sent.Add(ttl))
+		}
 		if err != nil && ctx.Err() == nil {
 			inv.c.logger.WarnContext(ctx, "renew runner lease", "agent_id", inv.agent, "error", err.Error())
 		}
 	}
+}
+
+// extendLease records that the lease lasts at least until end (the time a write that
+// took or renewed it was sent, plus its term): it only moves forward.
+func (inv *invocation) extendLease(end time.Time) {
+	inv.leaseMu.Lock()
+	defer inv.leaseMu.Unlock()
+	if end.After(inv.leaseEnd) {
+		inv.leaseEnd = end
+	}
+}
+
+func (inv *invocation) leaseEnds() time.Time {
+	inv.leaseMu.Lock()
+	defer inv.leaseMu.Unlock()
+	return inv.leaseEnd
+}
+
+// fence is what the runner's appends are fenced by (sessionlog.Fence): the epoch of
+// the log its window read under the lease, and the lease's end less a tenth of its
+// term for clock skew — a reset or delete takes the lease over and waits it out by
+// its own clock before it erases, so until then the log cannot start over, and a
+// plain put (1 write unit) lands in the log the runner read. When less than half the
+// term is left before that (the heartbeat, every third of it, is late), the lease is
+// renewed here first; a lease found lost stops the runner (errLeaseLost). When even
+// the renewal leaves less than a tenth of the term (DynamoDB answering slower than the
+// lease allows), the lease cannot fence the put, and the append is checked by
+// DynamoDB instead: a transaction with the check of seq 0 (4 write units), never a
+// put the lease might not cover.
+func (inv *invocation) fence(ctx context.Context) (sessionlog.Fence, error) {
+	ttl := inv.c.cfg.LeaseDuration
+	until := inv.leaseEnds().Add(-ttl / 10)
+	if time.Until(until) < ttl/2 {
+		sent := time.Now()
+		if err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(ttl)); err != nil {
+			return sessionlog.Fence{}, err
+		}
+		inv.extendLease(sent.Add(ttl))
+		until = inv.leaseEnds().Add(-ttl / 10)
+	}
+	epoch, err := inv.log.epochOf(ctx)
+	if err != nil {
+		return sessionlog.Fence{}, err
+	}
+	if time.Until(until) < ttl/10 {
+		return sessionlog.Fence{Epoch: epoch}, nil
+	}
+	return sessionlog.Fence{Epoch: epoch, Until: until}, nil
+}
+
+// fenceEpoch makes sure the window is of the log the lease now covers. planClaim reads
+// the log before the lease is taken, and a reset or delete may have started the log
+// over in between; under the lease it cannot. The lease write returned the state item
+// st: its checkpoint names the epoch it was written in (a reset strips it); without
+// one, seq 0 is read (1 read unit: a session's first turn). A window that is not
+// surely of that log is dropped, and read again under the lease.
+func (inv *invocation) fenceEpoch(ctx context.Context, st state) error {
+	if !inv.log.begun {
+		return nil // it begins under the lease
+	}
+	want := ""
+	if st.Ck != nil {
+		want = st.Ck.Epoch
+	}
+	if want == "" {
+		e, err := inv.c.log.Epoch(ctx, inv.agent)
+		if err != nil && !errors.Is(err, sessionlog.ErrNotFound) {
+			return fmt.Errorf("agent: epoch of %s: %w", inv.agent, err)
+		}
+		want = e
+	}
+	if want != "" && inv.log.epoch == want {
+		return nil
+	}
+	inv.log = inv.newWindow()
+	inv.seenPending = optional[int64]{}
+	return nil
 }
 
 // crashed asks Config.Crash whether to stop at point (tests).

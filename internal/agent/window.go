@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/terret/terret-ws/internal/schedule"
@@ -16,13 +17,17 @@ import (
 type logWindow struct {
 	log     Log
 	agentID string
-	evs     []sessionlog.Event
-	start   int64            // seq of the first event the window reads
-	last    int64            // seq of the newest event held, or the seq before the window
-	begun   bool             // start is fixed (newWindow, or begin)
-	logged  map[string]int64 // inbox ids the window holds as user/message or context/injected, with their seq
-	fired   map[string]bool  // inbox ids the window holds as schedule/fired
-	turn    *turnView        // the open turn; nil when there is none
+	epoch   string // the epoch of the log the window reads (seq 0's id); "": not known yet
+	// fence is the runner's lease as its appends need it (invocation.fence); nil for a
+	// window that never appends (a verdict's).
+	fence  func(context.Context) (sessionlog.Fence, error)
+	evs    []sessionlog.Event
+	start  int64            // seq of the first event the window reads
+	last   int64            // seq of the newest event held, or the seq before the window
+	begun  bool             // start is fixed (newWindow, or begin)
+	logged map[string]int64 // inbox ids the window holds as user/message or context/injected, with their seq
+	fired  map[string]bool  // inbox ids the window holds as schedule/fired
+	turn   *turnView        // the open turn; nil when there is none
 
 	base fold // the fold of the events below start (the checkpoint's)
 	fold fold // the fold of every event up to last
@@ -80,6 +85,9 @@ func (w *logWindow) add(ev sessionlog.Event) {
 	}
 	w.evs = append(w.evs, ev)
 	w.last = ev.Seq
+	if ev.Epoch != "" {
+		w.epoch = ev.Epoch
+	}
 	w.fold.add(ev)
 	switch ev.Type {
 	case TypeUserMessage:
@@ -158,16 +166,45 @@ func (w *logWindow) refresh(ctx context.Context) error {
 }
 
 // append appends one event and keeps the window current: events others appended before
-// it (a policy, a verdict) are read in first.
+// it (a policy, a verdict) are read in first. The append is fenced by the window's
+// epoch under the runner's lease (w.fence): it lands in the log the window read, or
+// not at all (sessionlog.ErrEpoch, sessionlog.ErrLeaseEnded).
 func (w *logWindow) append(ctx context.Context, typ string, payload any) (sessionlog.Event, error) {
-	ev, err := w.log.Append(ctx, w.agentID, typ, payload)
-	return w.adopt(ctx, typ, ev, err)
+	return w.appendStamped(ctx, typ, payload, "")
 }
 
-// appendStamped is append with a stamp kept on the event (sessionlog.Log.AppendStamped).
+// appendStamped is append with a stamp kept on the event (sessionlog.Log.AppendIn).
 func (w *logWindow) appendStamped(ctx context.Context, typ string, payload any, stamp string) (sessionlog.Event, error) {
-	ev, err := w.log.AppendStamped(ctx, w.agentID, typ, payload, stamp)
-	return w.adopt(ctx, typ, ev, err)
+	for attempt := 0; ; attempt++ {
+		f, err := w.fence(ctx)
+		if err != nil {
+			return sessionlog.Event{}, fmt.Errorf("agent: append %s to %s: %w", typ, w.agentID, err)
+		}
+		ev, err := w.log.AppendIn(ctx, w.agentID, f, typ, payload, stamp)
+		if errors.Is(err, sessionlog.ErrLeaseEnded) && attempt < 3 {
+			continue // not sent: the fence renews the lease, or checks in DynamoDB, next
+		}
+		return w.adopt(ctx, typ, ev, err)
+	}
+}
+
+// epochOf is the epoch of the log the window reads: as its events or its checkpoint
+// name it, or else seq 0's id, read once (1 read unit; a window that read no event
+// of a log from before events named it). No log at all (deleted) is ErrEpoch: no
+// append is to be made.
+func (w *logWindow) epochOf(ctx context.Context) (string, error) {
+	if w.epoch != "" {
+		return w.epoch, nil
+	}
+	e, err := w.log.Epoch(ctx, w.agentID)
+	if errors.Is(err, sessionlog.ErrNotFound) {
+		return "", fmt.Errorf("agent: log of %s: %w: %w", w.agentID, sessionlog.ErrEpoch, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("agent: epoch of %s: %w", w.agentID, err)
+	}
+	w.epoch = e
+	return e, nil
 }
 
 // adopt keeps the window current after an append of typ returned ev, err: events

@@ -41,8 +41,8 @@ import (
 	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/stack"
 	"github.com/terret/terret-ws/internal/tables"
-	"github.com/terret/terret-ws/internal/webhook"
 	"github.com/terret/terret-ws/internal/timer"
+	"github.com/terret/terret-ws/internal/webhook"
 )
 
 // Options configure a Stack. Zero values take the spec's and dev-profile.md's defaults.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/terret/terret-ws/internal/config"
 )
 
 // invocations is a runtime stack's Measure.Wrap: it records, per agent, the frames
@@ -21,13 +23,14 @@ type invocations struct {
 	changed chan struct{}     // closed and replaced at every record
 	agents  map[string]string // connection id → agent, from $connect
 	frames  map[string]int    // handled frames, by agent and body (frameKey)
+	expired map[string]int    // handled frames whose route context had ended by their return, by agent
 	runs    map[string]int    // runner invocations returned without error, by agent
 	failed  map[string][]string
 }
 
 func newInvocations() *invocations {
 	return &invocations{changed: make(chan struct{}), agents: map[string]string{}, frames: map[string]int{},
-		runs: map[string]int{}, failed: map[string][]string{}}
+		expired: map[string]int{}, runs: map[string]int{}, failed: map[string][]string{}}
 }
 
 func frameKey(agent, body string) string { return agent + "\x00" + body }
@@ -57,6 +60,10 @@ func (iv *invocations) wrap(name string, h lambda.Handler) lambda.Handler {
 			iv.agents[in.Request.ConnectionID] = in.Query["agent_id"]
 		case "message":
 			iv.frames[frameKey(iv.agents[in.Request.ConnectionID], in.Body)]++
+			// The route's context ends config.RouteMargin before the invocation's.
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= config.RouteMargin {
+				iv.expired[iv.agents[in.Request.ConnectionID]]++
+			}
 		case "runner":
 			if in.AgentID == "" {
 				return out, err // a sweep

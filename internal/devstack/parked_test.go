@@ -41,15 +41,18 @@ func parkedBodies(agent string, wake bool) []string {
 }
 
 // startParkedStack is a runtime stack whose numbered frames wait for their predecessor
-// 20 s (socket.OrderWait is 3 s): a parked frame stays parked until its connection's
-// access ends even when the revocation's stream record takes seconds to reach the
-// deliver function, and still gives up before its handler's own deadline (the message
-// route's 29 s less config.RouteMargin).
+// orderWait (socket.OrderWait is 3 s). The delete test's 20 s keep a parked frame
+// parked until its connection's access ends even when the delete's stream records take
+// seconds to reach the deliver function, and still give up before the handler's own
+// deadline (the message route's 29 s less config.RouteMargin). The revoke test's wait
+// is longer than that deadline: a parked frame cannot stop waiting before the
+// revocation marks its connection, whatever the machine's load (it would end with its
+// handler's context, applying nothing).
 //
 // gaveUp counts, by agent, the frames that stopped waiting at the order wait's end
 // while their connection was still authorized (the stack's log line): such a frame
 // takes effect before the access ends, as it may.
-func startParkedStack(t *testing.T) (env, *gaveUp) {
+func startParkedStack(t *testing.T, orderWait time.Duration) (env, *gaveUp) {
 	t.Helper()
 	if emulated() {
 		t.Skip("parks frames with devstack.Options.OrderWait: in-process only")
@@ -63,7 +66,7 @@ func startParkedStack(t *testing.T) (env, *gaveUp) {
 		}
 	}}
 	logs := service.Logger(testLogOut(), testLogLevel()).Handler()
-	e := startRuntimeStack(t, devstack.Options{OrderWait: 20 * time.Second, Logger: slog.New(slog.NewMultiHandler(hook, logs))})
+	e := startRuntimeStack(t, devstack.Options{OrderWait: orderWait, Logger: slog.New(slog.NewMultiHandler(hook, logs))})
 	return e, g
 }
 
@@ -195,13 +198,17 @@ func (e env) noParkedText(t *testing.T, agent string) {
 // numbering, then its token is revoked. The connection is closed with unauthorized,
 // and none of the 16 takes effect — not after the revocation, not after the close.
 //
-// A round in which a frame stopped waiting before the revocation reached the deliver
-// function (the machine slower than the 20 s order wait) proves nothing — that frame
-// took effect while its connection was still authorized — and another round is run in
-// its place, up to twice as many in all.
+// The ordering the test needs — every frame still waiting when the revocation marks
+// the connection — is forced: the order wait outlasts the handler's deadline, so a
+// frame stops waiting only once the mark is there (or with its handler's context,
+// applying nothing), and the test checks that no frame of the round was handled when
+// it marked and none ended with its handler's context. A round where one did (parking
+// took longer than the handler's deadline) is run again, up to twice as many rounds in
+// all; every round counts on any machine where parking 16 frames and marking take less
+// than that deadline, and a run where none counted fails.
 func TestParkedFramesAfterRevoke(t *testing.T) {
 	t.Parallel()
-	e, g := startParkedStack(t)
+	e, g := startParkedStack(t, time.Hour)
 	rounds := soakRounds(t, "PARKED_ROUNDS", 3, 20)
 	proved := 0
 	for r := 0; proved < rounds && r < 2*rounds; r++ {
@@ -214,15 +221,24 @@ func TestParkedFramesAfterRevoke(t *testing.T) {
 		// reaches it (marking the connection), done here at once: the round then does
 		// not depend on how long the stream takes on a loaded machine. The deliver
 		// function still closes the socket when the record reaches it.
+		conn := e.ownerConn(t, agent)
+		early := e.handledOf(agent, bodies)
 		conns := connections.New(dynamolocal.Client(e.stack.DynamoDBEndpoint), e.stack.Tables["ConnectionsTable"])
-		if err := conns.SetState(context.Background(), e.ownerConn(t, agent), connections.StateUnauthorized); err != nil {
+		if err := conns.SetState(context.Background(), conn, connections.StateUnauthorized); err != nil {
 			t.Fatal(err)
 		}
 		closing := closingFrame(t, c)
 		c.expectClosed()
 		e.framesHandled(t, agent, bodies)
 		if n := g.of(agent); n > 0 {
-			t.Logf("round %d: %d frames stopped waiting before the revocation took effect (closed with %s); not counted", r, n, closing)
+			t.Fatalf("round %d: %d frames stopped waiting at the order wait's end, which outlasts their handlers (closed with %s)", r, n, closing)
+		}
+		if n := e.expiredOf(agent); early > 0 || n > 0 {
+			// Parking took the handlers' deadline: a frame ended with its handler's
+			// context (applying nothing, the socket closed internal) rather than with
+			// the revocation's mark.
+			e.noParkedText(t, agent)
+			t.Logf("round %d: %d frames handled before the mark, %d ended by their handler's deadline (closed with %s); not counted", r, early, n, closing)
 			continue
 		}
 		if closing.Code != "unauthorized" {
@@ -232,10 +248,29 @@ func TestParkedFramesAfterRevoke(t *testing.T) {
 		proved++
 	}
 	if proved == 0 {
-		// Not a failure of what is tested: the machine was too slow for any round's
-		// frames to still wait when the revocation reached them.
-		t.Skipf("no round's frames were still waiting when the revocation took effect (a loaded machine); nothing proved")
+		t.Fatalf("no round's frames were all still waiting when the revocation marked the connection: parking 16 frames outlasted their handlers' deadline")
 	}
+}
+
+// expiredOf counts agent's frames whose handler's context had ended when it returned.
+func (e env) expiredOf(agent string) int {
+	e.calls.mu.Lock()
+	defer e.calls.mu.Unlock()
+	return e.calls.expired[agent]
+}
+
+// handledOf counts the frames among bodies of agent whose message handler has returned.
+func (e env) handledOf(agent string, bodies []string) int {
+	iv := e.calls
+	iv.mu.Lock()
+	defer iv.mu.Unlock()
+	n := 0
+	for _, b := range bodies {
+		if iv.frames[frameKey(agent, b)] > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // TestParkedFramesAfterDelete: a client parks 16 waking injects behind a gap, then the
@@ -245,7 +280,7 @@ func TestParkedFramesAfterRevoke(t *testing.T) {
 // client's frames is queued or logged, nor did a turn run on them.
 func TestParkedFramesAfterDelete(t *testing.T) {
 	t.Parallel()
-	e, _ := startParkedStack(t)
+	e, _ := startParkedStack(t, 20*time.Second)
 	rounds := soakRounds(t, "PARKED_ROUNDS", 3, 20)
 	for r := range rounds {
 		agent := fmt.Sprintf("dl%d", r)

@@ -41,6 +41,16 @@ func (n *Notifying) AppendStamped(ctx context.Context, sessionID, typ string, pa
 	return n.notified(ctx)(n.Log.AppendStamped(ctx, sessionID, typ, payload, stamp))
 }
 
+// AppendIn is Log.AppendIn, then the notification.
+func (n *Notifying) AppendIn(ctx context.Context, sessionID string, f Fence, typ string, payload any, stamp string) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendIn(ctx, sessionID, f, typ, payload, stamp))
+}
+
+// AppendInAt is Log.AppendInAt, then the notification.
+func (n *Notifying) AppendInAt(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendInAt(ctx, sessionID, f, seq, typ, payload))
+}
+
 func (n *Notifying) notified(ctx context.Context) func(Event, error) (Event, error) {
 	return func(ev Event, err error) (Event, error) {
 		if err == nil {

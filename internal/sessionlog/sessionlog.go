@@ -11,13 +11,23 @@
 // writer got n+1 first; the loser re-reads the tip and tries again. A tip this Log remembers is lowered by every read that reaches the log's
 // end, so a log started over is appended to at its own tip.
 //
-// Cost: one append of an event under 1 KB is one PutItem, 1 write request unit, when the
-// writer's cached tip is current (a single active writer, as during a turn); a writer
-// whose cache is stale pays one strongly consistent Query (1 read unit) per conflict.
+// The epoch: every log, new after each reset or delete, is named by the id of its seq 0
+// (its epoch), and every event's item carries it (attribute "epoch"). An append is
+// built on a tip in an epoch and lands only in that epoch's log: AppendIn says how
+// (Fence) — under a lease a reset or delete waits out (the runner's), a plain put;
+// otherwise a put in one transaction with a check of seq 0's id. A writer that finds
+// the log's epoch is not the one it built on gets ErrEpoch and has appended nothing.
+//
+// Cost: one append of an event under 1 KB is one PutItem, 1 write request unit, under
+// a lease, when the writer's cached tip is current (a single active writer, as during
+// a turn); a writer whose cache is stale pays one strongly consistent Query (1 read
+// unit) per conflict. Without a lease it is a TransactWriteItems of the put and the
+// check of seq 0: 2 write units for each (up to 1 KB), 4 in all.
 package sessionlog
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -53,6 +63,12 @@ var (
 	ErrTooLarge = errors.New("sessionlog: event envelope exceeds 128 KiB")
 	ErrConflict = errors.New("sessionlog: seq already taken")
 	ErrInvalid  = errors.New("sessionlog: invalid event")
+	// ErrEpoch: the log's epoch (seq 0's id) is not the one the append was built on —
+	// the session was reset or deleted since the writer read it. Nothing was appended.
+	ErrEpoch = errors.New("sessionlog: the log is not the one the writer read (reset or deleted)")
+	// ErrLeaseEnded: an append under a lease (Fence.Until) came after the lease's end.
+	// Nothing was appended.
+	ErrLeaseEnded = errors.New("sessionlog: the writer's lease has ended")
 )
 
 // Event is the durable envelope, serialized to clients as-is.
@@ -70,6 +86,32 @@ type Event struct {
 	// Expires is the item's TTL attribute expires_at, unix seconds, set by Expire
 	// once retention applies to the event; 0: it never expires. Never sent.
 	Expires int64 `json:"-"`
+	// Epoch is the epoch of the log the event is in: the id of its seq 0 (attribute
+	// "epoch"; seq 0's is its own id). "" for an event appended before events carried
+	// it. Never sent: hello carries the epoch.
+	Epoch string `json:"-"`
+}
+
+// EpochAttr is the log items' attribute naming their log's epoch.
+const EpochAttr = "epoch"
+
+// Fence is what an append is built on, and how it makes sure it lands in that log
+// (AppendIn).
+type Fence struct {
+	// Epoch is the epoch of the log the writer read (Event.Epoch, or Epoch). With it,
+	// an append that finds another epoch returns ErrEpoch. "": the writer holds no
+	// knowledge of the log, and the append takes the epoch it finds (a tip cached
+	// from an erased log is refused and read again, never appended on).
+	Epoch string
+	// Until, when set, is the end of a lease the writer holds that a reset or delete
+	// of the session takes over and waits out before it erases the log (the runner
+	// lease), less what the writer allows for clock skew: the log cannot change epoch
+	// before it, so the put is a plain PutItem, 1 write unit. It is sent only before
+	// Until (else ErrLeaseEnded, nothing sent); the writer chooses Until so that the
+	// rest of its lease leaves a put room to land. Epoch is required with it.
+	// Zero: the put is in a TransactWriteItems with a ConditionCheck that seq 0's id
+	// is the epoch, 4 write units.
+	Until time.Time
 }
 
 // Expired reports whether the event has expired at now: DynamoDB TTL deletes such an
@@ -87,6 +129,8 @@ type API interface {
 	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	// TransactWriteItems: an append without a lease, with its check of the epoch.
+	TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
 var _ API = (*dynamodb.Client)(nil)
@@ -98,12 +142,18 @@ type Log struct {
 	now   func() time.Time
 
 	mu   sync.Mutex
-	tips map[string]int64 // highest seq this instance has seen exist, per session
+	tips map[string]mark // highest seq this instance has seen exist, per session, with its epoch
+}
+
+// mark is a cached tip: seq exists in the log of epoch ("": not known).
+type mark struct {
+	seq   int64
+	epoch string
 }
 
 // New returns a Log over table.
 func New(api API, table string) *Log {
-	return &Log{api: api, table: table, now: time.Now, tips: map[string]int64{}}
+	return &Log{api: api, table: table, now: time.Now, tips: map[string]mark{}}
 }
 
 // Create appends session/created at seq 0 unless the session exists. It reports whether
@@ -113,16 +163,17 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 	if err != nil {
 		return false, err
 	}
+	ev.Epoch = ev.ID
 	err = l.put(ctx, ev)
 	switch {
 	case errors.Is(err, ErrConflict):
-		l.observe(sessionID, 0)
+		l.observe(sessionID, 0, "")
 		return false, nil
 	case err != nil:
 		return false, err
 	}
 	l.mu.Lock() // a new log: whatever was cached is of a log since erased
-	l.tips[sessionID] = 0
+	l.tips[sessionID] = mark{seq: 0, epoch: ev.Epoch}
 	l.mu.Unlock()
 	appended()
 	return true, nil
@@ -132,66 +183,126 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 // to JSON (nil becomes {}; a json.RawMessage is taken as it is). It returns ErrNotFound
 // if the session has no session/created yet, ErrTooLarge if the envelope would exceed
 // MaxEnvelopeBytes, and ErrInvalid for an empty type or a payload that is not an object.
+//
+// Append is for a log's only writer (load tools, tests): its put is not fenced, so a
+// tip this Log cached from a log since reset or deleted would be appended on. The
+// runtime appends with AppendIn. Cost: 1 write unit.
 func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (Event, error) {
-	return l.appendNext(ctx, sessionID, typ, payload, "")
+	return l.appendNext(ctx, sessionID, nil, typ, payload, "")
 }
 
 // AppendStamped is Append with stamp kept on the event's item (Event.Stamp), read back
 // by Read, never part of the envelope. Cost: Append's.
 func (l *Log) AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
-	return l.appendNext(ctx, sessionID, typ, payload, stamp)
+	return l.appendNext(ctx, sessionID, nil, typ, payload, stamp)
+}
+
+// AppendIn is Append (with stamp, as AppendStamped; "" for none) fenced by f: the event
+// lands only in the log of f.Epoch — or, with no epoch given, of the epoch its tip was
+// read in — and ErrEpoch says the log is another one now (reset or deleted since):
+// nothing was appended, and the writer's work on the old log is to be dropped. See
+// Fence for the two ways, and their costs.
+func (l *Log) AppendIn(ctx context.Context, sessionID string, f Fence, typ string, payload any, stamp string) (Event, error) {
+	if !f.Until.IsZero() && f.Epoch == "" {
+		return Event{}, fmt.Errorf("%w: an append under a lease needs its epoch", ErrInvalid)
+	}
+	return l.appendNext(ctx, sessionID, &f, typ, payload, stamp)
 }
 
 // appendNext puts an event at the tip's next seq until it succeeds. A put that finds
 // the seq taken (ErrConflict) backs off with jitter, so that writers in a burst stop
 // colliding on each seq, reads the tip again and retries; any other error ends the
-// append.
-func (l *Log) appendNext(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
+// append. With f, the tip is the one of f's epoch (read again when the cached one is
+// of another), and a tip read that finds another epoch ends it with ErrEpoch.
+func (l *Log) appendNext(ctx context.Context, sessionID string, f *Fence, typ string, payload any, stamp string) (Event, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return Event{}, err
 	}
 	tip, ok := l.cached(sessionID)
-	if !ok {
-		if tip, err = l.Tip(ctx, sessionID); err != nil {
-			return Event{}, err
+	if !ok || (f != nil && (tip.epoch == "" || (f.Epoch != "" && tip.epoch != f.Epoch))) {
+		if tip, err = l.tip(ctx, sessionID, f != nil); err != nil {
+			return Event{}, gone(f, err)
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		ev, err := l.newEvent(sessionID, tip+1, typ, raw)
+		if f != nil && f.Epoch != "" && tip.epoch != f.Epoch {
+			return Event{}, fmt.Errorf("%w: %s is at epoch %s, the writer's is %s", ErrEpoch, sessionID, tip.epoch, f.Epoch)
+		}
+		ev, err := l.newEvent(sessionID, tip.seq+1, typ, raw)
 		if err != nil {
 			return Event{}, err
 		}
 		ev.Stamp = stamp
-		err = l.put(ctx, ev)
+		if f != nil { // an unfenced put names no epoch: its cached tip may be of an erased log
+			ev.Epoch = tip.epoch
+		}
+		err = l.putIn(ctx, ev, f)
 		if err == nil {
-			l.observe(sessionID, ev.Seq)
+			l.observe(sessionID, ev.Seq, ev.Epoch)
 			appended()
 			return ev, nil
 		}
-		if !errors.Is(err, ErrConflict) {
+		moved := errors.Is(err, errEpochMoved)
+		switch {
+		case moved:
+			// The tip was of an erased log: read the log as it is, its epoch from
+			// seq 0 itself. With the writer's own epoch, the check above refuses it.
+			l.Forget(sessionID)
+		case errors.Is(err, ErrConflict), errors.Is(err, errBusy):
+			if err := backoff(ctx, attempt); err != nil {
+				return Event{}, err
+			}
+		default:
 			return Event{}, err
 		}
-		if err := backoff(ctx, attempt); err != nil {
-			return Event{}, err
+		if tip, err = l.tip(ctx, sessionID, f != nil); err != nil {
+			return Event{}, gone(f, err)
 		}
-		if tip, err = l.Tip(ctx, sessionID); err != nil {
-			return Event{}, err
+		if moved {
+			if tip.epoch, err = l.Epoch(ctx, sessionID); err != nil {
+				return Event{}, gone(f, err)
+			}
 		}
 	}
 }
 
+// gone is err, or ErrEpoch as well when the log is not there any more (being erased)
+// for a writer that read it in an epoch.
+func gone(f *Fence, err error) error {
+	if f != nil && f.Epoch != "" && errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%w: %w", ErrEpoch, err)
+	}
+	return err
+}
+
 // AppendAt puts an event at exactly seq. It returns ErrConflict if seq is taken. The
 // caller must know seq-1 exists (it read or wrote it), or the log would get a gap; so
-// seq must be ≥ 1 — seq 0 is written only by Create.
+// seq must be ≥ 1 — seq 0 is written only by Create. Like Append, it is not fenced:
+// the runtime uses AppendInAt.
 func (l *Log) AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (Event, error) {
-	return l.AppendAtStamped(ctx, sessionID, seq, typ, payload, "")
+	return l.appendAt(ctx, sessionID, nil, seq, typ, payload, "")
 }
 
 // AppendAtStamped is AppendAt with stamp kept on the event's item, as AppendStamped
 // keeps it: a compare-and-append for a writer that read the log up to seq-1 and
-// wants its event logged only if nothing came after what it read.
+// wants its event logged only if nothing came after what it read. Not fenced, as
+// AppendAt.
 func (l *Log) AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (Event, error) {
+	return l.appendAt(ctx, sessionID, nil, seq, typ, payload, stamp)
+}
+
+// AppendInAt is AppendAt fenced by f (AppendIn): seq-1 is an event the writer read in
+// the log of f.Epoch, which is required. It returns ErrEpoch when the log is another
+// one now, and ErrConflict when seq is taken in it.
+func (l *Log) AppendInAt(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any) (Event, error) {
+	if f.Epoch == "" {
+		return Event{}, fmt.Errorf("%w: AppendInAt needs the writer's epoch", ErrInvalid)
+	}
+	return l.appendAt(ctx, sessionID, &f, seq, typ, payload, "")
+}
+
+func (l *Log) appendAt(ctx context.Context, sessionID string, f *Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
 	if seq < 1 {
 		return Event{}, fmt.Errorf("%w: AppendAt seq %d", ErrInvalid, seq)
 	}
@@ -204,15 +315,30 @@ func (l *Log) AppendAtStamped(ctx context.Context, sessionID string, seq int64, 
 		return Event{}, err
 	}
 	ev.Stamp = stamp
-	if err := l.put(ctx, ev); err != nil {
-		if errors.Is(err, ErrConflict) {
-			l.observe(sessionID, seq)
-		}
-		return Event{}, err
+	if f != nil {
+		ev.Epoch = f.Epoch
 	}
-	l.observe(sessionID, seq)
-	appended()
-	return ev, nil
+	for attempt := 0; ; attempt++ {
+		err := l.putIn(ctx, ev, f)
+		switch {
+		case err == nil:
+			l.observe(sessionID, seq, ev.Epoch)
+			appended()
+			return ev, nil
+		case errors.Is(err, errEpochMoved):
+			l.Forget(sessionID)
+			return Event{}, fmt.Errorf("%w: %s seq %d", ErrEpoch, sessionID, seq)
+		case errors.Is(err, ErrConflict):
+			l.observe(sessionID, seq, ev.Epoch)
+			return Event{}, err
+		case errors.Is(err, errBusy):
+			if err := backoff(ctx, attempt); err != nil {
+				return Event{}, err
+			}
+		default:
+			return Event{}, err
+		}
+	}
 }
 
 // appended counts one event written to the log: metric EventsAppended on the process's
@@ -222,6 +348,13 @@ func appended() { metrics.Add("EventsAppended", metrics.Count, 1) }
 // Tip returns the highest seq of the session, read strongly consistent. It returns
 // ErrNotFound if the session has no events.
 func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
+	m, err := l.tip(ctx, sessionID, false)
+	return m.seq, err
+}
+
+// tip reads the tip and its epoch (the tip item's; with needEpoch, seq 0's when the tip
+// item predates the attribute: one more read unit).
+func (l *Log) tip(ctx context.Context, sessionID string, needEpoch bool) (mark, error) {
 	before, had := l.cached(sessionID)
 	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
 		TableName:              aws.String(l.table),
@@ -229,23 +362,42 @@ func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":s": &types.AttributeValueMemberS{Value: sessionID},
 		},
-		ProjectionExpression: aws.String("seq"),
-		ScanIndexForward:     aws.Bool(false),
-		Limit:                aws.Int32(1),
-		ConsistentRead:       aws.Bool(true),
+		ProjectionExpression:     aws.String("seq, #ep, id"),
+		ExpressionAttributeNames: map[string]string{"#ep": EpochAttr},
+		ScanIndexForward:         aws.Bool(false),
+		Limit:                    aws.Int32(1),
+		ConsistentRead:           aws.Bool(true),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sessionlog: tip of %s: %w", sessionID, err)
+		return mark{}, fmt.Errorf("sessionlog: tip of %s: %w", sessionID, err)
 	}
 	if len(out.Items) == 0 {
-		return 0, fmt.Errorf("%w: %s", ErrNotFound, sessionID)
+		return mark{}, fmt.Errorf("%w: %s", ErrNotFound, sessionID)
 	}
 	seq, err := numberAttr(out.Items[0], "seq")
 	if err != nil {
-		return 0, err
+		return mark{}, err
 	}
-	l.observeTip(sessionID, seq, before, had)
-	return seq, nil
+	m := mark{seq: seq, epoch: epochOf(out.Items[0], seq)}
+	if m.epoch == "" && needEpoch {
+		if m.epoch, err = l.Epoch(ctx, sessionID); err != nil {
+			return mark{}, err
+		}
+	}
+	l.observeTip(sessionID, m, before, had)
+	return m, nil
+}
+
+// epochOf is the epoch an item of the log names: its epoch attribute, or its own id
+// at seq 0; "" for an item from before the attribute.
+func epochOf(item map[string]types.AttributeValue, seq int64) string {
+	if v, ok := item[EpochAttr].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	if v, ok := item["id"].(*types.AttributeValueMemberS); ok && seq == 0 {
+		return v.Value
+	}
+	return ""
 }
 
 // Epoch returns the log's epoch: the id of its session/created event (seq 0). It is
@@ -329,9 +481,9 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 	}
 	switch n := len(out); {
 	case n > 0 && end:
-		l.observeTip(sessionID, out[n-1].Seq, before, had) // the tip when read
+		l.observeTip(sessionID, mark{seq: out[n-1].Seq, epoch: out[n-1].Epoch}, before, had) // the tip when read
 	case n > 0:
-		l.observe(sessionID, out[n-1].Seq)
+		l.observe(sessionID, out[n-1].Seq, out[n-1].Epoch)
 	}
 	return out, nil
 }
@@ -470,6 +622,9 @@ func (e Event) Item() map[string]types.AttributeValue {
 	if e.Expires > 0 {
 		item[ExpiresAttr] = &types.AttributeValueMemberN{Value: strconv.FormatInt(e.Expires, 10)}
 	}
+	if e.Epoch != "" {
+		item[EpochAttr] = &types.AttributeValueMemberS{Value: e.Epoch}
+	}
 	return item
 }
 
@@ -506,6 +661,7 @@ func FromItem(item map[string]types.AttributeValue) (Event, error) {
 	if ev.Seq, err = numberAttr(item, "seq"); err != nil {
 		return Event{}, err
 	}
+	ev.Epoch = epochOf(item, ev.Seq)
 	return ev, nil
 }
 
@@ -519,6 +675,54 @@ func numberAttr(item map[string]types.AttributeValue, name string) (int64, error
 		return 0, fmt.Errorf("%w: attribute %q: %v", ErrInvalid, name, err)
 	}
 	return n, nil
+}
+
+// errEpochMoved: a fenced put's check found seq 0's id is not the event's epoch (or no
+// seq 0). errBusy: a transaction was cancelled by another one on the same items.
+var (
+	errEpochMoved = errors.New("sessionlog: seq 0 is not the epoch's")
+	errBusy       = errors.New("sessionlog: transaction conflict")
+)
+
+// putIn puts ev as f says: unfenced (nil) or under a lease, a plain conditional put;
+// otherwise in one transaction with a check that seq 0's id is ev.Epoch.
+func (l *Log) putIn(ctx context.Context, ev Event, f *Fence) error {
+	switch {
+	case f == nil:
+		return l.put(ctx, ev)
+	case !f.Until.IsZero():
+		if !time.Now().Before(f.Until) {
+			return fmt.Errorf("%w: %s seq %d", ErrLeaseEnded, ev.SessionID, ev.Seq)
+		}
+		return l.put(ctx, ev)
+	}
+	_, err := l.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{ConditionCheck: &types.ConditionCheck{
+			TableName: aws.String(l.table),
+			Key: map[string]types.AttributeValue{
+				"session_id": &types.AttributeValueMemberS{Value: ev.SessionID},
+				"seq":        &types.AttributeValueMemberN{Value: "0"},
+			},
+			ConditionExpression:       aws.String("id = :e"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberS{Value: ev.Epoch}},
+		}},
+		{Put: &types.Put{
+			TableName:           aws.String(l.table),
+			Item:                ev.Item(),
+			ConditionExpression: aws.String("attribute_not_exists(seq)"),
+		}},
+	}})
+	switch {
+	case err == nil:
+		return nil
+	case dynamoerr.TxCondFailed(err, 0):
+		return fmt.Errorf("%w: %s seq 0 is not %s", errEpochMoved, ev.SessionID, ev.Epoch)
+	case dynamoerr.TxCondFailed(err, 1):
+		return fmt.Errorf("%w: %s seq %d", ErrConflict, ev.SessionID, ev.Seq)
+	case dynamoerr.TxConflict(err):
+		return fmt.Errorf("%w: %s seq %d", errBusy, ev.SessionID, ev.Seq)
+	}
+	return fmt.Errorf("sessionlog: append %s seq %d: %w", ev.SessionID, ev.Seq, err)
 }
 
 func (l *Log) put(ctx context.Context, ev Event) error {
@@ -579,7 +783,7 @@ func encodePayload(payload any) (json.RawMessage, error) {
 	return raw, nil
 }
 
-func (l *Log) cached(sessionID string) (int64, bool) {
+func (l *Log) cached(sessionID string) (mark, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, ok := l.tips[sessionID]
@@ -590,34 +794,43 @@ func (l *Log) cached(sessionID string) (int64, bool) {
 // costs one Query on the next append to that session.
 const maxCachedTips = 10000
 
-// observe records that seq exists. The cache only moves forward.
-func (l *Log) observe(sessionID string, seq int64) {
+// observe records that seq exists in the log of epoch ("": not known). The cache only
+// moves forward within one epoch; a seq of another epoch replaces it (the cached one
+// is of a log since erased).
+func (l *Log) observe(sessionID string, seq int64, epoch string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.tips) >= maxCachedTips {
 		clear(l.tips)
 	}
-	if t, ok := l.tips[sessionID]; !ok || seq > t {
-		l.tips[sessionID] = seq
+	t, ok := l.tips[sessionID]
+	switch {
+	case !ok, epoch != "" && t.epoch != "" && epoch != t.epoch:
+		l.tips[sessionID] = mark{seq: seq, epoch: epoch}
+	case seq > t.seq:
+		l.tips[sessionID] = mark{seq: seq, epoch: cmp.Or(epoch, t.epoch)}
+	case t.epoch == "" && epoch != "" && seq == t.seq:
+		l.tips[sessionID] = mark{seq: seq, epoch: epoch}
 	}
 }
 
-// observeTip records seq, the tip a strongly consistent read just found, given what
+// observeTip records m, the tip a strongly consistent read just found, given what
 // the cache held when the read began (before, had): the cache takes it even when
-// lower, unless it moved meanwhile (an append of this process landed during the read,
-// which the read may have missed). A cached tip above the log's — left from a log
-// since reset or deleted (package sessiondata) — would make the next append skip seqs;
-// one below costs a conflict and a re-read at most.
-func (l *Log) observeTip(sessionID string, seq, before int64, had bool) {
+// lower, unless it moved meanwhile within the same epoch (an append of this process
+// landed during the read, which the read may have missed). A cached tip above the
+// log's — left from a log since reset or deleted (package sessiondata) — would make
+// the next append skip seqs; one below costs a conflict and a re-read at most.
+func (l *Log) observeTip(sessionID string, m mark, before mark, had bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.tips) >= maxCachedTips {
 		clear(l.tips)
 	}
-	if cur, ok := l.tips[sessionID]; ok && (!had || cur != before) && cur > seq {
+	if cur, ok := l.tips[sessionID]; ok && (!had || cur != before) && cur.seq > m.seq &&
+		(cur.epoch == m.epoch || cur.epoch == "" || m.epoch == "") {
 		return // moved during the read: keep the newer
 	}
-	l.tips[sessionID] = seq
+	l.tips[sessionID] = m
 }
 
 // backoff sleeps a random time up to 1 ms × 2^attempt, at most 25 ms.
