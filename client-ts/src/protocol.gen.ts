@@ -200,6 +200,8 @@ export interface UserMessagePayload {
   truncated?: boolean;
   /** The client_id of the frame that produced this event. */
   client_id?: string;
+  /** The schedule whose fire woke the agent (after its schedule/fired). */
+  schedule_id?: string;
 }
 
 /** Payload of context/injected: A queued inject drained at a step boundary (a steer). */
@@ -209,6 +211,8 @@ export interface ContextInjectedPayload {
   truncated?: boolean;
   /** The client_id of the frame that produced this event. */
   client_id?: string;
+  /** The schedule whose fire this steer is (after its schedule/fired). */
+  schedule_id?: string;
 }
 
 /** Payload of turn/start. */
