@@ -91,7 +91,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := d.PumpFor(ctx, session, hints, streamBudget); err != nil {
+			if err := d.pumpSeats(ctx, session, hints, streamBudget); err != nil {
 				d.logger.ErrorContext(ctx, "pump", "agent_id", session, "error", err)
 				mu.Lock()
 				fail(seqNums[session]...)
@@ -104,7 +104,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 }
 
 // revoke closes agentID's owner connection if a token change dropped the token it
-// presented. Rotation reaches connections already open this way.
+// presented, and each observer connection whose token it dropped. Rotation reaches connections already open this way.
 func (d *Deliverer) revoke(ctx context.Context, agentID string, r events.DynamoDBEventRecord) error {
 	dropped := auth.Dropped(hashKeys(r.Change.OldImage), hashKeys(r.Change.NewImage))
 	if len(dropped) == 0 {
@@ -113,19 +113,20 @@ func (d *Deliverer) revoke(ctx context.Context, agentID string, r events.DynamoD
 		}
 		return nil
 	}
+	oerr := d.closeObservers(ctx, agentID, dropped, protocol.CodeUnauthorized, message(protocol.CodeUnauthorized))
 	o, err := d.store.Owner(ctx, agentID)
 	if errors.Is(err, connections.ErrNotFound) {
-		return nil
+		return oerr
 	}
 	if err != nil {
-		return err
+		return errors.Join(err, oerr)
 	}
 	for _, h := range dropped {
 		if h == o.TokenHash {
-			return d.Close(ctx, o, protocol.CodeUnauthorized, message(protocol.CodeUnauthorized))
+			return errors.Join(d.Close(ctx, o, protocol.CodeUnauthorized, message(protocol.CodeUnauthorized)), oerr)
 		}
 	}
-	return nil
+	return oerr
 }
 
 func hashKeys(image map[string]events.DynamoDBAttributeValue) []string {

@@ -27,7 +27,11 @@ import (
 // the subscription, so every sender of the connection — the fast path, the stream
 // consumer, a watcher, an asynchronous deliver invocation — honours it; a resubscribe
 // may change it.
+//
+// agentID is a seat key (connections.ObserverSeat for an observer's subscription): the
+// log read is the seat's agent's.
 func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
+	seat, agentID := agentID, connections.SeatAgent(agentID)
 	tip, err := d.log.Tip(ctx, agentID)
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
@@ -59,7 +63,7 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 		// never silently (docs/protocol.md, "subscribe").
 		sub.From, sub.Truncated = tip+1, true
 	}
-	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
+	if _, err := d.store.Subscribe(ctx, seat, connID, sub); err != nil {
 		if errors.Is(err, connections.ErrSuperseded) {
 			return nil
 		}

@@ -1,0 +1,101 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/sessionlog"
+)
+
+// Observers (docs/architecture.md, "Observers"): each observer connection of an agent
+// has its own seat, a record with the ownership record's attributes (connections,
+// seat.go), so the delivery core serves it exactly as the driver — its own cursor,
+// sender lease, mark, watch, replay slot, queue bound and lagged rule — with the seat's
+// key where the driver's is the agent id. What this file adds is how a wake-up of an
+// agent reaches its observers' seats: one read of the agent's observer index per
+// stream batch, whatever their number, and the appender's fast path from a cache of
+// that index.
+
+// ObserverIndex lists an agent's observer connections (connections.Store.Observers).
+// A Records without it (the in-memory double) serves drivers only.
+type ObserverIndex interface {
+	Observers(ctx context.Context, agentID string) ([]connections.Observer, error)
+}
+
+var _ ObserverIndex = (*connections.Store)(nil)
+
+// observerSeats returns the seat keys of agentID's observers: one strongly consistent
+// read of the observer index (1 read unit), none without an index.
+func (d *Deliverer) observerSeats(ctx context.Context, agentID string) ([]string, error) {
+	idx, ok := d.store.(ObserverIndex)
+	if !ok {
+		return nil, nil
+	}
+	obs, err := idx.Observers(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	seats := make([]string, len(obs))
+	for i, o := range obs {
+		seats[i] = o.Seat(agentID)
+	}
+	return seats, nil
+}
+
+// pumpSeats pumps agentID's driver seat and each of its observers' seats at once, each
+// with budget, and waits for all: a slow observer holds up no other seat's sender, and
+// the driver's sends never wait for an observer's.
+func (d *Deliverer) pumpSeats(ctx context.Context, agentID string, hints []sessionlog.Event, budget time.Duration) error {
+	seats, oerr := d.observerSeats(ctx, agentID)
+	if oerr != nil {
+		d.logger.WarnContext(ctx, "read observers", "agent_id", agentID, "error", oerr)
+	}
+	errs := make([]error, len(seats)+1)
+	var wg sync.WaitGroup
+	for i, seat := range append([]string{agentID}, seats...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.PumpFor(ctx, seat, hints, budget)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(append(errs, oerr)...)
+}
+
+// closeObservers closes agentID's observer connections with code whose token is one of
+// hashes (nil: every observer). Cost: 1 read of the index, 1 of each seat closed, and
+// each close's writes.
+func (d *Deliverer) closeObservers(ctx context.Context, agentID string, hashes []string, code protocol.Code, msg string) error {
+	idx, ok := d.store.(ObserverIndex)
+	if !ok {
+		return nil
+	}
+	obs, err := idx.Observers(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	drop := map[string]bool{}
+	for _, h := range hashes {
+		drop[h] = true
+	}
+	var errs []error
+	for _, o := range obs {
+		if hashes != nil && !drop[o.TokenHash] {
+			continue
+		}
+		seat, err := d.store.Owner(ctx, o.Seat(agentID))
+		if errors.Is(err, connections.ErrNotFound) {
+			continue // closed already
+		}
+		if err == nil {
+			err = d.Close(ctx, seat, code, msg)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,287 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/history"
+)
+
+// observerToken is a new observer token of agent.
+func (e env) observerToken(t *testing.T, agent string) string {
+	t.Helper()
+	tok, err := e.tokens.CreateRole(context.Background(), agent, 0, auth.RoleObserver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// reader reads every frame of one client on its own goroutine, recording events in its
+// subscription of a history.History, so that no client waits for another.
+type reader struct {
+	name string
+	c    *client
+	sub  *history.Sub
+
+	mu     sync.Mutex
+	frames []frame
+	err    error // the read that ended it (errClosed once the server closed)
+	more   chan struct{}
+}
+
+// subscribe sends subscribe{from_seq: from} on c and starts reading its frames.
+func subscribeReader(h *history.History, name string, c *client, from int64) *reader {
+	r := &reader{name: name, c: c, sub: h.Subscribe(name, from), more: make(chan struct{}, 1)}
+	c.send(fmt.Sprintf(`{"type":"subscribe","from_seq":%d}`, from))
+	go r.run()
+	return r
+}
+
+func (r *reader) run() {
+	for {
+		f, err := r.c.next(hang())
+		r.mu.Lock()
+		if err != nil {
+			r.err = err
+			r.mu.Unlock()
+			r.signal()
+			return
+		}
+		r.frames = append(r.frames, f)
+		switch {
+		case f.Seq != nil:
+			r.sub.Receive(*f.Seq)
+		case f.Type == "replay_truncated":
+			r.sub.Truncated(f.From)
+		}
+		r.mu.Unlock()
+		r.signal()
+	}
+}
+
+func (r *reader) signal() {
+	select {
+	case r.more <- struct{}{}:
+	default:
+	}
+}
+
+// await waits for a frame that ok accepts (looking at every frame read so far), bounded
+// by hang(); what names it in the failure.
+func (r *reader) await(t *testing.T, what string, ok func(frame) bool) frame {
+	t.Helper()
+	deadline := time.After(hang())
+	seen := 0
+	for {
+		r.mu.Lock()
+		for ; seen < len(r.frames); seen++ {
+			if ok(r.frames[seen]) {
+				f := r.frames[seen]
+				r.mu.Unlock()
+				return f
+			}
+		}
+		err := r.err
+		r.mu.Unlock()
+		if err != nil {
+			t.Fatalf("%s: %s ended (%v) before %s", r.name, r.name, err, what)
+		}
+		select {
+		case <-r.more:
+		case <-deadline:
+			t.Fatalf("%s: no %s within %s", r.name, what, hang())
+		}
+	}
+}
+
+// awaitEnd waits until the server closed r's socket, bounded by hang().
+func (r *reader) awaitEnd(t *testing.T) {
+	t.Helper()
+	deadline := time.After(hang())
+	for {
+		r.mu.Lock()
+		err := r.err
+		r.mu.Unlock()
+		if err != nil {
+			if err != errClosed {
+				t.Fatalf("%s: ended with %v, want the server's close", r.name, err)
+			}
+			return
+		}
+		select {
+		case <-r.more:
+		case <-deadline:
+			t.Fatalf("%s: not closed within %s", r.name, hang())
+		}
+	}
+}
+
+// errorFrames are the error frames r read so far.
+func (r *reader) errorFrames() []frame {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []frame
+	for _, f := range r.frames {
+		if f.Type == "error" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func typed(typ string) func(frame) bool {
+	return func(f frame) bool { return f.Seq != nil && typedAs(f, typ) }
+}
+
+func typedAs(f frame, typ string) bool { return f.Type == typ }
+
+func atLeast(seq int64) func(frame) bool {
+	return func(f frame) bool { return f.Seq != nil && *f.Seq >= seq }
+}
+
+func errorCoded(code string) func(frame) bool {
+	return func(f frame) bool { return f.Type == "error" && f.Code == code }
+}
+
+// helloRole reads the first frame of c, a hello for agent naming role.
+func helloRole(t *testing.T, c *client, agent, role string) {
+	t.Helper()
+	f := c.hello(agent)
+	var h struct {
+		Role string `json:"role"`
+	}
+	if err := json.Unmarshal(f.raw, &h); err != nil || h.Role != role {
+		t.Fatalf("hello %s, want role %q", f, role)
+	}
+}
+
+// observerRounds is how many agents TestObservers runs its flow on.
+const observerRounds = 3
+
+// TestObservers: a driver and three observers (the cap, MaxObservers 3) on one agent
+// through a turn with tool calls and an approval: every reader gets the same gapless
+// events (history), each observer's control frames are answered forbidden with nothing
+// appended and its socket open, a fourth observer supersedes the oldest and none other,
+// and the driver is neither superseded by an observer nor supersedes one. Many rounds,
+// each on a fresh agent.
+func TestObservers(t *testing.T) {
+	t.Parallel()
+	e := startRuntimeStack(t, devstack.Options{Approvals: true, MaxObservers: 3})
+	for round := range observerRounds {
+		t.Run(fmt.Sprint(round), func(t *testing.T) { e.observerRound(t, fmt.Sprintf("obs-%d", round)) })
+	}
+}
+
+func (e env) observerRound(t *testing.T, agent string) {
+	drvTok, obsTok := e.token(t, agent), e.observerToken(t, agent)
+	h := history.New()
+
+	// Observers first, then the driver: neither kind supersedes the other.
+	var obs []*reader
+	for i := range 3 {
+		c := e.dial(t, agent, obsTok)
+		helloRole(t, c, agent, "observer")
+		obs = append(obs, subscribeReader(h, fmt.Sprintf("observer-%d", i), c, 0))
+	}
+	dc := e.dial(t, agent, drvTok)
+	helloRole(t, dc, agent, "driver")
+	drv := subscribeReader(h, "driver", dc, 0)
+
+	// Every control frame of an observer: forbidden, nothing appended, still open.
+	control := []string{
+		`{"type":"inject","text":"forbidden-inject","wake":true}`,
+		`{"type":"cancel"}`,
+		`{"type":"approve","call_id":"call_x"}`,
+		`{"type":"deny","call_id":"call_x"}`,
+		`{"type":"set_model","role":"main","spec":"scripted"}`,
+		`{"type":"set_policy","patterns":["*"]}`,
+	}
+	for _, b := range control {
+		obs[1].c.send(b)
+	}
+	deadline := time.Now().Add(hang())
+	for len(obs[1].errorFrames()) < len(control) {
+		if time.Now().After(deadline) {
+			t.Fatalf("observer's control frames: %d error frames, want %d forbidden", len(obs[1].errorFrames()), len(control))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, f := range obs[1].errorFrames() {
+		if f.Code != "forbidden" {
+			t.Fatalf("observer's control frame answered %s, want forbidden", f)
+		}
+	}
+
+	// A turn with tool calls and an approval, driven by the driver.
+	script := `{"script":[{"call":[{"tool":"echo","args":{"text":"seen by all"}},{"tool":"guarded_echo","args":{"text":"asked"}}]},{"say":"all watched","chunks":3}]}`
+	b, _ := json.Marshal(map[string]any{"type": "inject", "text": script, "wake": true})
+	drv.c.send(string(b))
+	req := drv.await(t, "approval/requested", typed("approval/requested"))
+	var p struct {
+		CallID string `json:"call_id"`
+	}
+	if err := json.Unmarshal(req.Pay, &p); err != nil || p.CallID == "" {
+		t.Fatalf("approval/requested %s: no call_id", req)
+	}
+	for _, o := range obs {
+		o.await(t, "the approval request", atLeast(*req.Seq))
+	}
+	drv.c.send(approveFrame(p.CallID))
+	end := drv.await(t, "turn/end", typed("turn/end"))
+	// The first turn titles the session, after its end: the log's tip for now.
+	titled := drv.await(t, "session/titled", typed("session/titled"))
+	tip := max(*end.Seq, *titled.Seq)
+	for _, o := range obs {
+		o.await(t, "the turn's end", atLeast(tip))
+	}
+	for _, r := range append(obs, drv) {
+		for _, f := range r.errorFrames() {
+			if r != obs[1] {
+				t.Fatalf("%s got %s", r.name, f)
+			}
+		}
+	}
+	h.Check(t, tip)
+	evs, err := e.log.Read(context.Background(), agent, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if strings.Contains(string(ev.Payload), "forbidden-inject") || ev.Type == "policy/updated" {
+			t.Fatalf("an observer's frame was applied: %s %s", ev.Type, ev.Payload)
+		}
+	}
+
+	// A fourth observer beyond the cap (3) supersedes the oldest, and only it.
+	c := e.dial(t, agent, obsTok)
+	helloRole(t, c, agent, "observer")
+	obs[0].await(t, "superseded", errorCoded("superseded"))
+	obs[0].awaitEnd(t)
+	obs[0].sub.Drop()
+	obs = append(obs[1:], subscribeReader(h, "observer-3", c, 0))
+
+	// Everyone left follows a second turn.
+	drv.c.send(`{"type":"inject","text":"again","wake":true}`)
+	var end2 frame
+	end2 = drv.await(t, "the second turn/end", func(f frame) bool { return f.Seq != nil && *f.Seq > tip && f.Type == "turn/end" })
+	tip = *end2.Seq
+	for _, o := range obs {
+		o.await(t, "the second turn's end", atLeast(tip))
+	}
+	for _, r := range append(obs, drv) {
+		for _, f := range r.errorFrames() {
+			if f.Code != "forbidden" {
+				t.Fatalf("%s got %s", r.name, f)
+			}
+		}
+	}
+	h.Check(t, tip)
+}
