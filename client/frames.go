@@ -28,7 +28,17 @@ type Hello struct {
 	// Epoch names the log: the same for its whole life, new after the session was
 	// reset, or deleted and created again ("" from a server that does not send it).
 	Epoch string
+	// Role is what the connection's token allows: RoleDriver or RoleObserver ("" from
+	// a server that does not send it: a driver). An observer reads the log and sends no
+	// control frame (each is answered ErrForbidden).
+	Role string
 }
+
+// Roles a hello names (Hello.Role).
+const (
+	RoleDriver   = "driver"
+	RoleObserver = "observer"
+)
 
 // Code is the code of a server error frame.
 type Code string
@@ -43,6 +53,7 @@ const (
 	CodeStaleCall    Code = "stale_call"   // approve/deny of no standing request; stays open
 	CodeUnsupported  Code = "unsupported"  // the deployment does not mount the plugin; stays open
 	CodeInternal     Code = "internal"     // the server failed serving the connection; closes
+	CodeForbidden    Code = "forbidden"    // a control frame on an observer connection; stays open
 )
 
 // Closes reports whether the server closes the connection after an error with this
@@ -65,6 +76,9 @@ var (
 	ErrStaleCall    = errors.New("client: stale call")
 	ErrUnsupported  = errors.New("client: unsupported")
 	ErrInternal     = errors.New("client: internal server error")
+	// ErrForbidden: a control frame (Inject, Cancel, Approve, Deny, SetModel,
+	// SetPolicy) sent with an observer token; nothing was applied.
+	ErrForbidden = errors.New("client: forbidden")
 )
 
 // Errors of the client itself.
@@ -90,6 +104,7 @@ var codeErrors = map[Code]error{
 	CodeStaleCall:    ErrStaleCall,
 	CodeUnsupported:  ErrUnsupported,
 	CodeInternal:     ErrInternal,
+	CodeForbidden:    ErrForbidden,
 }
 
 // ProtocolError is an error frame the server sent. errors.Is matches it against the
@@ -158,6 +173,7 @@ type wireFrame struct {
 	SessionID        string `json:"session_id"`
 	LastSeq          int64  `json:"last_seq"`
 	Epoch            string `json:"epoch"`
+	Role             string `json:"role"`
 	Code             Code   `json:"code"`
 	Message          string `json:"message"`
 	RequestedFromSeq int64  `json:"requested_from_seq"`

@@ -140,6 +140,7 @@ func TestEnvironment(t *testing.T) {
 		"LOG_LEVEL":              "${LogLevel}",
 		"METRICS_NAMESPACE":      emfNamespace,
 		"ORIGIN_SECRET":          "${OriginSecret}",
+		"MAX_OBSERVERS":          "${MaxObservers}",
 	}
 	fs := functions(t, s)
 	for _, f := range fs {
