@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/devstack"
@@ -284,4 +287,92 @@ func (e env) observerRound(t *testing.T, agent string) {
 		}
 	}
 	h.Check(t, tip)
+}
+
+// TestObserverLagged: an observer that reads slowly falls behind on its own cursor and
+// is sent lagged and closed after an exact prefix of the log, while the driver of the
+// same agent gets every event, is never lagged, and stays connected.
+func TestObserverLagged(t *testing.T) {
+	t.Parallel()
+	e := startStack(t, devstack.Options{OutboundQueue: 40})
+	const agent = "watched"
+	drvTok, obsTok := e.token(t, agent), e.observerToken(t, agent)
+	ctx, cancel := hangContext(t)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + obsTok}},
+		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: slowDial}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(1 << 20)
+	read := func() (string, error) {
+		_, b, err := ws.Read(ctx)
+		return string(b), err
+	}
+	if f, err := read(); err != nil || !strings.Contains(f, `"type":"hello"`) || !strings.Contains(f, `"role":"observer"`) {
+		t.Fatalf("observer's first frame %q, %v", f, err)
+	}
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"subscribe","from_seq":0}`)); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := read(); !strings.Contains(f, `"seq":0`) {
+		t.Fatalf("observer's replay frame %q", f)
+	}
+	drv := e.dial(t, agent, drvTok)
+	helloRole(t, drv, agent, "driver")
+	drv.send(`{"type":"subscribe","from_seq":0}`)
+	drv.events(0, 0)
+
+	const n = 150
+	big := strings.Repeat("x", 60*1024)
+	slowDone := make(chan int64, 1)
+	go func() {
+		want := int64(1)
+		defer func() { slowDone <- want }()
+		for {
+			f, err := read()
+			if err != nil {
+				t.Errorf("observer's socket ended without lagged after seq %d: %v", want-1, err)
+				return
+			}
+			if strings.Contains(f, `"type":"error"`) {
+				if !strings.Contains(f, `"code":"lagged"`) {
+					t.Errorf("observer's error frame %s, want lagged", f)
+				}
+				if _, err := read(); err == nil {
+					t.Error("observer's socket still open after lagged")
+				}
+				return
+			}
+			if !strings.Contains(f, `"seq":`+itoa(want)+`,`) {
+				t.Errorf("observer's frame %.80s…, want seq %d", f, want)
+				return
+			}
+			want++
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	// Each event is appended once the driver has the one before: the driver keeps up,
+	// and its progress waits for nothing of the observer's.
+	for i := range n {
+		if _, err := e.log.Append(context.Background(), agent, "test/big", map[string]any{"i": i, "pad": big}); err != nil {
+			t.Fatal(err)
+		}
+		drv.events(int64(i+1), int64(i+1))
+	}
+	got := <-slowDone
+	if t.Failed() {
+		return
+	}
+	if got > n {
+		t.Fatalf("all %d events reached the slow observer before lagged: it never lagged", n)
+	}
+	// The driver is still connected and served: one more event reaches it.
+	if _, err := e.log.Append(context.Background(), agent, "test/after", map[string]int{}); err != nil {
+		t.Fatal(err)
+	}
+	drv.events(n+1, n+1)
 }
