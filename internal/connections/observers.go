@@ -215,3 +215,37 @@ func (st *Store) unindex(ctx context.Context, agentID, connID string) error {
 	}
 	return nil
 }
+
+// Seats reads the records of seats (seat keys: the driver's and observers') in one
+// strongly consistent BatchGetItem — one request however many, 1 read unit per record
+// of up to 4 KB — and returns those that exist, by key. A stream batch reads an
+// agent's seats so, after the observer index: two requests per agent and batch,
+// whatever its number of observers (docs/cost.md, "Observers").
+func (st *Store) Seats(ctx context.Context, seats []string) (map[string]Owner, error) {
+	out := map[string]Owner{}
+	for start := 0; start < len(seats); start += 100 { // BatchGetItem's bound
+		var keys []map[string]types.AttributeValue
+		for _, seat := range seats[start:min(start+100, len(seats))] {
+			keys = append(keys, ownerKey(seat))
+		}
+		req := map[string]types.KeysAndAttributes{st.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			res, err := st.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("connections: read %d seats: %w", len(keys), err)
+			}
+			for _, item := range res.Responses[st.table] {
+				o := decodeOwner(item)
+				out[o.Key()] = o
+			}
+			req = res.UnprocessedKeys
+			if len(req) > 0 {
+				if attempt >= 10 {
+					return nil, fmt.Errorf("connections: read %d seats: unprocessed keys after %d attempts", len(keys), attempt)
+				}
+				time.Sleep(time.Duration(rand.N((attempt+1)*20)) * time.Millisecond)
+			}
+		}
+	}
+	return out, nil
+}
