@@ -289,9 +289,11 @@ func (e env) observerRound(t *testing.T, agent string) {
 	h.Check(t, tip)
 }
 
-// TestObserverLagged: an observer that reads slowly falls behind on its own cursor and
-// is sent lagged and closed after an exact prefix of the log, while the driver of the
-// same agent gets every event, is never lagged, and stays connected.
+// TestObserverLagged: an observer that stops reading falls behind on its own cursor
+// and is sent lagged and closed after an exact prefix of the log, while the driver of
+// the same agent gets every event — each appended only once the driver has the one
+// before, so its progress waits for nothing of the observer's — is never lagged, and
+// stays connected.
 func TestObserverLagged(t *testing.T) {
 	t.Parallel()
 	e := startStack(t, devstack.Options{OutboundQueue: 40})
@@ -329,7 +331,9 @@ func TestObserverLagged(t *testing.T) {
 	const n = 150
 	big := strings.Repeat("x", 60*1024)
 	slowDone := make(chan int64, 1)
+	resume := make(chan struct{}) // the observer reads nothing until the driver has every event
 	go func() {
+		<-resume
 		want := int64(1)
 		defer func() { slowDone <- want }()
 		for {
@@ -352,7 +356,6 @@ func TestObserverLagged(t *testing.T) {
 				return
 			}
 			want++
-			time.Sleep(40 * time.Millisecond)
 		}
 	}()
 	// Each event is appended once the driver has the one before: the driver keeps up,
@@ -363,6 +366,7 @@ func TestObserverLagged(t *testing.T) {
 		}
 		drv.events(int64(i+1), int64(i+1))
 	}
+	close(resume)
 	got := <-slowDone
 	if t.Failed() {
 		return
