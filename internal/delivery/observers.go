@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -69,16 +70,27 @@ func (d *Deliverer) pumpSeats(ctx context.Context, agentID string, hints []sessi
 			read = nil // each pump reads its own
 		}
 	}
+	upTo := int64(-1)
+	for _, ev := range hints {
+		upTo = max(upTo, ev.Seq)
+	}
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, seat := range all {
 		w := wake{stopAt: time.Now().Add(budget), backstop: true, preRead: true}
 		if read != nil {
-			if o, ok := read[seat]; ok {
-				w.seen = &o
-			} else {
+			o, ok := read[seat]
+			switch {
+			case !ok:
 				w.seenGone = true
+			case i > 0 && owedFree(o, upTo, d.store.Now()):
+				// An observer owed events with nobody sending them: its posts go from an
+				// asynchronous invocation, never from this batch's, so that a slow
+				// observer's posts hold up neither the driver's nor the shard's next batch.
+				errs[i] = d.kick(ctx, Kick{Kind: KickPump, AgentID: seat})
+				continue
 			}
+			w.seen = &o
 		}
 		wg.Add(1)
 		go func() {
@@ -88,6 +100,15 @@ func (d *Deliverer) pumpSeats(ctx context.Context, agentID string, hints []sessi
 	}
 	wg.Wait()
 	return errors.Join(append(errs, oerr)...)
+}
+
+// owedFree reports whether seat record o is owed events up to upTo (or hello) with its
+// sender lease free: a pump would post them itself.
+func owedFree(o connections.Owner, upTo int64, now time.Time) bool {
+	if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
+		return false
+	}
+	return o.Lease == "" || !lease.Live(o.LeaseUntil, now)
 }
 
 // closeObservers closes agentID's observer connections with code whose token is one of
