@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/devstack"
+	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/history"
 )
 
@@ -296,7 +300,7 @@ func (e env) observerRound(t *testing.T, agent string) {
 // stays connected.
 func TestObserverLagged(t *testing.T) {
 	t.Parallel()
-	e := startStack(t, devstack.Options{OutboundQueue: 40})
+	e := startStack(t, devstack.Options{OutboundQueue: 8})
 	const agent = "watched"
 	drvTok, obsTok := e.token(t, agent), e.observerToken(t, agent)
 	ctx, cancel := hangContext(t)
@@ -328,8 +332,28 @@ func TestObserverLagged(t *testing.T) {
 	drv.send(`{"type":"subscribe","from_seq":0}`)
 	drv.events(0, 0)
 
-	const n = 150
+	const n = 30
 	big := strings.Repeat("x", 60*1024)
+	obsConn := ""
+	e.awaitItem(t, "observers#"+agent, "the observer's index entry", func(item map[string]types.AttributeValue) bool {
+		for k := range item {
+			if c, ok := strings.CutPrefix(k, "o:"); ok {
+				obsConn = c
+			}
+		}
+		return obsConn != ""
+	})
+	isLagged := func() bool {
+		out, err := dynamolocal.Client(e.stack.DynamoDBEndpoint).GetItem(context.Background(), &dynamodb.GetItemInput{
+			TableName: aws.String(e.stack.Tables["ConnectionsTable"]), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "conn#" + obsConn}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := out.Item["state"].(*types.AttributeValueMemberS)
+		return st != nil && st.Value == "lagged"
+	}
 	slowDone := make(chan int64, 1)
 	resume := make(chan struct{}) // the observer reads nothing until the driver has every event
 	go func() {
@@ -359,14 +383,27 @@ func TestObserverLagged(t *testing.T) {
 		}
 	}()
 	// Each event is appended once the driver has the one before: the driver keeps up,
-	// and its progress waits for nothing of the observer's.
+	// and its progress waits for nothing of the observer's. The observer reads again
+	// once its connection is recorded lagged (before the gateway's 60 s bound on a
+	// frame not taken would close it).
+	resumed := false
 	for i := range n {
 		if _, err := e.log.Append(context.Background(), agent, "test/big", map[string]any{"i": i, "pad": big}); err != nil {
 			t.Fatal(err)
 		}
 		drv.events(int64(i+1), int64(i+1))
+		if !resumed && isLagged() {
+			close(resume)
+			resumed = true
+		}
 	}
-	close(resume)
+	if !resumed {
+		e.awaitItem(t, "conn#"+obsConn, "the observer recorded lagged", func(item map[string]types.AttributeValue) bool {
+			st, _ := item["state"].(*types.AttributeValueMemberS)
+			return st != nil && st.Value == "lagged"
+		})
+		close(resume)
+	}
 	got := <-slowDone
 	if t.Failed() {
 		return
