@@ -99,7 +99,7 @@ func firstFrame(typ websocket.MessageType, data []byte) (Hello, error) {
 		if f.Proto != protocol.ProtoVersion {
 			return Hello{}, &fatal{fmt.Errorf("%w: server speaks protocol %d, this client %d", ErrProtocol, f.Proto, protocol.ProtoVersion)}
 		}
-		return Hello{Proto: f.Proto, SessionID: f.SessionID, LastSeq: f.LastSeq, Epoch: f.Epoch}, nil
+		return Hello{Proto: f.Proto, SessionID: f.SessionID, LastSeq: f.LastSeq, Epoch: f.Epoch, Role: f.Role}, nil
 	case protocol.TypeError:
 		return Hello{}, &ProtocolError{Code: f.Code, Message: f.Message}
 	}

@@ -28,7 +28,17 @@ type Hello struct {
 	// Epoch names the log: the same for its whole life, new after the session was
 	// reset, or deleted and created again ("" from a server that does not send it).
 	Epoch string
+	// Role is what the connection's token allows: RoleDriver or RoleObserver ("" from
+	// a server that does not send it: a driver). An observer reads the log and sends no
+	// control frame (each is answered ErrForbidden).
+	Role string
 }
+
+// Roles a hello names (Hello.Role).
+const (
+	RoleDriver   = "driver"
+	RoleObserver = "observer"
+)
 
 // Code is the code of a server error frame.
 type Code string
@@ -46,7 +56,8 @@ const (
 	// CodeStale: the frame's expect_seq precondition failed — the agent moved on after
 	// the seq the frame was sent for (the message names the seq); nothing was applied;
 	// stays open.
-	CodeStale Code = "stale"
+	CodeStale     Code = "stale"
+	CodeForbidden Code = "forbidden" // a control frame on an observer connection; stays open
 )
 
 // Closes reports whether the server closes the connection after an error with this
@@ -72,6 +83,9 @@ var (
 	// ErrStale: a frame sent with expect_seq (InjectExpect, CancelExpect, …) was not
 	// applied because the agent moved on after that seq: look again.
 	ErrStale = errors.New("client: stale: the agent moved on")
+	// ErrForbidden: a control frame (Inject, Cancel, Approve, Deny, SetModel,
+	// SetPolicy) sent with an observer token; nothing was applied.
+	ErrForbidden = errors.New("client: forbidden")
 )
 
 // Errors of the client itself.
@@ -98,6 +112,7 @@ var codeErrors = map[Code]error{
 	CodeUnsupported:  ErrUnsupported,
 	CodeInternal:     ErrInternal,
 	CodeStale:        ErrStale,
+	CodeForbidden:    ErrForbidden,
 }
 
 // ProtocolError is an error frame the server sent. errors.Is matches it against the
@@ -166,6 +181,7 @@ type wireFrame struct {
 	SessionID        string `json:"session_id"`
 	LastSeq          int64  `json:"last_seq"`
 	Epoch            string `json:"epoch"`
+	Role             string `json:"role"`
 	Code             Code   `json:"code"`
 	Message          string `json:"message"`
 	RequestedFromSeq int64  `json:"requested_from_seq"`

@@ -348,6 +348,16 @@ export class TerretClient implements AsyncIterable<StreamItem> {
   get hello(): HelloFrame | null {
     return this.lastHello;
   }
+  /**
+   * What the connection's token allows, from hello: 'driver' (reads and controls the
+   * agent) or 'observer' (reads the log; every control frame is answered with a
+   * ProtocolError of code 'forbidden'). null before the first hello; 'driver' from a
+   * server that does not name a role.
+   */
+  get role(): 'driver' | 'observer' | null {
+    if (!this.lastHello) return null;
+    return this.lastHello.role === 'observer' ? 'observer' : 'driver';
+  }
   /** Why the client stopped (null while it runs, or after close()). */
   get error(): Error | null {
     return this.err;

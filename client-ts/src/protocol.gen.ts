@@ -151,6 +151,8 @@ export interface HelloFrame {
   last_seq: number;
   /** Names the log: the same for its whole life, new after a reset or a delete. A cursor stored under another epoch is void: start over from seq 0. */
   epoch?: string;
+  /** What the connection's token allows: "driver" (reads and controls the agent) or "observer" (reads the log; every control frame is answered forbidden). */
+  role?: string;
 }
 
 /** The subscribe reached further back than the server's replay limit; the events [requested_from_seq, from_seq) will not come over this socket. */

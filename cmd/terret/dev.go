@@ -47,6 +47,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	replayLimit := fs.Int("replay-limit", config.DefaultReplayLimit, "events one subscribe may replay")
 	maxReplays := fs.Int("max-concurrent-replays", config.DefaultMaxConcurrentReplays, "replay reads running at once, across all connections")
 	queue := fs.Int("outbound-queue", config.DefaultOutboundQueue, "events a live connection may fall behind before lagged")
+	maxObservers := fs.Int("max-observers", config.DefaultMaxObservers, "observer connections one agent may have at once; one more supersedes the oldest")
 	approvals := fs.Bool("approvals", false, "mount the approvals plugin row")
 	readyFile := fs.String("ready-file", "", "once ready, write JSON {ws_url, dynamodb_endpoint, region} to this path")
 	logLevel := fs.String("log-level", "info", "console lines on stderr: info shows one per connection, frame and turn; debug adds the gateway and stream poller; warn and error only problems (a failed turn always shows)")
@@ -72,7 +73,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	for name, v := range map[string]int{"replay-limit": *replayLimit, "max-concurrent-replays": *maxReplays, "outbound-queue": *queue, "lambda-concurrency": *concurrency} {
+	for name, v := range map[string]int{"replay-limit": *replayLimit, "max-concurrent-replays": *maxReplays, "outbound-queue": *queue, "max-observers": *maxObservers, "lambda-concurrency": *concurrency} {
 		if v <= 0 {
 			return fmt.Errorf("%w: --%s must be positive", errUsage, name)
 		}
@@ -155,7 +156,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	pages = guard
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, DynamoDBEndpoint: *endpoint, PingInterval: *ping, TokenSweep: 30 * time.Second, QuotaSweep: 5 * time.Second,
-		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue,
+		ReplayLimit: *replayLimit, MaxConcurrentReplays: *maxReplays, OutboundQueue: *queue, MaxObservers: *maxObservers,
 		Approvals: *approvals, Logger: logger, TablePrefix: *prefix,
 		Pages: pages, LambdaEmulator: lambdaEmulator(*emulate, *concurrency, stdout, *multiUser, stderr),
 		Profile: *profileFile,

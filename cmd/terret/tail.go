@@ -26,6 +26,8 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	tf := addTargetFlags(fs, env)
 	from := fs.Int64("from", 0, "first seq to print: replay from it, then follow live")
+	observe := fs.Bool("observe", false, "connect as an observer: beside the agent's driver (terret chat, the web page) instead of taking its connection; "+
+		"with the running terret dev and no --token, takes a new observer token (else pass one: terret token create --role observer)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -38,6 +40,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *from < 0 {
 		return fmt.Errorf("%w: --from must be ≥ 0", errUsage)
 	}
+	tf.observe = *observe
 	tgt, err := tf.resolve(ctx, env)
 	if err != nil {
 		return err
@@ -108,6 +111,7 @@ func explainEnd(err error, tgt target) error {
 // targetFlags say which agent socket chat and tail open, and with what token.
 type targetFlags struct {
 	agent, url, token, tokenFile, addr *string
+	observe                            bool // a token made for the run is an observer's
 }
 
 func addTargetFlags(fs *flag.FlagSet, env config.CLIEnv) targetFlags {
@@ -166,7 +170,11 @@ func (f targetFlags) resolve(ctx context.Context, env config.CLIEnv) (target, er
 	}
 	minted := token == ""
 	if minted {
-		if token, err = devToken(ctx, dev, agent); err != nil {
+		role := auth.RoleDriver
+		if f.observe {
+			role = auth.RoleObserver
+		}
+		if token, err = devToken(ctx, dev, agent, role); err != nil {
 			return target{}, fmt.Errorf("create a dev token for %s: %w", agent, err)
 		}
 	}
@@ -209,9 +217,9 @@ func readDevState(env config.CLIEnv, addr string) (devState, error) {
 
 // devToken creates a token for agent in the tables of dev, as `terret token create`
 // does.
-func devToken(ctx context.Context, dev devState, agent string) (string, error) {
+func devToken(ctx context.Context, dev devState, agent, role string) (string, error) {
 	st := devStore(dev)
-	return auth.New(st.db, st.connections).Create(ctx, agent)
+	return auth.New(st.db, st.connections).CreateRole(ctx, agent, 0, role)
 }
 
 // describeStatus is the line for people about a connection change, or "".

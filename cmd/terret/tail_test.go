@@ -53,6 +53,7 @@ var binaryTests = []struct {
 	{"tail", testTail},
 	{"tail refused", testTailRefused},
 	{"tail superseded", testTailSuperseded},
+	{"tail --observe beside the driver", testTailObserve},
 	{"tail from terret dev and the environment", testTailFindsDev},
 	{"tail across a dropped connection", testTailReconnects},
 	{"tail with a token file", testTailTokenFile},
@@ -314,6 +315,51 @@ func testTailSuperseded(t *testing.T, e *e2e) {
 		"Close the other client (or use another agent id), then run this again\n"
 	if code := p.exit(t); code != 1 || p.stderr.String() != want {
 		t.Fatalf("exit %d, stderr %q, want %q", code, p.stderr, want)
+	}
+}
+
+// testTailObserve: tail --observe, with a new observer token from the running terret
+// dev, reads the agent's events beside its driver: neither supersedes the other, and
+// the driver's inject reaches both.
+func testTailObserve(t *testing.T, e *e2e) {
+	dir := t.TempDir()
+	if _, err := devstate.Write(dir, devState{
+		WSURL: e.st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: e.st.DynamoDBEndpoint,
+		Region: e.st.Region, Tables: e.st.Tables, PID: os.Getpid(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	agent := dynamotest.UniqueName("t")
+	ctx, cancel := context.WithTimeout(context.Background(), wait())
+	defer cancel()
+	drv, err := client.Dial(ctx, e.url(agent), e.token(t, agent), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	if r := drv.Hello().Role; r != client.RoleDriver {
+		t.Fatalf("driver's hello role %q", r)
+	}
+	p := start(t, e.command(t, []string{"TERRET_STATE_DIR=" + dir}, "tail", "--observe", "--agent", agent))
+	if l := p.line(t); !strings.Contains(l, `"seq":0,`) {
+		t.Fatalf("first line %s", l)
+	}
+	if err := drv.Inject(ctx, "watched", true); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		l := p.line(t)
+		if strings.Contains(l, `"type":"turn/end"`) {
+			break
+		}
+	}
+	select {
+	case <-drv.Done():
+		t.Fatalf("the driver ended beside an observer: %v", drv.Err())
+	default:
+	}
+	if s := p.stderr.String(); strings.Contains(s, "superseded") {
+		t.Fatalf("tail --observe: %s", s)
 	}
 }
 

@@ -102,7 +102,8 @@ func endpointCredentials(env config.CLIEnv, endpoint string) dynamolocal.Credent
 
 const tokenUsage = `usage: terret token create|list|rotate|revoke --agent ID [flags]
 
-  create   print a new bearer token for the agent (one line on stdout)
+  create   print a new bearer token for the agent (one line on stdout);
+           --role observer makes one that may read the log and nothing else
   list     the agent's tokens: id, created, expires, last used (never a token)
   rotate   replace the agent's tokens with one new token; live connections that
            presented an old one get unauthorized and are closed
@@ -132,8 +133,10 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	setUsage(fs, "terret token "+sub+" --agent ID [flags]")
 	agentID := fs.String("agent", "", "agent id (required)")
 	var ttl *time.Duration
+	role := new(string)
 	if sub == "create" {
 		ttl = fs.Duration("ttl", 0, "lifetime of the token, e.g. 24h (default: never expires)")
+		role = fs.String("role", auth.RoleDriver, "driver (reads and controls the agent) or observer (reads its log only)")
 	}
 	sf := addStoreFlags(fs, env)
 	if err := fs.Parse(args[1:]); err != nil {
@@ -151,6 +154,9 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !auth.ValidAgentID(*agentID) {
 		return fmt.Errorf("%w: invalid agent id %q: use 1-128 of A-Z a-z 0-9 . _ -", errUsage, *agentID)
 	}
+	if *role != auth.RoleDriver && *role != auth.RoleObserver && sub == "create" {
+		return fmt.Errorf("%w: --role must be driver or observer, got %q", errUsage, *role)
+	}
 	if ttl != nil && (*ttl < 0 || *ttl > auth.MaxTTL) {
 		return fmt.Errorf("%w: --ttl must be between 0 (never expires) and %v, got %v", errUsage, auth.MaxTTL, *ttl)
 	}
@@ -162,7 +168,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var tok string
 	switch sub {
 	case "create":
-		tok, err = tokens.CreateExpiring(ctx, *agentID, *ttl)
+		tok, err = tokens.CreateRole(ctx, *agentID, *ttl, *role)
 	case "list":
 		var list []auth.TokenInfo
 		if list, err = tokens.List(ctx, *agentID); err == nil {

@@ -145,6 +145,31 @@ func (s *Store) Create(ctx context.Context, agentID string) (string, error) {
 // it is closed. Besides the token item it writes the expiry's sweep bucket and cursor
 // (see Sweep): three writes instead of one.
 func (s *Store) CreateExpiring(ctx context.Context, agentID string, ttl time.Duration) (string, error) {
+	return s.CreateRole(ctx, agentID, ttl, RoleDriver)
+}
+
+// Roles a token may have (docs/security.md, "Roles").
+const (
+	RoleDriver   = "driver"   // reads the log and sends every frame: the default
+	RoleObserver = "observer" // reads the log and nothing else
+)
+
+// ErrBadRole: a role other than RoleDriver or RoleObserver.
+var ErrBadRole = errors.New("auth: invalid token role")
+
+// roleAttr is the attribute of the token item holding the role of the token with hash
+// h; absent for a driver token (every token made before roles is one).
+func roleAttr(h string) string { return "role#" + h }
+
+// CreateRole is CreateExpiring for a token of role: RoleDriver (the default, "" too)
+// or RoleObserver, stored beside the token's hash in the same write.
+func (s *Store) CreateRole(ctx context.Context, agentID string, ttl time.Duration, role string) (string, error) {
+	if role == "" {
+		role = RoleDriver
+	}
+	if role != RoleDriver && role != RoleObserver {
+		return "", fmt.Errorf("%w: %q (driver or observer)", ErrBadRole, role)
+	}
 	if !ValidAgentID(agentID) {
 		return "", fmt.Errorf("%w: %q", ErrBadAgentID, agentID)
 	}
@@ -167,6 +192,11 @@ func (s *Store) CreateExpiring(ctx context.Context, agentID string, ttl time.Dur
 		names["#e"] = expiryAttr(h)
 		values[":e"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(expires.Unix(), 10)}
 		setExpiry = ", #e = :e"
+	}
+	if role == RoleObserver {
+		names["#r"] = roleAttr(h)
+		values[":r"] = &types.AttributeValueMemberS{Value: role}
+		setExpiry += ", #r = :r"
 	}
 	// Adding a key to a map needs the map to exist; creating the map must not wipe one
 	// that a concurrent Create made. Two conditional writes cover both cases.
@@ -191,6 +221,12 @@ func (s *Store) CreateExpiring(ctx context.Context, agentID string, ttl time.Dur
 		mnames := map[string]string(nil)
 		if ttl > 0 {
 			mvalues[":e"], mnames = values[":e"], map[string]string{"#e": names["#e"]}
+		}
+		if role == RoleObserver {
+			if mnames == nil {
+				mnames = map[string]string{}
+			}
+			mvalues[":r"], mnames["#r"] = values[":r"], names["#r"]
 		}
 		_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(s.table),
@@ -255,27 +291,38 @@ func (s *Store) Revoke(ctx context.Context, agentID string) error {
 // Check returns the hash of token if it is a current token of agentID, read strongly
 // consistent; otherwise ErrUnauthorized (also for an empty token or a bad agent id).
 func (s *Store) Check(ctx context.Context, agentID, token string) (string, error) {
+	h, _, err := s.CheckRole(ctx, agentID, token)
+	return h, err
+}
+
+// CheckRole is Check that also returns the token's role (RoleDriver or RoleObserver),
+// read in the same request.
+func (s *Store) CheckRole(ctx context.Context, agentID, token string) (hash, role string, err error) {
 	if token == "" || !ValidAgentID(agentID) {
-		return "", ErrUnauthorized
+		return "", "", ErrUnauthorized
 	}
 	h := Hash(token)
 	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:                aws.String(s.table),
 		Key:                      key(agentID),
-		ProjectionExpression:     aws.String("hashes.#h, #e"),
-		ExpressionAttributeNames: map[string]string{"#h": h, "#e": expiryAttr(h)},
+		ProjectionExpression:     aws.String("hashes.#h, #e, #r"),
+		ExpressionAttributeNames: map[string]string{"#h": h, "#e": expiryAttr(h), "#r": roleAttr(h)},
 		ConsistentRead:           aws.Bool(true),
 	})
 	if err != nil {
-		return "", fmt.Errorf("auth: check token of %s: %w", agentID, err)
+		return "", "", fmt.Errorf("auth: check token of %s: %w", agentID, err)
 	}
 	if m, ok := out.Item["hashes"].(*types.AttributeValueMemberM); !ok || m.Value[h] == nil {
-		return "", ErrUnauthorized
+		return "", "", ErrUnauthorized
 	}
 	if exp, ok := unix(out.Item[expiryAttr(h)]); ok && !s.now().Before(exp) {
-		return "", ErrUnauthorized // expired: refused like a revoked token
+		return "", "", ErrUnauthorized // expired: refused like a revoked token
 	}
-	return h, nil
+	role = RoleDriver
+	if r, ok := out.Item[roleAttr(h)].(*types.AttributeValueMemberS); ok && r.Value == RoleObserver {
+		role = RoleObserver
+	}
+	return h, role, nil
 }
 
 // Condition is a transaction item that holds only while hash is a current, unexpired

@@ -37,6 +37,7 @@ type Config struct {
 	ReplayLimit          int    // REPLAY_LIMIT, default 10000
 	MaxConcurrentReplays int    // MAX_CONCURRENT_REPLAYS, default 4
 	OutboundQueue        int    // OUTBOUND_QUEUE, default 1024
+	MaxObservers         int    // MAX_OBSERVERS (connect), default 8: observer connections per agent
 	Approvals            bool   // APPROVALS, default false
 	MainModel            string // MAIN_MODEL, default "scripted"
 	TitlerModel          string // TITLER_MODEL, default "scripted"
@@ -85,6 +86,7 @@ const (
 	DefaultReplayLimit          = 10000
 	DefaultMaxConcurrentReplays = 4
 	DefaultOutboundQueue        = 1024
+	DefaultMaxObservers         = 8
 	// MaxRetentionDays bounds RETENTION_DAYS, as the template's RetentionDays and a
 	// profile's retention_days are bounded (ten years).
 	MaxRetentionDays = 3650
@@ -93,7 +95,7 @@ const (
 // vars lists the environment each function reads; internal/stack checks that the
 // template sets every one of them.
 var vars = map[string][]string{
-	"connect":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "DELIVER_FUNCTION", "WS_MANAGEMENT_ENDPOINT", "ORIGIN_SECRET"},
+	"connect":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "DELIVER_FUNCTION", "WS_MANAGEMENT_ENDPOINT", "ORIGIN_SECRET", "MAX_OBSERVERS"},
 	"message":    {"LOG_TABLE", "CONNECTIONS_TABLE", "AGENTS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "RUNNER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE", "APPROVALS", "MAIN_MODEL", "TITLER_MODEL", "AGENT_PROFILE", "RETENTION_DAYS"},
 	"disconnect": {"CONNECTIONS_TABLE"},
 	"deliver":    {"LOG_TABLE", "CONNECTIONS_TABLE", "WS_MANAGEMENT_ENDPOINT", "DELIVER_FUNCTION", "REPLAY_LIMIT", "MAX_CONCURRENT_REPLAYS", "OUTBOUND_QUEUE"},
@@ -176,6 +178,9 @@ func LoadFrom(function string, getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if c.OutboundQueue, err = positive(getenv, "OUTBOUND_QUEUE", DefaultOutboundQueue); err != nil {
+		return Config{}, err
+	}
+	if c.MaxObservers, err = positive(getenv, "MAX_OBSERVERS", DefaultMaxObservers); err != nil {
 		return Config{}, err
 	}
 	if v := strings.TrimSpace(getenv("RETENTION_DAYS")); v != "" {

@@ -27,6 +27,7 @@ const (
 	attrExpiresAt   = "expires_at"
 	attrOrder       = "ord"
 	attrWaiting     = "waiting" // frames of the socket in the turnstile, see EnterWait
+	attrRole        = "role"    // RoleObserver on an observer's record; absent: the driver
 
 	// agent#<id>: the ownership record
 	attrConn       = "conn"
@@ -56,7 +57,7 @@ const (
 var attrNames = func() map[string]string {
 	m := map[string]string{}
 	for _, a := range []string{
-		attrPK, attrAgent, attrTokenHash, attrState, attrConnectedAt, attrExpiresAt, attrOrder, attrWaiting,
+		attrPK, attrAgent, attrTokenHash, attrState, attrConnectedAt, attrExpiresAt, attrOrder, attrWaiting, attrRole,
 		attrConn, attrSub, attrNext, attrFrom, attrRequested, attrTruncated, attrReplayEnd,
 		attrHello, attrLease, attrLeaseUntil, attrLeaseKind, attrPending, attrReleased, attrBatch, attrSubAt,
 		attrWatch, attrWatchUntil, attrSlotHolder, attrSlotUntil,
@@ -114,7 +115,8 @@ func (st *Store) transact(ctx context.Context, items []txItem) error {
 		switch {
 		case w.Put != nil && w.Put.TableName != nil && *w.Put.TableName == st.table:
 			w.Put.ExpressionAttributeNames = exprNames(w.Put.ConditionExpression)
-		case w.Update != nil && w.Update.TableName != nil && *w.Update.TableName == st.table:
+		case w.Update != nil && w.Update.TableName != nil && *w.Update.TableName == st.table && w.Update.ExpressionAttributeNames == nil:
+			// (an update that names its own attributes — the observer index's — keeps them)
 			w.Update.ExpressionAttributeNames = exprNames(w.Update.UpdateExpression, w.Update.ConditionExpression)
 		}
 		in.TransactItems = append(in.TransactItems, w)

@@ -66,6 +66,9 @@ type Conn struct {
 	Unwelcomed, HelloPosted bool
 	Closer                  string
 	CloserUntil             time.Time
+	// Role is RoleObserver for an observer connection, served from its own seat
+	// (Key); RoleDriver or "" for the driver.
+	Role string
 }
 
 // Owner is an agent's ownership record: the owning connection and its delivery state.
@@ -106,6 +109,9 @@ type Owner struct {
 	WatchUntil time.Time
 	// Replies are error replies owed to the connection right after hello (OweReply).
 	Replies []Reply
+	// Observer: this is an observer's seat (obs#<agent>#<conn>), not the ownership
+	// record; Key names it.
+	Observer bool
 }
 
 // API is the part of the DynamoDB client the store uses.
@@ -149,8 +155,10 @@ func connKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: s(connPrefix + id)}
 }
 
-func ownerKey(agentID string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrPK: s(ownerPrefix + agentID)}
+// ownerKey is the key of a seat's record: the ownership record, or an observer's seat
+// (seat.go).
+func ownerKey(seat string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: s(seatPK(seat))}
 }
 
 // Items of Claim's transaction, by name (see txItem).
@@ -345,8 +353,14 @@ func (st *Store) Forget(ctx context.Context, connID, agentID string) error {
 	return st.Disown(ctx, agentID, connID)
 }
 
-// Disown removes agentID's ownership record if connID still owns it.
+// Disown removes agentID's ownership record if connID still owns it. agentID is a seat
+// key (seat.go): an observer's seat goes with its entry in the observer index.
 func (st *Store) Disown(ctx context.Context, agentID, connID string) error {
+	if IsObserverSeat(agentID) {
+		if err := st.unindex(ctx, SeatAgent(agentID), connID); err != nil {
+			return err
+		}
+	}
 	_, err := st.del(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       ownerKey(agentID),

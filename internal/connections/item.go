@@ -23,6 +23,9 @@ func (st *Store) connItem(c Conn) map[string]types.AttributeValue {
 	if c.TokenHash != "" {
 		item[attrTokenHash] = s(c.TokenHash)
 	}
+	if c.Role == RoleObserver {
+		item[attrRole] = s(c.Role)
+	}
 	return item
 }
 
@@ -34,6 +37,7 @@ func decodeConn(item map[string]types.AttributeValue) Conn {
 		State:       State(str(item, attrState)),
 		ConnectedAt: time.UnixMilli(num(item, attrConnectedAt)),
 		Order:       num(item, attrOrder),
+		Role:        str(item, attrRole),
 	}
 	decodeWelcome(&c, item)
 	return c
@@ -45,6 +49,7 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 	}
 	o := Owner{
 		AgentID:   strings.TrimPrefix(str(item, attrPK), ownerPrefix),
+		Observer:  strings.HasPrefix(str(item, attrPK), observerPrefix),
 		ConnID:    str(item, attrConn),
 		TokenHash: str(item, attrTokenHash),
 		Sub:       num(item, attrSub),
@@ -59,6 +64,9 @@ func decodeOwner(item map[string]types.AttributeValue) Owner {
 		Batch:     boolean(item, attrBatch),
 		Replies:   replies(item),
 		Released:  str(item, attrReleased),
+	}
+	if o.Observer {
+		o.AgentID = SeatAgent(strings.TrimPrefix(str(item, attrPK), observerPrefix))
 	}
 	switch v := item[attrPending].(type) {
 	case *types.AttributeValueMemberBOOL:

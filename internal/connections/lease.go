@@ -216,7 +216,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 		}
 		out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                           aws.String(st.table),
-			Key:                                 ownerKey(o.AgentID),
+			Key:                                 ownerKey(o.Key()),
 			UpdateExpression:                    aws.String(update),
 			ConditionExpression:                 aws.String(cond),
 			ExpressionAttributeValues:           vals,
@@ -239,7 +239,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 			// pending (we are about to look), and hand the new record back.
 			out, err := st.update(ctx, &dynamodb.UpdateItemInput{
 				TableName:                 aws.String(st.table),
-				Key:                       ownerKey(o.AgentID),
+				Key:                       ownerKey(o.Key()),
 				UpdateExpression:          aws.String("SET #hello = :hello, #lease_until = :until REMOVE #pending"),
 				ConditionExpression:       aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
 				ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID), ":sub": n(cur.Sub), ":hello": &types.AttributeValueMemberBOOL{Value: p.HelloSent || cur.HelloSent}, ":until": n(now.Add(leaseFloor(ttl)).UnixMilli())},
@@ -261,7 +261,7 @@ func (st *Store) write(ctx context.Context, o Owner, holder string, p Progress, 
 		// A mark without a seq (release only): clear it, keep the lease, write the progress.
 		out, err = st.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(st.table),
-			Key:                       ownerKey(o.AgentID),
+			Key:                       ownerKey(o.Key()),
 			UpdateExpression:          aws.String(set + ", #lease_until = :until REMOVE #pending"),
 			ConditionExpression:       aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
 			ExpressionAttributeValues: withUntil(vals, n(now.Add(leaseFloor(ttl)).UnixMilli()), ":ntype"),
@@ -309,7 +309,7 @@ func withUntil(vals map[string]types.AttributeValue, until types.AttributeValue,
 func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress) error {
 	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(st.table),
-		Key:                 ownerKey(o.AgentID),
+		Key:                 ownerKey(o.Key()),
 		UpdateExpression:    aws.String("SET #next = :next, #hello = :hello, #trunc = :trunc, #rel = :me REMOVE #lease, #lease_kind, #lease_until"),
 		ConditionExpression: aws.String("#lease = :me AND #conn = :c AND #sub = :sub"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
@@ -328,7 +328,7 @@ func (st *Store) Abandon(ctx context.Context, o Owner, holder string, p Progress
 	// run out. Pending stays set for whoever comes next.
 	_, err = st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.table),
-		Key:                       ownerKey(o.AgentID),
+		Key:                       ownerKey(o.Key()),
 		UpdateExpression:          aws.String("SET #rel = :me REMOVE #lease, #lease_kind, #lease_until"),
 		ConditionExpression:       aws.String("#lease = :me AND #conn = :c"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(holder), ":c": s(o.ConnID)},

@@ -59,7 +59,7 @@ func (st *Store) EndWatch(ctx context.Context, seen Owner, watcher string, force
 	}
 	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           aws.String(st.table),
-		Key:                                 ownerKey(seen.AgentID),
+		Key:                                 ownerKey(seen.Key()),
 		UpdateExpression:                    aws.String("REMOVE #watch, #watch_until"),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeValues:           vals,

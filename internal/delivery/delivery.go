@@ -22,6 +22,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -257,6 +258,10 @@ type wake struct {
 	// subscribed; the fast path does only for a session whose last wake-up found
 	// nobody subscribed, since most of its wake-ups send.
 	preRead bool
+	// seen, with preRead, is the record as already read (pumpSeats reads an agent's
+	// seats together); nil: the pump reads it itself. seenGone: it was found missing.
+	seen     *connections.Owner
+	seenGone bool
 	// more, if set, lets a sender that has sent everything wait up to its argument for
 	// the appender's next events before it lets the lease go (the fast path's linger):
 	// a turn's events, streamed one after another, then go out under one lease, with no
@@ -302,7 +307,16 @@ func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog
 	var read *connections.AcquireResult
 	looked := 0
 	if upTo >= 0 && w.preRead {
-		o, err := d.store.Owner(ctx, agentID)
+		var o connections.Owner
+		var err error
+		switch {
+		case w.seenGone:
+			err = fmt.Errorf("%w: %s", connections.ErrNotFound, agentID)
+		case w.seen != nil:
+			o = *w.seen
+		default:
+			o, err = d.store.Owner(ctx, agentID)
+		}
 		for err == nil {
 			if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
 				return o.Sub == 0, nil

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -31,7 +32,21 @@ type Notifier struct {
 	flushing  int                      // FlushAll calls under way: no linger starts
 	busy      int
 	idle      *sync.Cond // broadcast whenever a send ends: flushes look again
+	// observers caches each session's observer seats (observers.go): an append is
+	// queued for each of them too, each seat with its own sender.
+	observers map[string]*seatCache
 }
+
+// seatCache is a session's observer seats as last read, and when.
+type seatCache struct {
+	seats []string
+	at    time.Time
+}
+
+// ObserverRefresh is how long the fast path trusts its cache of a session's observers
+// before its sender reads the observer index again (1 read unit): an observer that
+// connected meanwhile is served by the stream consumer until then.
+const ObserverRefresh = time.Second
 
 // queue is the work of one session's sender.
 type queue struct {
@@ -74,7 +89,8 @@ type invocationKey struct{}
 
 // NewNotifier returns a Notifier that gives each send at most budget.
 func NewNotifier(d *Deliverer, budget time.Duration) *Notifier {
-	n := &Notifier{d: d, budget: budget, queues: map[string]*queue{}, unwatched: map[string]bool{}, arrived: map[string]chan struct{}{}}
+	n := &Notifier{d: d, budget: budget, queues: map[string]*queue{}, unwatched: map[string]bool{}, arrived: map[string]chan struct{}{},
+		observers: map[string]*seatCache{}}
 	n.idle = sync.NewCond(&n.mu)
 	return n
 }
@@ -98,17 +114,29 @@ func (n *Notifier) Invocation(ctx context.Context) (context.Context, func()) {
 func (n *Notifier) OnAppend(ctx context.Context, ev sessionlog.Event) {
 	inv, _ := ctx.Value(invocationKey{}).(*invocation)
 	n.mu.Lock()
-	q, running := n.queues[ev.SessionID]
+	n.enqueue(ctx, ev.SessionID, ev, inv)
+	if c := n.observers[ev.SessionID]; c != nil {
+		for _, seat := range c.seats {
+			n.enqueue(ctx, seat, ev, inv)
+		}
+	}
+	n.mu.Unlock()
+}
+
+// enqueue queues ev for the sender of key (a session's driver seat, or one of its
+// observers' seats), starting it if none runs. n.mu is held.
+func (n *Notifier) enqueue(ctx context.Context, key string, ev sessionlog.Event, inv *invocation) {
+	q, running := n.queues[key]
 	if !running {
 		q = &queue{queued: map[*invocation]int{}, taken: map[*invocation]int{}}
-		n.queues[ev.SessionID] = q
+		n.queues[key] = q
 	}
 	q.events = append(q.events, ev)
 	if inv != nil && inv.n == n {
 		q.queued[inv]++
 		inv.owed++
 	}
-	if c, ok := n.arrived[ev.SessionID]; ok {
+	if c, ok := n.arrived[key]; ok {
 		select {
 		case c <- struct{}{}:
 		default:
@@ -116,8 +144,33 @@ func (n *Notifier) OnAppend(ctx context.Context, ev sessionlog.Event) {
 	}
 	if !running {
 		n.busy++
-		go n.send(context.WithoutCancel(ctx), ev.SessionID)
+		go n.send(context.WithoutCancel(ctx), key)
 	}
+}
+
+// refreshObservers reads session's observer seats again once its cache is older than
+// ObserverRefresh; called by the session's driver sender, outside n.mu.
+func (n *Notifier) refreshObservers(ctx context.Context, session string) {
+	if connections.IsObserverSeat(session) {
+		return
+	}
+	n.mu.Lock()
+	c := n.observers[session]
+	fresh := c != nil && time.Since(c.at) < ObserverRefresh
+	n.mu.Unlock()
+	if fresh {
+		return
+	}
+	seats, err := n.d.observerSeats(ctx, session)
+	if err != nil {
+		n.d.logger.WarnContext(ctx, "fast path: read observers", "agent_id", session, "error", err)
+		return
+	}
+	n.mu.Lock()
+	if len(n.observers) >= 4096 { // bounded: a long-lived process forgets
+		clear(n.observers)
+	}
+	n.observers[session] = &seatCache{seats: seats, at: time.Now()}
 	n.mu.Unlock()
 }
 
@@ -141,6 +194,7 @@ func (n *Notifier) send(ctx context.Context, session string) {
 			// The stream consumer delivers what this missed.
 			n.d.logger.WarnContext(ctx, "fast path", "agent_id", session, "error", err)
 		}
+		n.refreshObservers(ctx, session)
 		n.mu.Lock()
 		for inv, k := range q.taken {
 			inv.owed -= k

@@ -65,13 +65,13 @@ func (d *Deliverer) TurnAway(ctx context.Context, connID string) error {
 // should it die. Errors are Subscribe's (connections.ErrNotOwner: c no longer owns its
 // agent) or the pump's.
 func (d *Deliverer) SubscribeFrame(ctx context.Context, c connections.Conn, f protocol.Subscribe, recorded func()) error {
-	if err := d.Subscribe(ctx, c.AgentID, c.ID, f.FromSeq, f.Batch); err != nil {
+	if err := d.Subscribe(ctx, c.Key(), c.ID, f.FromSeq, f.Batch); err != nil {
 		return err
 	}
 	if recorded != nil {
 		recorded()
 	}
-	return d.PumpFor(ctx, c.AgentID, nil, SubscribeBudget)
+	return d.PumpFor(ctx, c.Key(), nil, SubscribeBudget)
 }
 
 // Reply answers a frame of c with f, an error frame that leaves the connection open,

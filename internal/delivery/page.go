@@ -95,7 +95,7 @@ func (d *Deliverer) Tip(ctx context.Context, agentID string) (int64, error) {
 // Hello is the hello frame a connection to agentID would receive now (its tip and
 // epoch: 2 read units).
 func (d *Deliverer) Hello(ctx context.Context, agentID string) ([]byte, error) {
-	return d.helloFrame(ctx, agentID)
+	return d.helloFrame(ctx, agentID, "") // the reader's role is not known here: the hello names none
 }
 
 // Read reads up to limit events of agentID's log from seq from on, under no replay

@@ -163,7 +163,7 @@ func (d *Deliverer) disown(ctx context.Context, o connections.Owner, code protoc
 	if err := d.store.SetState(ctx, o.ConnID, stateFor(code)); err != nil {
 		return err
 	}
-	return d.store.Disown(ctx, o.AgentID, o.ConnID)
+	return d.store.Disown(ctx, o.Key(), o.ConnID)
 }
 
 // supersede drops prev, the ownership record a connect has just replaced (see

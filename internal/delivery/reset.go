@@ -56,6 +56,11 @@ func wasReset(r events.DynamoDBEventRecord) (resetMarker, bool) {
 // reset's new seq 0 read the new epoch for its hello and is left open. Cost: 1 read
 // unit (the ownership record) and the close's writes; nothing when nobody is connected.
 func (d *Deliverer) closeReset(ctx context.Context, agentID string, m resetMarker) error {
+	// Observers: every one is closed (an observer that connected after the reset
+	// reconnects, and reads the new epoch).
+	if err := d.closeObservers(ctx, agentID, nil, protocol.CodeInternal, ResetMessage); err != nil {
+		return err
+	}
 	o, err := d.store.Owner(ctx, agentID)
 	if errors.Is(err, connections.ErrNotFound) {
 		return nil

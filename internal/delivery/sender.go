@@ -152,7 +152,7 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 		*err = s.handover()
 	case errors.Is(*err, ErrGone):
 		s.lg.InfoContext(s.ctx, "connection gone")
-		*err = s.d.store.Forget(s.ctx, s.o.ConnID, s.o.AgentID)
+		*err = s.d.store.Forget(s.ctx, s.o.ConnID, s.o.Key())
 	}
 	if !s.released {
 		_ = s.join()
@@ -296,7 +296,7 @@ func (s *sender) pastStop() bool { return !s.stopAt.IsZero() && time.Now().After
 // the connection was superseded meanwhile: the claim then made this sender its closer
 // (unwelcomed).
 func (s *sender) hello() error {
-	hello, err := s.d.helloFrame(s.ctx, s.o.AgentID)
+	hello, err := s.d.helloFrame(s.ctx, s.o.AgentID, s.o.Role())
 	if err != nil {
 		return err
 	}
@@ -464,7 +464,7 @@ func (s *sender) look() error {
 	if err := s.poll(); err != nil {
 		return err
 	}
-	cur, err := s.d.store.Owner(s.ctx, s.o.AgentID)
+	cur, err := s.d.store.Owner(s.ctx, s.o.Key())
 	switch {
 	case errors.Is(err, connections.ErrNotFound):
 		return s.lost(fmt.Errorf("%w: %s", connections.ErrLeaseLost, s.o.AgentID))
@@ -520,7 +520,7 @@ func (s *sender) handover() error {
 		return err
 	}
 	s.released = true
-	return s.d.kick(s.ctx, Kick{Kind: KickPump, AgentID: s.o.AgentID})
+	return s.d.kick(s.ctx, Kick{Kind: KickPump, AgentID: s.o.Key()})
 }
 
 // lagging reports whether the live tail is more than OutboundQueue events behind.

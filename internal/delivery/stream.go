@@ -24,27 +24,72 @@ const maxParallelSessions = 16
 // asynchronous invocation so the shard's other sessions are not held up.
 const streamBudget = time.Second
 
-// Handle serves every invocation of the deliver function: a DynamoDB stream batch (from
-// the log table, or token changes from the connections table) or an asynchronous Kick.
+// Input is one invocation of the deliver function, decoded once (DecodeInput) into
+// the envelope of its kind — never told apart by probing the JSON:
+//
+//   - a DynamoDB stream batch (Records: the log table's, or token changes from the
+//     connections table);
+//   - a schedule's sweep (Sweep, e.g. "tokens": served by the caller, service's
+//     DeliverHandler);
+//   - an asynchronous Kick (Kind set).
+type Input struct {
+	Records []events.DynamoDBEventRecord `json:"Records"`
+	Sweep   string                       `json:"sweep"`
+	Kick
+}
+
+// Kinds of Input.
+const (
+	InputStream = "stream"
+	InputSweep  = "sweep"
+	InputKick   = "kick"
+)
+
+// ErrInput is an invocation that is not exactly one kind of Input.
+var ErrInput = errors.New("delivery: unknown invocation")
+
+// DecodeInput decodes raw once and names its kind; one that is none, or more than one,
+// is ErrInput.
+func DecodeInput(raw json.RawMessage) (Input, string, error) {
+	var in Input
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return Input{}, "", fmt.Errorf("delivery: decode invocation: %w", err)
+	}
+	var kinds []string
+	if in.Records != nil {
+		kinds = append(kinds, InputStream)
+	}
+	if in.Sweep != "" {
+		kinds = append(kinds, InputSweep)
+	}
+	if in.Kind != "" {
+		kinds = append(kinds, InputKick)
+	}
+	if len(kinds) != 1 {
+		return Input{}, "", fmt.Errorf("%w: %d kinds (%v) in %.100s", ErrInput, len(kinds), kinds, raw)
+	}
+	return in, kinds[0], nil
+}
+
+// Handle serves every invocation of the deliver function but a sweep: a DynamoDB stream
+// batch or an asynchronous Kick (HandleInput).
 func (d *Deliverer) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
-	var probe struct {
-		Records json.RawMessage `json:"Records"`
+	in, kind, err := DecodeInput(raw)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("delivery: decode event: %w", err)
+	return d.HandleInput(ctx, in, kind)
+}
+
+// HandleInput serves a decoded invocation of kind InputStream or InputKick.
+func (d *Deliverer) HandleInput(ctx context.Context, in Input, kind string) (any, error) {
+	switch kind {
+	case InputStream:
+		return d.HandleStream(ctx, events.DynamoDBEvent{Records: in.Records}), nil
+	case InputKick:
+		return nil, d.HandleKick(ctx, in.Kick)
 	}
-	if probe.Records != nil {
-		var ev events.DynamoDBEvent
-		if err := json.Unmarshal(raw, &ev); err != nil {
-			return nil, fmt.Errorf("delivery: decode stream batch: %w", err)
-		}
-		return d.HandleStream(ctx, ev), nil
-	}
-	var k Kick
-	if err := json.Unmarshal(raw, &k); err != nil {
-		return nil, fmt.Errorf("delivery: decode kick: %w", err)
-	}
-	return nil, d.HandleKick(ctx, k)
+	return nil, fmt.Errorf("%w: %s is not the deliver core's", ErrInput, kind)
 }
 
 // HandleStream wakes the sender of every session in the batch and closes connections
@@ -91,7 +136,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := d.PumpFor(ctx, session, hints, streamBudget); err != nil {
+			if err := d.pumpSeats(ctx, session, hints, streamBudget); err != nil {
 				d.logger.ErrorContext(ctx, "pump", "agent_id", session, "error", err)
 				mu.Lock()
 				fail(seqNums[session]...)
@@ -104,7 +149,7 @@ func (d *Deliverer) HandleStream(ctx context.Context, batch events.DynamoDBEvent
 }
 
 // revoke closes agentID's owner connection if a token change dropped the token it
-// presented. Rotation reaches connections already open this way.
+// presented, and each observer connection whose token it dropped. Rotation reaches connections already open this way.
 func (d *Deliverer) revoke(ctx context.Context, agentID string, r events.DynamoDBEventRecord) error {
 	dropped := auth.Dropped(hashKeys(r.Change.OldImage), hashKeys(r.Change.NewImage))
 	if len(dropped) == 0 {
@@ -113,19 +158,20 @@ func (d *Deliverer) revoke(ctx context.Context, agentID string, r events.DynamoD
 		}
 		return nil
 	}
+	oerr := d.closeObservers(ctx, agentID, dropped, protocol.CodeUnauthorized, message(protocol.CodeUnauthorized))
 	o, err := d.store.Owner(ctx, agentID)
 	if errors.Is(err, connections.ErrNotFound) {
-		return nil
+		return oerr
 	}
 	if err != nil {
-		return err
+		return errors.Join(err, oerr)
 	}
 	for _, h := range dropped {
 		if h == o.TokenHash {
-			return d.Close(ctx, o, protocol.CodeUnauthorized, message(protocol.CodeUnauthorized))
+			return errors.Join(d.Close(ctx, o, protocol.CodeUnauthorized, message(protocol.CodeUnauthorized)), oerr)
 		}
 	}
-	return nil
+	return oerr
 }
 
 func hashKeys(image map[string]events.DynamoDBAttributeValue) []string {

@@ -27,7 +27,11 @@ import (
 // the subscription, so every sender of the connection — the fast path, the stream
 // consumer, a watcher, an asynchronous deliver invocation — honours it; a resubscribe
 // may change it.
+//
+// agentID is a seat key (connections.ObserverSeat for an observer's subscription): the
+// log read is the seat's agent's.
 func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromSeq int64, batch bool) error {
+	seat, agentID := agentID, connections.SeatAgent(agentID)
 	tip, err := d.log.Tip(ctx, agentID)
 	if err != nil {
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
@@ -41,7 +45,7 @@ func (d *Deliverer) Subscribe(ctx context.Context, agentID, connID string, fromS
 		return fmt.Errorf("delivery: subscribe %s: %w", agentID, err)
 	}
 	sub := connections.Subscription{From: from, Requested: fromSeq, ReplayEnd: tip + 1, Batch: batch, Stamp: stamp.Key(), Truncated: truncated}
-	if _, err := d.store.Subscribe(ctx, agentID, connID, sub); err != nil {
+	if _, err := d.store.Subscribe(ctx, seat, connID, sub); err != nil {
 		if errors.Is(err, connections.ErrSuperseded) {
 			return nil
 		}

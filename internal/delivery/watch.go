@@ -55,7 +55,7 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, 
 		case <-time.After(pause):
 		}
 		var err error
-		if o, err = d.store.Owner(ctx, o.AgentID); errors.Is(err, connections.ErrNotFound) {
+		if o, err = d.store.Owner(ctx, o.Key()); errors.Is(err, connections.ErrNotFound) {
 			return nil
 		} else if err != nil {
 			return err
@@ -78,11 +78,11 @@ func (d *Deliverer) watch(ctx context.Context, o connections.Owner, upTo int64, 
 	// The claim runs to the lease's end and twice the slack past it, as the watcher's
 	// own extensions do, so that it need not extend it at its first look.
 	claimUntil := until.Add(2 * watchSlack)
-	claimed, err := d.store.ClaimWatch(ctx, o.AgentID, id, claimUntil)
+	claimed, err := d.store.ClaimWatch(ctx, o.Key(), id, claimUntil)
 	if err != nil || !claimed {
 		return err
 	}
-	if err := d.kick(ctx, Kick{Kind: KickWatch, AgentID: o.AgentID, Watcher: id, ClaimedUntil: claimUntil.UnixMilli()}); err != nil {
+	if err := d.kick(ctx, Kick{Kind: KickWatch, AgentID: o.Key(), Watcher: id, ClaimedUntil: claimUntil.UnixMilli()}); err != nil {
 		// Nobody is watching: give the claim back so that the retried wake-up can claim.
 		if _, eerr := d.store.EndWatch(context.WithoutCancel(ctx), o, id, true); eerr != nil {
 			d.logger.ErrorContext(ctx, "end watch", "agent_id", o.AgentID, "error", eerr)

@@ -46,7 +46,7 @@ const replyBudget = time.Second
 // being closed (superseded, lagged or gone) and gets no reply; nor does one with
 // connections.MaxReplies replies already owed. Nothing here waits for hello.
 func (d *Deliverer) reply(ctx context.Context, c connections.Conn, frame []byte) error {
-	return d.afterHello(ctx, c.AgentID, c.ID, connections.Reply{Frame: frame}, func() error { return d.post(ctx, c.ID, frame) })
+	return d.afterHello(ctx, c.Key(), c.ID, connections.Reply{Frame: frame}, func() error { return d.post(ctx, c.ID, frame) })
 }
 
 // afterHello delivers r to connID, which owns agentID, after its hello: at once by now
@@ -105,7 +105,7 @@ func (d *Deliverer) fail(ctx context.Context, connID string) error {
 		return nil
 	}
 	r := connections.Reply{Frame: protocol.Marshal(protocol.Refusal(protocol.CodeInternal)), Close: string(protocol.CodeInternal)}
-	return d.afterHello(ctx, c.AgentID, connID, r, func() error {
+	return d.afterHello(ctx, c.Key(), connID, r, func() error {
 		return d.drop(ctx, connID, protocol.CodeInternal, message(protocol.CodeInternal))
 	})
 }
@@ -117,7 +117,7 @@ func (d *Deliverer) fail(ctx context.Context, connID string) error {
 // close code (Fail's internal) is the last: the sender closes the connection after it
 // with that code and reports closed.
 func (s *sender) postReplies() (closed bool, err error) {
-	replies, err := s.d.store.TakeReplies(s.ctx, s.o.AgentID, s.o.ConnID)
+	replies, err := s.d.store.TakeReplies(s.ctx, s.o.Key(), s.o.ConnID)
 	s.o.Replies = nil
 	if err != nil {
 		return false, err
@@ -174,7 +174,7 @@ func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, 
 	lg := d.logger.With("agent_id", c.AgentID, "connection_id", connID)
 	if !c.HelloPosted {
 		d.gate(GateCloseHello, c.AgentID)
-		hello, err := d.helloFrame(ctx, c.AgentID)
+		hello, err := d.helloFrame(ctx, c.AgentID, connections.RoleOf(c.Role))
 		if err != nil {
 			return time.Time{}, err
 		}

@@ -53,6 +53,7 @@ type Options struct {
 	ReplayLimit          int
 	MaxConcurrentReplays int
 	OutboundQueue        int
+	MaxObservers         int // observer connections per agent; 0: config.DefaultMaxObservers
 	Approvals            bool
 	TablePrefix          string // default "terret-": tables terret-log, terret-connections, terret-agents
 	Root                 string // repository root holding the pinned DynamoDB Local; "" finds it
@@ -343,6 +344,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		ReplayLimit:          orInt(o.ReplayLimit, config.DefaultReplayLimit),
 		MaxConcurrentReplays: orInt(o.MaxConcurrentReplays, config.DefaultMaxConcurrentReplays),
 		OutboundQueue:        orInt(o.OutboundQueue, config.DefaultOutboundQueue),
+		MaxObservers:         orInt(o.MaxObservers, config.DefaultMaxObservers),
 		Approvals:            o.Approvals,
 		MainModel:            "scripted",
 		TitlerModel:          "scripted",

@@ -99,6 +99,7 @@ func (em *emulation) local(management string) emulator.Local {
 			"ReplayLimit":          strconv.Itoa(orInt(em.o.ReplayLimit, config.DefaultReplayLimit)),
 			"MaxConcurrentReplays": strconv.Itoa(orInt(em.o.MaxConcurrentReplays, config.DefaultMaxConcurrentReplays)),
 			"OutboundQueue":        strconv.Itoa(orInt(em.o.OutboundQueue, config.DefaultOutboundQueue)),
+			"MaxObservers":         strconv.Itoa(orInt(em.o.MaxObservers, config.DefaultMaxObservers)),
 			"Approvals":            strconv.FormatBool(em.o.Approvals),
 			"LogLevel":             logLevel(em.logger),
 			// The default profile reaches the functions as on AWS: the template's

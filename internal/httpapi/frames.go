@@ -50,7 +50,7 @@ type Accepted struct {
 // agent whose log does not exist yet creates it first (sessions.Create), as a connect
 // does: an agent may be driven over HTTP alone. agent nil: every frame is unsupported.
 func (s *Server) Frames(agent socket.Controller, guards Guards, sessions Sessions) {
-	s.Route(FramesPath, func(w http.ResponseWriter, r *http.Request, c Caller) {
+	s.RouteDriver(FramesPath, func(w http.ResponseWriter, r *http.Request, c Caller) {
 		code, msg := s.frame(r.Context(), r, c, agent, guards, sessions)
 		if code != "" {
 			WriteError(w, code, msg)

@@ -24,9 +24,10 @@ import (
 
 // Tokens checks a bearer token of an agent (auth.Store).
 type Tokens interface {
-	// Check returns the token's hash if token is a current token of agentID, else an
-	// error wrapping auth.ErrUnauthorized.
-	Check(ctx context.Context, agentID, token string) (string, error)
+	// CheckRole returns the token's hash and role (auth.RoleDriver or
+	// auth.RoleObserver) if token is a current token of agentID, else an error
+	// wrapping auth.ErrUnauthorized.
+	CheckRole(ctx context.Context, agentID, token string) (hash, role string, err error)
 }
 
 var _ Tokens = (*auth.Store)(nil)
@@ -35,6 +36,7 @@ var _ Tokens = (*auth.Store)(nil)
 type Caller struct {
 	AgentID   string // the path's agent id, the token's agent
 	TokenHash string // the token's hash (auth.Hash); never the token
+	Role      string // the token's role: auth.RoleDriver or auth.RoleObserver
 }
 
 // HandlerFunc serves one authenticated request.
@@ -64,7 +66,7 @@ func (s *Server) Route(pattern string, h HandlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		agentID := r.PathValue("agent_id")
 		token := auth.BearerToken(r.Header.Get("Authorization"))
-		hash, err := s.tokens.Check(r.Context(), agentID, token)
+		hash, role, err := s.tokens.CheckRole(r.Context(), agentID, token)
 		switch {
 		case errors.Is(err, auth.ErrUnauthorized):
 			WriteError(w, protocol.CodeUnauthorized, protocol.Refusal(protocol.CodeUnauthorized).Message)
@@ -74,7 +76,19 @@ func (s *Server) Route(pattern string, h HandlerFunc) {
 			WriteError(w, protocol.CodeInternal, "internal error")
 			return
 		}
-		h(w, r, Caller{AgentID: agentID, TokenHash: hash})
+		h(w, r, Caller{AgentID: agentID, TokenHash: hash, Role: role})
+	})
+}
+
+// RouteDriver is Route for the paths that act on the agent (frames, schedules): an
+// observer's token is answered 403 forbidden and h is not called.
+func (s *Server) RouteDriver(pattern string, h HandlerFunc) {
+	s.Route(pattern, func(w http.ResponseWriter, r *http.Request, c Caller) {
+		if c.Role == auth.RoleObserver {
+			WriteError(w, protocol.CodeForbidden, "an observer token reads the agent's log and nothing else")
+			return
+		}
+		h(w, r, c)
 	})
 }
 

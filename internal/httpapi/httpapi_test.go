@@ -17,20 +17,22 @@ import (
 // tokens is one agent's one token; a store error for agent "broken".
 type tokens struct{ agent, token string }
 
-func (t tokens) Check(_ context.Context, agentID, token string) (string, error) {
+func (t tokens) CheckRole(_ context.Context, agentID, token string) (string, string, error) {
 	switch {
 	case agentID == "broken":
-		return "", errors.New("table throttled")
+		return "", "", errors.New("table throttled")
 	case agentID == t.agent && token == t.token:
-		return auth.Hash(token), nil
+		return auth.Hash(token), auth.RoleDriver, nil
+	case agentID == t.agent && token == "watch-tok":
+		return auth.Hash(token), auth.RoleObserver, nil
 	}
-	return "", fmt.Errorf("check: %w", auth.ErrUnauthorized)
+	return "", "", fmt.Errorf("check: %w", auth.ErrUnauthorized)
 }
 
 func TestRouteAuthenticatesFirst(t *testing.T) {
 	s := New(tokens{"a1", "s3cr3t-tok"}, nil)
 	var got []Caller
-	s.Route("POST /agents/{agent_id}/frames", func(w http.ResponseWriter, r *http.Request, c Caller) {
+	s.RouteDriver("POST /agents/{agent_id}/frames", func(w http.ResponseWriter, r *http.Request, c Caller) {
 		got = append(got, c)
 		WriteJSON(w, http.StatusAccepted, map[string]bool{"accepted": true})
 	})
@@ -46,6 +48,7 @@ func TestRouteAuthenticatesFirst(t *testing.T) {
 		{"store failure", "POST", "/agents/broken/frames", "Bearer s3cr3t-tok", 500, protocol.CodeInternal},
 		{"unknown path", "POST", "/agents/a1/nothing", "Bearer s3cr3t-tok", 400, protocol.CodeBadFrame},
 		{"wrong method", "GET", "/agents/a1/frames", "Bearer s3cr3t-tok", 400, protocol.CodeBadFrame},
+		{"an observer's token on a driver's path", "POST", "/agents/a1/frames", "Bearer watch-tok", 403, protocol.CodeForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

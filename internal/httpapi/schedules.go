@@ -26,9 +26,9 @@ const maxScheduleBody = protocol.MaxFrameBytes
 // RouteSchedules serves the schedule paths (docs/protocol.md, "Schedules over HTTP"):
 // POST /agents/{agent_id}/schedules (201 and the schedule), GET (the list), DELETE
 // …/schedules/{id} (204). A bad spec is 400 bad_frame naming the field; an unknown id
-// is 404 with a bad_frame body.
+// is 404 with a bad_frame body; an observer's token is 403 forbidden.
 func (s *Server) RouteSchedules(sch Schedules) {
-	s.Route("POST /agents/{agent_id}/schedules", func(w http.ResponseWriter, r *http.Request, c Caller) {
+	s.RouteDriver("POST /agents/{agent_id}/schedules", func(w http.ResponseWriter, r *http.Request, c Caller) {
 		body, err := ReadBody(r, maxScheduleBody)
 		if err != nil {
 			WriteError(w, protocol.CodeBadFrame, "body over the frame limit or unreadable")
@@ -48,7 +48,7 @@ func (s *Server) RouteSchedules(sch Schedules) {
 		}
 		WriteJSON(w, http.StatusCreated, sc)
 	})
-	s.Route("GET /agents/{agent_id}/schedules", func(w http.ResponseWriter, r *http.Request, c Caller) {
+	s.RouteDriver("GET /agents/{agent_id}/schedules", func(w http.ResponseWriter, r *http.Request, c Caller) {
 		list, err := sch.List(r.Context(), c.AgentID)
 		if err != nil {
 			s.scheduleError(w, r, c, err)
@@ -56,7 +56,7 @@ func (s *Server) RouteSchedules(sch Schedules) {
 		}
 		WriteJSON(w, http.StatusOK, map[string]any{"schedules": list})
 	})
-	s.Route("DELETE /agents/{agent_id}/schedules/{id}", func(w http.ResponseWriter, r *http.Request, c Caller) {
+	s.RouteDriver("DELETE /agents/{agent_id}/schedules/{id}", func(w http.ResponseWriter, r *http.Request, c Caller) {
 		if err := sch.Cancel(r.Context(), c.AgentID, r.PathValue("id")); err != nil {
 			s.scheduleError(w, r, c, err)
 			return

@@ -304,7 +304,7 @@ func parse(t *testing.T, frame map[string]any, want error) {
 func TestSchemaServerFrames(t *testing.T) {
 	s := loadSchema(t)
 	goFrames := map[string]protocol.ServerFrame{
-		protocol.TypeHello:           protocol.NewHello("s1", 3, "e1"),
+		protocol.TypeHello:           protocol.NewHello("s1", 3, "e1").WithRole(protocol.RoleDriver),
 		protocol.TypeReplayTruncated: protocol.NewReplayTruncated(0, 5),
 		protocol.TypeError:           protocol.NewError(protocol.CodeBadFrame, "m"),
 	}

@@ -44,12 +44,27 @@ type Hello struct {
 	// or deleted and created again (additive; omitted when unknown). A client that
 	// stored a cursor under another epoch must start over from seq 0.
 	Epoch string `json:"epoch,omitempty"`
+	// Role is what the connection's token allows: RoleDriver or RoleObserver
+	// (additive; docs/protocol.md, "Roles").
+	Role string `json:"role,omitempty"`
 }
 
 // NewHello returns the hello frame for session sessionID whose log tip is lastSeq
 // and whose epoch is epoch.
 func NewHello(sessionID string, lastSeq int64, epoch string) Hello {
 	return Hello{Type: TypeHello, Proto: ProtoVersion, SessionID: sessionID, LastSeq: lastSeq, Epoch: epoch}
+}
+
+// Roles a hello names (Hello.Role; docs/protocol.md, "Roles").
+const (
+	RoleDriver   = "driver"
+	RoleObserver = "observer"
+)
+
+// WithRole returns h naming role, what the connection's token allows.
+func (h Hello) WithRole(role string) Hello {
+	h.Role = role
+	return h
 }
 
 // FrameType returns "hello".
@@ -154,8 +169,9 @@ const (
 	// CodeInternal: the server hit an unexpected error serving this
 	// connection; the connection closes.
 	CodeInternal Code = "internal"
-	// CodeForbidden: a control frame from an observer connection or token; nothing
-	// is appended and the connection stays open (dev-profile "Roles").
+	// CodeForbidden: a control frame on an observer connection, whose token may only
+	// read (docs/protocol.md, "Roles"); nothing is appended and the connection stays
+	// open. An addition to the v1 set (not in Codes).
 	CodeForbidden Code = "forbidden"
 )
 
@@ -183,7 +199,7 @@ func (c Code) Closes() bool {
 func (c Code) Valid() bool {
 	switch c {
 	case CodeUnauthorized, CodeSuperseded, CodeLagged, CodeBadFrame,
-		CodeNotRunning, CodeStaleCall, CodeUnsupported, CodeInternal, CodeStale:
+		CodeNotRunning, CodeStaleCall, CodeUnsupported, CodeInternal, CodeStale, CodeForbidden:
 		return true
 	}
 	return false

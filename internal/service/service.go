@@ -121,6 +121,7 @@ func Socket(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, agent s
 		agent,
 		logger,
 	)
+	s.WithMaxObservers(cfg.MaxObservers)
 	if cfg.AgentsTable != "" { // connect's and message's; disconnect's never connects
 		s.WithOwnerClaim(func(agentID, connID string) types.TransactWriteItem {
 			return control.OwnerClaim(cfg.AgentsTable, agentID, connID)

@@ -27,12 +27,13 @@ func Tokens(cfg config.Config, awsCfg aws.Config) *auth.Store {
 // (SweepInput) with tokens.Sweep, everything else with d.Handle.
 func DeliverHandler(d *delivery.Deliverer, tokens *auth.Store, logger *slog.Logger) func(context.Context, json.RawMessage) (any, error) {
 	return func(ctx context.Context, raw json.RawMessage) (any, error) {
-		var probe struct {
-			Sweep string `json:"sweep"`
+		in, kind, err := delivery.DecodeInput(raw)
+		if err != nil {
+			return nil, err
 		}
-		if json.Unmarshal(raw, &probe) == nil && probe.Sweep != "" {
-			if probe.Sweep != "tokens" {
-				return nil, fmt.Errorf("service: unknown sweep %q", probe.Sweep)
+		if kind == delivery.InputSweep {
+			if in.Sweep != "tokens" {
+				return nil, fmt.Errorf("service: unknown sweep %q", in.Sweep)
 			}
 			n, err := tokens.Sweep(ctx)
 			metrics.Add("TokensExpired", metrics.Count, float64(n))
@@ -41,6 +42,6 @@ func DeliverHandler(d *delivery.Deliverer, tokens *auth.Store, logger *slog.Logg
 			}
 			return nil, err
 		}
-		return d.Handle(ctx, raw)
+		return d.HandleInput(ctx, in, kind)
 	}
 }

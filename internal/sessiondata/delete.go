@@ -15,9 +15,10 @@ import (
 
 // The connections table's per-agent items (internal/connections, internal/auth).
 const (
-	ownerPrefix   = "agent#"  // the ownership record: owner connection, delivery cursor
-	ownerConnAttr = "conn"    // the ownership record's owner connection id
-	tokenUsePrefx = "tokuse#" // the tokens' last use
+	ownerPrefix     = "agent#"     // the ownership record: owner connection, delivery cursor
+	ownerConnAttr   = "conn"       // the ownership record's owner connection id
+	tokenUsePrefx   = "tokuse#"    // the tokens' last use
+	observersPrefix = "observers#" // the observer index (connections.Store.Observers)
 )
 
 // Delete erases everything the service keeps about agentID: its tokens first (the
@@ -61,6 +62,11 @@ func (st *Store) Delete(ctx context.Context, agentID string) (erased int, err er
 		return e.erased, err
 	}
 	if err := st.dropOwner(ctx, agentID); err != nil {
+		return e.erased, err
+	}
+	// The observer index: its observers were closed with the token item (deliver's
+	// revoke), each taking its entry with it; an entry left by a lost close goes here.
+	if err := st.deleteConnItem(ctx, observersPrefix+agentID); err != nil {
 		return e.erased, err
 	}
 	lg.InfoContext(ctx, "session deleted", "erased_items", e.erased)

@@ -13,6 +13,9 @@ import (
 // ErrUnsupported answers a frame that needs a part this deployment does not mount.
 var ErrUnsupported = errors.New("socket: unsupported")
 
+// ErrForbidden answers a control frame on an observer connection.
+var ErrForbidden = errors.New("socket: forbidden")
+
 // codeFor maps an error from serving a frame to the protocol's error code and the
 // message the client sees. It is the one place where errors become codes; internal
 // error text never reaches a client.
@@ -44,6 +47,8 @@ func codeFor(err error) (protocol.Code, string) {
 		return protocol.CodeStaleCall, "no standing approval request for that call_id"
 	case errors.Is(err, control.ErrUnsupported):
 		return protocol.CodeUnsupported, "approvals are not mounted: run terret dev with --approvals, or deploy with Approvals=true"
+	case errors.Is(err, ErrForbidden):
+		return protocol.CodeForbidden, "this connection's token is an observer's: it may subscribe and read, and send no control frame"
 	case errors.Is(err, ErrUnsupported):
 		return protocol.CodeUnsupported, "this deployment does not mount the plugin this frame needs"
 	case errors.Is(err, control.ErrNotOwner):

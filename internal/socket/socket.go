@@ -97,6 +97,8 @@ type Server struct {
 	origin []byte // RequireOrigin's secret; nil: no check
 	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
 	orderWait time.Duration
+	// maxObservers bounds an agent's observer connections (WithMaxObservers).
+	maxObservers int
 	// ownerClaim, if set, is the agent's write Connect makes in its claim transaction
 	// (WithOwnerClaim).
 	ownerClaim func(agentID, connID string) types.TransactWriteItem
@@ -225,7 +227,10 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		accepted = events.APIGatewayProxyResponse{StatusCode: http.StatusOK,
 			Headers: map[string]string{"Sec-WebSocket-Protocol": auth.Subprotocol}}
 	}
-	hash, err := s.tokens.Check(ctx, agentID, token)
+	hash, role, err := s.tokens.CheckRole(ctx, agentID, token)
+	if err == nil && role == auth.RoleObserver {
+		return s.observe(ctx, lg, agentID, connID, hash, accepted)
+	}
 	if err == nil {
 		_, err = s.log.Create(ctx, agentID)
 		if err == nil {
@@ -307,7 +312,7 @@ func (s *Server) Disconnect(ctx context.Context, req events.APIGatewayWebsocketP
 		return ok, nil
 	}
 	if err == nil {
-		err = s.conns.Forget(ctx, connID, c.AgentID)
+		err = s.conns.Forget(ctx, connID, c.Key())
 	}
 	if err != nil {
 		lg.Error("disconnect", "error", err)
@@ -512,6 +517,9 @@ func turnPace(last time.Duration, ahead int64) time.Duration {
 func (s *Server) serve(ctx context.Context, c connections.Conn, frame protocol.ClientFrame, taken func()) error {
 	if f, ok := frame.(protocol.Subscribe); ok {
 		return s.out.SubscribeFrame(ctx, c, f, taken)
+	}
+	if c.Role == connections.RoleObserver {
+		return ErrForbidden // nothing is appended; the connection stays open
 	}
 	return Apply(ctx, s.agent, c.AgentID, c.ID, frame)
 }

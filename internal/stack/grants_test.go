@@ -30,11 +30,14 @@ var (
 	// ("tokuse#"), the expiry sweep's buckets ("tokexp#") and refused connections'
 	// departures ("gone#", below). connect reads a token's
 	// hash and expiry; deliver's sweep removes expired hashes (only those attributes).
-	connsOwners      = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*"}, nil}
-	connsOwnersSlots = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "slot#*"}, nil}
+	// Observers: each observer connection's seat ("obs#") and an agent's observer index
+	// ("observers#") go with the ownership record wherever it goes (docs/architecture.md,
+	// "Observers"); connect reads a token's role ("role#<hash>") with its hash.
+	connsOwners      = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "obs#*", "observers#*"}, nil}
+	connsOwnersSlots = tableGrant{"ConnectionsTable", connections, []string{"conn#*", "agent#*", "slot#*", "obs#*", "observers#*"}, nil}
 	tokenAttrs       = []string{"pk", "hashes", "exp_*"}
 	replaySlots      = tableGrant{"ConnectionsTable", []string{"dynamodb:BatchGetItem", "dynamodb:UpdateItem"}, []string{"slot#*"}, nil}
-	tokenRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, tokenAttrs}
+	tokenRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, append(tokenAttrs[:3:3], "role#*")}
 	tokenCheck       = tableGrant{"ConnectionsTable", []string{"dynamodb:ConditionCheckItem"}, []string{"tokens#*"}, nil}
 	tokenUse         = tableGrant{"ConnectionsTable", []string{"dynamodb:UpdateItem"}, []string{"tokuse#*"}, nil}
 	sweepRead        = tableGrant{"ConnectionsTable", []string{"dynamodb:GetItem"}, []string{"tokens#*"}, nil}

@@ -144,6 +144,7 @@ func TestEnvironment(t *testing.T) {
 		"SCHEDULE_GROUP":         "${ScheduleGroup}",
 		"SCHEDULE_TARGET_ARN":    "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-schedule",
 		"SCHEDULE_ROLE_ARN":      "${SchedulerRole.Arn}",
+		"MAX_OBSERVERS":          "${MaxObservers}",
 	}
 	fs := functions(t, s)
 	for _, f := range fs {

@@ -132,10 +132,18 @@ function clearError(): void {
   ui.error.textContent = '';
   ui.error.hidden = true;
 }
+/** readOnly: the connection's token is an observer's — the page shows the agent and sends nothing. */
+function readOnly(): boolean {
+  return client !== null && client.role === 'observer';
+}
 function refreshButtons(): void {
   const live = client !== null && client.state === 'connected';
-  for (const b of [ui.send, ui.cancel, ui.reconnect]) b.disabled = !live;
-  for (const f of [ui.modelForm, ui.policyForm]) for (const b of f.querySelectorAll('button')) b.disabled = !live;
+  const control = live && !readOnly();
+  ui.reconnect.disabled = !live;
+  for (const b of [ui.send, ui.cancel]) b.disabled = !control;
+  for (const f of [ui.modelForm, ui.policyForm]) for (const b of f.querySelectorAll('button')) b.disabled = !control;
+  document.body.dataset.role = readOnly() ? 'observer' : 'driver';
+  for (const b of ui.chat.querySelectorAll<HTMLButtonElement>('.actions button')) if (readOnly()) b.disabled = true;
   ui.disconnect.disabled = client === null || client.state === 'closed';
 }
 
@@ -275,6 +283,7 @@ function renderTool(li: HTMLLIElement, t: ToolItem): void {
         b.type = 'button';
         b.setAttribute('aria-describedby', desc.id);
       }
+      if (readOnly()) approve.disabled = deny.disabled = true; // an observer decides nothing
       // The buttons act on what the person sees: the request is at or before shownSeq.
       approve.addEventListener('click', () => verdict(li, actions, () => client!.approve(t.callId, { expectSeq: shownSeq })));
       deny.addEventListener('click', () => verdict(li, actions, () => client!.deny(t.callId, undefined, { expectSeq: shownSeq })));
@@ -318,7 +327,8 @@ function onStatus(c: TerretClient, s: Status): void {
       setStatus(s.attempt ? `Reconnecting to ${agent} (attempt ${s.attempt})…` : `Connecting to ${agent}…`, s.attempt ? 'reconnecting' : 'connecting');
       break;
     case 'connected':
-      setStatus(`Connected to session ${s.hello!.session_id} (last seq ${s.hello!.last_seq}).` + (s.attempt ? ' Reconnected.' : ''), 'connected');
+      setStatus(`Connected to session ${s.hello!.session_id} (last seq ${s.hello!.last_seq}).` + (s.attempt ? ' Reconnected.' : '') +
+        (s.hello!.role === 'observer' ? ' Read-only: observer token.' : ''), 'connected');
       break;
     case 'reconnecting':
       setStatus(`Connection lost (${s.error?.message ?? 'closed'}). Reconnecting in ${((s.delayMs ?? 0) / 1000).toFixed(1)} s (attempt ${s.attempt})…`, 'reconnecting');
@@ -568,6 +578,22 @@ function act(p: () => Promise<void>): void {
 
 // ---- wiring ----
 
+// A share link opens a read-only view: #agent=ID&observe=TOKEN, TOKEN an observer token
+// (terret token create --agent ID --role observer). The page takes it off the address
+// bar, fills the form and connects; the token never reaches a server but the socket's.
+function takeShareLink(): boolean {
+  if (!location.hash.startsWith('#agent=')) return false;
+  const p = new URLSearchParams(location.hash.slice(1));
+  const agent = p.get('agent') ?? '';
+  const token = p.get('observe') ?? '';
+  history.replaceState(null, '', location.pathname + location.search);
+  if (!/^[A-Za-z0-9._-]{1,128}$/.test(agent) || token === '') return false;
+  remember('terret.agent', agent);
+  ui.token.value = token;
+  return true;
+}
+
+const shared = takeShareLink();
 takePageKey();
 ui.server.value = recall('terret.server') ?? (location.host ? (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host : 'ws://127.0.0.1:3001');
 ui.agent.value = recall('terret.agent') ?? '';
@@ -614,3 +640,4 @@ ui.policyForm.addEventListener('submit', (ev) => {
   act(() => client!.setPolicy(patterns));
 });
 refreshButtons();
+if (shared) void connect();

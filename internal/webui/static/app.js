@@ -382,6 +382,16 @@
     get hello() {
       return this.lastHello;
     }
+    /**
+     * What the connection's token allows, from hello: 'driver' (reads and controls the
+     * agent) or 'observer' (reads the log; every control frame is answered with a
+     * ProtocolError of code 'forbidden'). null before the first hello; 'driver' from a
+     * server that does not name a role.
+     */
+    get role() {
+      if (!this.lastHello) return null;
+      return this.lastHello.role === "observer" ? "observer" : "driver";
+    }
     /** Why the client stopped (null while it runs, or after close()). */
     get error() {
       return this.err;
@@ -1164,10 +1174,17 @@
     ui.error.textContent = "";
     ui.error.hidden = true;
   }
+  function readOnly() {
+    return client !== null && client.role === "observer";
+  }
   function refreshButtons() {
     const live = client !== null && client.state === "connected";
-    for (const b of [ui.send, ui.cancel, ui.reconnect]) b.disabled = !live;
-    for (const f of [ui.modelForm, ui.policyForm]) for (const b of f.querySelectorAll("button")) b.disabled = !live;
+    const control = live && !readOnly();
+    ui.reconnect.disabled = !live;
+    for (const b of [ui.send, ui.cancel]) b.disabled = !control;
+    for (const f of [ui.modelForm, ui.policyForm]) for (const b of f.querySelectorAll("button")) b.disabled = !control;
+    document.body.dataset.role = readOnly() ? "observer" : "driver";
+    for (const b of ui.chat.querySelectorAll(".actions button")) if (readOnly()) b.disabled = true;
     ui.disconnect.disabled = client === null || client.state === "closed";
   }
   function isObject(v) {
@@ -1293,6 +1310,7 @@
           b.type = "button";
           b.setAttribute("aria-describedby", desc.id);
         }
+        if (readOnly()) approve.disabled = deny.disabled = true;
         approve.addEventListener("click", () => verdict(li, actions, () => client.approve(t.callId, { expectSeq: shownSeq })));
         deny.addEventListener("click", () => verdict(li, actions, () => client.deny(t.callId, void 0, { expectSeq: shownSeq })));
         actions.append(approve, deny);
@@ -1330,7 +1348,7 @@
         setStatus(s.attempt ? `Reconnecting to ${agent} (attempt ${s.attempt})…` : `Connecting to ${agent}…`, s.attempt ? "reconnecting" : "connecting");
         break;
       case "connected":
-        setStatus(`Connected to session ${s.hello.session_id} (last seq ${s.hello.last_seq}).` + (s.attempt ? " Reconnected." : ""), "connected");
+        setStatus(`Connected to session ${s.hello.session_id} (last seq ${s.hello.last_seq}).` + (s.attempt ? " Reconnected." : "") + (s.hello.role === "observer" ? " Read-only: observer token." : ""), "connected");
         break;
       case "reconnecting":
         setStatus(`Connection lost (${s.error?.message ?? "closed"}). Reconnecting in ${((s.delayMs ?? 0) / 1e3).toFixed(1)} s (attempt ${s.attempt})…`, "reconnecting");
@@ -1550,6 +1568,18 @@
     }
     p().catch((err) => showError(err.message));
   }
+  function takeShareLink() {
+    if (!location.hash.startsWith("#agent=")) return false;
+    const p = new URLSearchParams(location.hash.slice(1));
+    const agent = p.get("agent") ?? "";
+    const token = p.get("observe") ?? "";
+    history.replaceState(null, "", location.pathname + location.search);
+    if (!/^[A-Za-z0-9._-]{1,128}$/.test(agent) || token === "") return false;
+    remember("terret.agent", agent);
+    ui.token.value = token;
+    return true;
+  }
+  var shared = takeShareLink();
   takePageKey();
   ui.server.value = recall("terret.server") ?? (location.host ? (location.protocol === "https:" ? "wss://" : "ws://") + location.host : "ws://127.0.0.1:3001");
   ui.agent.value = recall("terret.agent") ?? "";
@@ -1594,4 +1624,5 @@
     act(() => client.setPolicy(patterns));
   });
   refreshButtons();
+  if (shared) void connect();
 })();
