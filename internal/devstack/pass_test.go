@@ -25,7 +25,7 @@ func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 }
 
 // TestPassKeys: the profile's keys go to exactly the functions that read AGENT_PROFILE
-// (message, runner), never over a variable the function already has; a function
+// (message, runner, and http, which serves frames over HTTP through the runtime), never over a variable the function already has; a function
 // whose variables exceed Lambda's 4 KB is warned about by name and size, and no log
 // line carries a key's value.
 func TestPassKeys(t *testing.T) {
@@ -43,20 +43,22 @@ func TestPassKeys(t *testing.T) {
 	}{
 		{name: "keys to the agent's functions only",
 			keys: map[string]string{"ACME_KEY": "sk-a-VALUE", "LOCAL_KEY": "sk-l-VALUE"},
-			want: map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE", "LOCAL_KEY": "sk-l-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE", "LOCAL_KEY": "sk-l-VALUE"}}},
+			want: map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE", "LOCAL_KEY": "sk-l-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE", "LOCAL_KEY": "sk-l-VALUE"},
+				"http": {"ACME_KEY": "sk-a-VALUE", "LOCAL_KEY": "sk-l-VALUE"}}},
 		{name: "a taken name is not overwritten",
 			keys:  map[string]string{"LOG_TABLE": "sk-x", "AWS_SECRET_ACCESS_KEY": "sk-y"},
-			want:  map[string]map[string]string{"message": {"LOG_TABLE": "terret-log"}, "runner": {"LOG_TABLE": "terret-log"}},
-			warns: []string{"function=message variable=AWS_SECRET_ACCESS_KEY", "function=message variable=LOG_TABLE", "function=runner variable=AWS_SECRET_ACCESS_KEY", "function=runner variable=LOG_TABLE"}},
+			want:  map[string]map[string]string{"message": {"LOG_TABLE": "terret-log"}, "runner": {"LOG_TABLE": "terret-log"}, "http": {"LOG_TABLE": "terret-log"}},
+			warns: []string{"function=http variable=AWS_SECRET_ACCESS_KEY", "function=http variable=LOG_TABLE", "function=message variable=AWS_SECRET_ACCESS_KEY", "function=message variable=LOG_TABLE", "function=runner variable=AWS_SECRET_ACCESS_KEY", "function=runner variable=LOG_TABLE"}},
 		{name: "over 4 KB",
 			profile: `{"system": "` + strings.Repeat("x", 4<<10) + `"}`,
 			keys:    map[string]string{"ACME_KEY": "sk-a-VALUE"},
-			want:    map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE"}},
-			warns:   []string{"exceed Lambda's 4 KB", "exceed Lambda's 4 KB", "exceed Lambda's 4 KB"}}, // message, runner, webhook
+			want:    map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE"}, "http": {"ACME_KEY": "sk-a-VALUE"}},
+			warns:   []string{"exceed Lambda's 4 KB", "exceed Lambda's 4 KB", "exceed Lambda's 4 KB", "exceed Lambda's 4 KB"}}, // message, runner, webhook, http
 		{name: "webhook secrets to the webhook function only",
 			keys:  map[string]string{"ACME_KEY": "sk-a-VALUE"},
 			hooks: map[string]string{"HOOK_SECRET": "whsec_VALUE"},
-			want:  map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE"}, "webhook": {"HOOK_SECRET": "whsec_VALUE"}}},
+			want: map[string]map[string]string{"message": {"ACME_KEY": "sk-a-VALUE"}, "runner": {"ACME_KEY": "sk-a-VALUE"}, "webhook": {"HOOK_SECRET": "whsec_VALUE"},
+				"http": {"ACME_KEY": "sk-a-VALUE"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

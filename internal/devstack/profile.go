@@ -110,7 +110,7 @@ const agentVar = "AGENT_PROFILE"
 const lambdaEnvLimit = 4 << 10
 
 // pass adds the profile's keys to the functions that run the agent (those that read
-// AGENT_PROFILE: message and runner) and to no other, its webhooks' secrets to the
+// AGENT_PROFILE: message, runner and http) and to no other, its webhooks' secrets to the
 // webhook function alone, and warns when a function's template variables (of those
 // that read AGENT_PROFILE) would exceed what Lambda accepts.
 func (dp *defaultProfile) pass(fns []emulator.Function, logger *slog.Logger) {
