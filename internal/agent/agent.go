@@ -43,9 +43,10 @@ type Log interface {
 	AppendIn(ctx context.Context, sessionID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error)
 	AppendInAt(ctx context.Context, sessionID string, f sessionlog.Fence, seq int64, typ string, payload any) (sessionlog.Event, error)
 	Epoch(ctx context.Context, sessionID string) (string, error)
-	// AppendAtStamped puts an event at exactly seq, stamped (sessionlog.ErrConflict if
-	// seq is taken): set_policy's compare-and-append under expect_seq.
-	AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (sessionlog.Event, error)
+	// AppendInAtStamped puts an event at exactly seq of the log of f.Epoch, stamped
+	// (sessionlog.ErrConflict if seq is taken, ErrEpoch if the log is another one):
+	// set_policy's compare-and-append under expect_seq.
+	AppendInAtStamped(ctx context.Context, sessionID string, f sessionlog.Fence, seq int64, typ string, payload any, stamp string) (sessionlog.Event, error)
 	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
 	Tip(ctx context.Context, sessionID string) (int64, error)
 	// Expire sets an event's TTL (retention: only for events the checkpoint passed).

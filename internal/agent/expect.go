@@ -24,7 +24,7 @@ import (
 // against:
 //
 //   - set_policy: a compare-and-append. The log after expect_seq is read up to the tip
-//     and the policy/updated put at exactly tip+1 (sessionlog.AppendAtStamped): the put
+//     and the policy/updated put at exactly tip+1 (sessionlog.AppendInAtStamped): the put
 //     succeeds only if nothing was logged after what was read.
 //   - approve, deny: the request's seq is fixed once logged, and the verdict is already
 //     a compare-and-append (resolveVerdict).
@@ -246,8 +246,14 @@ func (s *Service) setPolicyExpecting(ctx context.Context, agentID string, patter
 	if _, err := s.c.store.seePolicy(ctx, agentID, key); err != nil {
 		return err
 	}
+	// The put lands only in the log the precondition was checked against: a reset or
+	// delete in between makes it ErrEpoch, never an event in the next log.
+	epoch, err := s.c.log.Epoch(ctx, agentID)
+	if err != nil {
+		return fmt.Errorf("agent: read epoch of %s: %w", agentID, err)
+	}
 	for attempt := 0; ; attempt++ {
-		ev, err := s.c.log.AppendAtStamped(ctx, agentID, tip+1, TypePolicyUpdated, policyUpdated{Patterns: patterns}, key)
+		ev, err := s.c.log.AppendInAtStamped(ctx, agentID, sessionlog.Fence{Epoch: epoch}, tip+1, TypePolicyUpdated, policyUpdated{Patterns: patterns, ClientID: control.FrameFrom(ctx).ClientID}, key)
 		if err == nil {
 			return s.claimPolicy(ctx, agentID, ev)
 		}

@@ -52,17 +52,20 @@ type DB interface {
 
 // Log appends schedule events to an agent's log (sessionlog.Log).
 type Log interface {
-	Append(ctx context.Context, agentID, typ string, payload any) (sessionlog.Event, error)
+	// AppendIn with sessionlog.Fence{}: the put is checked against the log's seq 0 in
+	// one transaction (4 write units), so a tip cached from a log since reset or
+	// deleted is never appended on.
+	AppendIn(ctx context.Context, agentID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error)
 	Create(ctx context.Context, agentID string) (bool, error)
 }
 
 // appendEvent appends to the agent's log, starting the log (session/created) if the
 // agent has none yet: a schedule may be set before any client connected.
 func (s *Service) appendEvent(ctx context.Context, agentID, typ string, payload any) error {
-	_, err := s.cfg.Log.Append(ctx, agentID, typ, payload)
+	_, err := s.cfg.Log.AppendIn(ctx, agentID, sessionlog.Fence{}, typ, payload, "")
 	if errors.Is(err, sessionlog.ErrNotFound) {
 		if _, err = s.cfg.Log.Create(ctx, agentID); err == nil {
-			_, err = s.cfg.Log.Append(ctx, agentID, typ, payload)
+			_, err = s.cfg.Log.AppendIn(ctx, agentID, sessionlog.Fence{}, typ, payload, "")
 		}
 	}
 	return err

@@ -31,9 +31,9 @@ func (n *Notifying) AppendAt(ctx context.Context, sessionID string, seq int64, t
 	return n.notified(ctx)(n.Log.AppendAt(ctx, sessionID, seq, typ, payload))
 }
 
-// AppendAtStamped is Log.AppendAtStamped, then the notification.
-func (n *Notifying) AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (Event, error) {
-	return n.notified(ctx)(n.Log.AppendAtStamped(ctx, sessionID, seq, typ, payload, stamp))
+// AppendInAtStamped is Log.AppendInAtStamped, then the notification.
+func (n *Notifying) AppendInAtStamped(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendInAtStamped(ctx, sessionID, f, seq, typ, payload, stamp))
 }
 
 // AppendStamped is Log.AppendStamped, then the notification.

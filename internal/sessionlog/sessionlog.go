@@ -284,12 +284,15 @@ func (l *Log) AppendAt(ctx context.Context, sessionID string, seq int64, typ str
 	return l.appendAt(ctx, sessionID, nil, seq, typ, payload, "")
 }
 
-// AppendAtStamped is AppendAt with stamp kept on the event's item, as AppendStamped
-// keeps it: a compare-and-append for a writer that read the log up to seq-1 and
-// wants its event logged only if nothing came after what it read. Not fenced, as
-// AppendAt.
-func (l *Log) AppendAtStamped(ctx context.Context, sessionID string, seq int64, typ string, payload any, stamp string) (Event, error) {
-	return l.appendAt(ctx, sessionID, nil, seq, typ, payload, stamp)
+// AppendInAtStamped is AppendInAt with stamp kept on the event's item, as
+// AppendStamped keeps it: a compare-and-append for a writer that read the log of
+// f.Epoch up to seq-1 and wants its event logged only if nothing came after what it
+// read (ErrConflict), and only in that log (ErrEpoch).
+func (l *Log) AppendInAtStamped(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
+	if f.Epoch == "" {
+		return Event{}, fmt.Errorf("%w: AppendInAtStamped needs the writer's epoch", ErrInvalid)
+	}
+	return l.appendAt(ctx, sessionID, &f, seq, typ, payload, stamp)
 }
 
 // AppendInAt is AppendAt fenced by f (AppendIn): seq-1 is an event the writer read in
