@@ -171,8 +171,10 @@ func TestHistoryProjection(t *testing.T) {
 	// A window folds each event into the open turn as it is added: at every point its
 	// turn is what progressOf reads from the log.
 	w := newWindow(nil, "a", 0)
+	for i := range evs {
+		evs[i].Seq = int64(i) // as the log numbers them: a request's seq is kept (requestSeq)
+	}
 	for i, e := range evs {
-		e.Seq = int64(i)
 		w.add(e)
 		switch {
 		case i < 2 || i == len(evs)-1:

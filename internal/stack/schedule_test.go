@@ -38,7 +38,7 @@ func TestSchedulerRole(t *testing.T) {
 			grants = append(grants, m["Effect"].(string)+" "+asString(m["Action"])+" "+asString(m["Resource"]))
 		}
 	}
-	want := []string{"Allow lambda:InvokeFunction " + lambdaARN + "${AWS::StackName}-schedule"}
+	want := []string{"Allow lambda:InvokeFunction " + lambdaARN + "${AWS::StackName}-schedule", "Allow lambda:InvokeFunction " + lambdaARN + "${AWS::StackName}-runner"}
 	if !equalSets(grants, want) {
 		t.Errorf("SchedulerRole grants %v, want %v", grants, want)
 	}

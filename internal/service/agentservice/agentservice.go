@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,7 +75,8 @@ type AgentOptions struct {
 	// sweep. For tests.
 	Now func() time.Time
 	// Timer fires approval requests' expiries (agent.Config.Timer); nil: LocalTimer
-	// when the functions run locally (LAMBDA_ENDPOINT set), else none.
+	// when the functions run locally (LAMBDA_ENDPOINT set), AWSTimer where the
+	// template sets the schedule group (the runner, message and http functions).
 	Timer agent.Timer
 }
 
@@ -82,6 +84,15 @@ type AgentOptions struct {
 // records in the agents table, its fires through the local Lambda endpoint.
 func LocalTimer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger) *timer.Local {
 	return timer.New(cfg.DynamoDB(awsCfg), cfg.AgentsTable, cfg.Lambda(awsCfg), cfg.RunnerFunction, logger, nil)
+}
+
+// AWSTimer is the approval-expiry timer on AWS (timer.Scheduler): the runner's ARN is
+// the schedule target's (the schedule function, in the same account and region) with
+// the runner's function name.
+func AWSTimer(cfg config.Config, awsCfg aws.Config) *timer.Scheduler {
+	target := cfg.ScheduleTarget
+	runner := target[:strings.LastIndex(target, ":")+1] + cfg.RunnerFunction
+	return &timer.Scheduler{API: cfg.Scheduler(awsCfg), Group: cfg.ScheduleGroup, RunnerARN: runner, RoleARN: cfg.ScheduleRole}
 }
 
 // ProfileEnv is where profiles run with these options: keys from the environment
@@ -172,10 +183,16 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	}
 	db := cfg.DynamoDB(awsCfg)
 	tm := o.Timer
-	if tm == nil && cfg.LambdaEndpoint != "" {
+	switch {
+	case tm != nil:
+	case cfg.LambdaEndpoint != "":
 		// Functions emulated by terret dev: a local timer in this process (terret dev
 		// itself arms the records again at start).
 		tm = LocalTimer(cfg, awsCfg, logger)
+	case cfg.ScheduleGroup != "" && cfg.ScheduleRole != "" && cfg.ScheduleTarget != "":
+		// On AWS: a one-time EventBridge Scheduler schedule per request, in the stack's
+		// group, invoking the runner through the scheduler's role.
+		tm = AWSTimer(cfg, awsCfg)
 	}
 	return agent.Config{
 		Timer:          tm,
