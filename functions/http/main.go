@@ -17,6 +17,6 @@ func main() {
 	if err != nil {
 		service.Exit(err)
 	}
-	h := service.HTTP(env.Config, env.AWS, env.Logger, rt)
+	h := agentservice.HTTP(env.Config, env.AWS, env.Logger, rt)
 	service.Start(env, httpapi.FunctionURL(httpapi.RequireOrigin(env.Config.OriginSecret, h)))
 }

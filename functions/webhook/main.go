@@ -6,11 +6,12 @@ package main
 
 import (
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 )
 
 func main() {
 	env := service.Boot("webhook")
-	c, err := service.Webhook(env.Config, env.AWS, env.Logger, service.WebhookOptions{})
+	c, err := agentservice.Webhook(env.Config, env.AWS, env.Logger, agentservice.WebhookOptions{})
 	if err != nil {
 		service.Exit(err)
 	}

@@ -372,7 +372,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if o.TokenClock != nil {
 		tokens = tokens.WithClock(o.TokenClock)
 	}
-	httpAPI := service.HTTP(st.Config, awsCfg, logger, agent)
+	httpAPI := agentservice.HTTP(st.Config, awsCfg, logger, agent)
 	st.http.Bind(httpAPI)
 	connect.Bind(con.connect(perCall(sock.Connect)))
 	message.Bind(con.frame(perCall(sock.Message)))

@@ -364,7 +364,12 @@ func TestObserverLagged(t *testing.T) {
 		for {
 			f, err := read()
 			if err != nil {
-				t.Errorf("observer's socket ended without lagged after seq %d: %v", want-1, err)
+				// A reader paused until its buffers are full may lose the lagged frame
+				// with the close (the gateway cannot write it either); the drop must
+				// still be the lagged rule's: the connection recorded lagged or closed.
+				if !isLagged() {
+					t.Errorf("observer's socket ended without lagged after seq %d, and its connection is not recorded lagged: %v", want-1, err)
+				}
 				return
 			}
 			if strings.Contains(f, `"type":"error"`) {

@@ -19,6 +19,7 @@ import (
 	hangbound "github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/schedule"
 	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -151,7 +152,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
 		}
 	})
-	svc := service.Schedules(st.Config, st.AWSConfig, nil, nil, nil)
+	svc := agentservice.Schedules(st.Config, st.AWSConfig, nil, nil, nil)
 	sc, err := svc.Set(ctx, "r1", scheduleSpec("later", "3s"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,19 +9,19 @@ import (
 
 	"github.com/terret/terret-ws/internal/localgw"
 	"github.com/terret/terret-ws/internal/schedule"
-	"github.com/terret/terret-ws/internal/service"
+	"github.com/terret/terret-ws/internal/service/agentservice"
 )
 
 // scheduleFunction is the schedule function as terret dev runs it: in-process, its
 // handler over the same firer the deployed function builds (rebound to its bootstrap
 // under --lambda-emulator).
 func (st *Stack) scheduleFunction(awsCfg aws.Config, logger *slog.Logger) (*localgw.Deferred, error) {
-	firer, err := service.ScheduleFirer(st.Config, awsCfg, logger, nil)
+	firer, err := agentservice.ScheduleFirer(st.Config, awsCfg, logger, nil)
 	if err != nil {
 		return nil, err
 	}
 	fn := &localgw.Deferred{}
-	fn.Bind(perCall(service.ScheduleHandler(firer, logger)))
+	fn.Bind(perCall(agentservice.ScheduleHandler(firer, logger)))
 	return fn, nil
 }
 
@@ -30,7 +30,7 @@ func (st *Stack) scheduleFunction(awsCfg aws.Config, logger *slog.Logger) (*loca
 // as one — and sweeps the records every second, delivering each fire to the schedule
 // function as EventBridge Scheduler does on AWS.
 func (st *Stack) startSchedules(ctx context.Context, awsCfg aws.Config, fn *localgw.Deferred, logger *slog.Logger) error {
-	records := service.Schedules(st.Config, awsCfg, logger, nil, nil)
+	records := agentservice.Schedules(st.Config, awsCfg, logger, nil, nil)
 	st.schedules = schedule.NewLocal(logger)
 	st.schedules.Deliver = func(ctx context.Context, in schedule.FireInput) error {
 		payload, err := json.Marshal(in)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/terret/terret-ws/internal/eventsource"
 	"github.com/terret/terret-ws/internal/localqueue"
-	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webhook"
@@ -39,7 +38,7 @@ func (st *Stack) bindWebhook(fn interface{ Bind(lambda.Handler) }, awsCfg aws.Co
 		def = prof.src.Default
 	}
 	env := agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Local: true})
-	c, err := service.Webhook(cfg, awsCfg, logger, service.WebhookOptions{Default: def, Env: &env, Consumer: o.Webhook})
+	c, err := agentservice.Webhook(cfg, awsCfg, logger, agentservice.WebhookOptions{Default: def, Env: &env, Consumer: o.Webhook})
 	if err != nil {
 		return err
 	}

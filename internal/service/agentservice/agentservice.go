@@ -25,7 +25,6 @@ import (
 	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/secret"
-	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
 	"github.com/terret/terret-ws/internal/timer"
@@ -175,7 +174,7 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	}
 	// The schedule tool: a profile that names it lets the model set, list and cancel its
 	// own agent's schedules (internal/schedule).
-	kinds.RegisterBuiltin(service.Schedules(cfg, awsCfg, logger, service.ScheduleEngine(cfg, awsCfg), nil).Tool())
+	kinds.RegisterBuiltin(Schedules(cfg, awsCfg, logger, ScheduleEngine(cfg, awsCfg), nil).Tool())
 	pause := o.Pause
 	if pause == nil && cfg.PauseEndpoint != "" {
 		logger.Warn("agent: pause points post to a test rig and wait for it", "endpoint", cfg.PauseEndpoint)
