@@ -124,7 +124,9 @@ describe('client', () => {
     await client.approve('c1', { expectSeq: 0 });
     await client.deny('c1', 'no', { expectSeq: 1 });
     await client.setPolicy(['echo'], { expectSeq: 1 });
-    assert.deepEqual(sock(0).sent.slice(1), [
+    const sent = sock(0).sent.slice(1);
+    for (const f of sent) assert.equal(typeof f.client_id, 'string', `a client_id on ${f.type}`);
+    assert.deepEqual(sent.map(({ client_id, ...f }) => f), [
       { type: 'inject', text: 'a', wake: false, expect_seq: 1, order: 2 },
       { type: 'cancel', expect_seq: 1, order: 3 },
       { type: 'approve', call_id: 'c1', expect_seq: 0, order: 4 },
