@@ -71,9 +71,12 @@ func (e emulatedHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.inProcess.ServeHTTP(w, r)
 		return
 	}
-	body, err := httpapi.ReadBody(r, 1<<20)
+	// Lambda's bound on an invocation's request, 6 MB
+	// (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html): each
+	// path's own, smaller bound answers first, with its own message, as on AWS.
+	body, err := httpapi.ReadBody(r, 6<<20)
 	if err != nil {
-		httpapi.WriteError(w, protocol.CodeBadFrame, "body too large")
+		httpapi.WriteError(w, protocol.CodeBadFrame, "body over Lambda's 6 MB request bound")
 		return
 	}
 	ev := events.LambdaFunctionURLRequest{
