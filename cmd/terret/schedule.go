@@ -34,17 +34,9 @@ A fire wakes the agent with the schedule's text, as an inject with wake (docs/ag
 `
 
 func runSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: schedule needs a subcommand: set, list or cancel", errUsage)
-	}
-	sub := args[0]
-	switch sub {
-	case "set", "list", "cancel":
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, scheduleUsage)
-		return flag.ErrHelp
-	default:
-		return fmt.Errorf("%w: unknown schedule subcommand %q (set, list, cancel)", errUsage, sub)
+	sub, err := pickSubcommand("schedule", args, []string{"set", "list", "cancel"}, scheduleUsage, stdout)
+	if err != nil {
+		return err
 	}
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret schedule "+sub, flag.ContinueOnError)

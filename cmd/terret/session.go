@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/config"
@@ -33,17 +35,9 @@ and --agents-table). Run 'terret session export -h' for the flags.
 `
 
 func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: session needs a subcommand: export, reset or delete", errUsage)
-	}
-	sub := args[0]
-	switch sub {
-	case "export", "reset", "delete":
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, sessionUsage)
-		return flag.ErrHelp
-	default:
-		return fmt.Errorf("%w: unknown session subcommand %q (export, reset, delete)", errUsage, sub)
+	sub, err := pickSubcommand("session", args, []string{"export", "reset", "delete"}, sessionUsage, stdout)
+	if err != nil {
+		return err
 	}
 	env := config.LoadCLIEnv()
 	fs := flag.NewFlagSet("terret session "+sub, flag.ContinueOnError)
@@ -134,4 +128,21 @@ func seqFlag(name, v string) (int64, error) {
 		return 0, fmt.Errorf("%w: %s must be a seq (a non-negative integer), got %q", errUsage, name, v)
 	}
 	return n, nil
+}
+
+// pickSubcommand returns args[0] when it is one of subs (the subcommands of cmd, in
+// usage order); for -h, --help or help it prints usage and returns flag.ErrHelp.
+func pickSubcommand(cmd string, args, subs []string, usage string, stdout io.Writer) (string, error) {
+	if len(args) == 0 {
+		return "", fmt.Errorf("%w: %s needs a subcommand: %s or %s", errUsage, cmd, strings.Join(subs[:len(subs)-1], ", "), subs[len(subs)-1])
+	}
+	switch sub := args[0]; {
+	case slices.Contains(subs, sub):
+		return sub, nil
+	case sub == "-h" || sub == "-help" || sub == "--help" || sub == "help":
+		fmt.Fprint(stdout, usage)
+		return "", flag.ErrHelp
+	default:
+		return "", fmt.Errorf("%w: unknown %s subcommand %q (%s)", errUsage, cmd, sub, strings.Join(subs, ", "))
+	}
 }
