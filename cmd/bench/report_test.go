@@ -207,7 +207,8 @@ func TestAgeFigures(t *testing.T) {
 func TestObserversFigures(t *testing.T) {
 	ms := func(v int) []time.Duration { return []time.Duration{time.Duration(v) * time.Millisecond} }
 	posts := func(n int64) phaseCost {
-		return phaseCost{DDB: usage{{"ApiGatewayManagementApi", "PostToConnection", ""}: {Calls: n}}}
+		return phaseCost{DDB: usage{{"ApiGatewayManagementApi", "PostToConnection", ""}: {Calls: n},
+			{"DynamoDB", "GetItem", "conns"}: {Calls: 10, RRU: 10}, {"DynamoDB", "Scan", "agents"}: {Calls: 5, RRU: 50}}}
 	}
 	for _, tc := range []struct {
 		name           string
@@ -254,6 +255,9 @@ func TestObserversFigures(t *testing.T) {
 			f := byName["gateway posts / event, 7 observers (floor: one per reader)"]
 			if f.Value != tc.wantPostsValue || *f.Floor != 8 || f.Meets == nil || *f.Meets != tc.wantPosts {
 				t.Errorf("posts with 7 observers: %+v; want %v beside 8, meets %v", f, tc.wantPostsValue, tc.wantPosts)
+			}
+			if f := byName["read units / event, 0 observers (no Scan)"]; f.Value != 1 {
+				t.Errorf("read units with none: %+v; want 1, the local engine's Scan left out", f)
 			}
 			if f := byName["gateway posts / event, 0 observers (floor: one per reader)"]; f.Value != 1 || *f.Floor != 1 || !*f.Meets {
 				t.Errorf("posts with none: %+v; want 1 beside 1, met", f)
