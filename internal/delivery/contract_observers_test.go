@@ -249,6 +249,21 @@ var observerScenarios = []struct {
 		e.wantOwner(t, ownerView{})
 		e.wantConn(t, e.C1, "", authorized)
 	}},
+	{"an observer superseded before its hello with no sender: any closer takes it, once", func(t *testing.T, e *contractEnv) {
+		e.observe(t, 0, "t1", 1, "")
+		e.clock.advance(time.Millisecond)
+		if prev := e.observe(t, 1, "t1", 1, e.obsConn(0)); viewOf(prev) != (ownerView{}) {
+			t.Fatalf("superseded seat = %+v; want as connected", viewOf(prev))
+		}
+		want := connView{State: connections.StateSuperseded, Unwelcomed: true, HelloPosted: true, Closer: "h2", CloserUntil: time.Millisecond + contractTTL}
+		if got := e.takeClose(t, e.obsConn(0), "h2", true, true); got != want {
+			t.Fatalf("taken = %+v\nwant %+v", got, want)
+		}
+		e.takeClose(t, e.obsConn(0), "h3", false, false)
+		wantErr(t, "settle by h2", e.Settle(context.Background(), e.obsConn(0), "h2"), nil)
+		e.wantConn(t, e.obsConn(0), connections.RoleObserver, connView{State: connections.StateSuperseded})
+		e.wantObservers(t, entry(1, "t1", time.Millisecond))
+	}},
 	{"the driver's claim supersedes no observer", func(t *testing.T, e *contractEnv) {
 		e.observe(t, 0, "t1", 0, "")
 		e.welcomeSeat(t, 0)
