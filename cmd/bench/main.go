@@ -13,7 +13,9 @@
 //   - cold start of each function under the Lambda Runtime Interface Emulator; floor: a
 //     hello-world Go Lambda built the same way;
 //   - age: a plain turn's units, invocations, time, heap and model request on logs of
-//     100, 10,000 and 100,000 events; floor: the same on the 100-event log.
+//     100, 10,000 and 100,000 events; floor: the same on the 100-event log;
+//   - observers: the driver's tail p50/p99 with 0, 1 and 7 observers connected, and
+//     gateway posts per appended event; floor: the driver with none (and the tail floor).
 //
 // It prints one table and writes the same figures as JSON (-out, default
 // build/bench.json). `make bench` runs it; docs/performance.md explains the figures.
@@ -66,6 +68,8 @@ type options struct {
 	ageSizes              string // log lengths of the age phase
 	ageRounds             int
 	ageCases              string // cases of the age phase
+	observerEvents        int    // events per agent in the observers phase
+	observerCounts        string // observers per agent in the observers phase
 	poll                  time.Duration
 	maxReplays            int
 	quiet                 bool
@@ -106,6 +110,7 @@ type results struct {
 	ageStream            []ageResult
 	ageSeeded            time.Duration
 	frames               []frameResult
+	observers            observersResult
 	ranPhases            map[string]bool
 }
 
@@ -115,7 +120,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age,lagged", "phases to run, comma-separated (also: refused, agents)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age,lagged", "phases to run, comma-separated (also: refused, agents, observers)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -137,6 +142,8 @@ func main() {
 	flag.StringVar(&o.ageSizes, "age-sizes", "100,10000,100000", "log lengths of the age phase, ascending (the first is the floor)")
 	flag.StringVar(&o.ageCases, "age-cases", "compacting,streaming", "cases of the age phase: compacting (turns that compact every few turns), streaming (logs of mostly assistant/chunk events whose history stays under the budget: no compaction)")
 	flag.IntVar(&o.ageRounds, "age-rounds", 15, "paired rounds of the age phase, each a plain turn on every log back to back, alternating which goes first")
+	flag.IntVar(&o.observerEvents, "observer-events", 200, "events appended one at a time to each agent of the observers phase")
+	flag.StringVar(&o.observerCounts, "observer-counts", "0,1,7", "observers beside the driver, one agent per count, in the observers phase (0 first: the floor of the others)")
 	flag.DurationVar(&o.poll, "poll-interval", 50*time.Millisecond, "stream poll interval (terret dev's default)")
 	flag.IntVar(&o.maxReplays, "max-concurrent-replays", 4, "max_concurrent_replays")
 	flag.BoolVar(&o.quiet, "quiet", false, "no progress lines")
@@ -264,6 +271,7 @@ func (b *bench) run() error {
 		{"cold", b.runColdStart},
 		{"refused", b.runRefused},
 		{"lagged", b.runLagged},
+		{"observers", b.runObservers},
 		{"agents", b.runAgents},
 		{"age", b.runAge},
 	}

@@ -376,6 +376,9 @@ func (b *bench) report(lc *levelCounter) *report {
 	if ran["agents"] {
 		b.reportAgents(r, add)
 	}
+	if ran["observers"] {
+		b.reportObservers(r)
+	}
 	if ran["age"] {
 		b.reportAge(r, add)
 	}

@@ -199,3 +199,81 @@ func TestAgeFigures(t *testing.T) {
 		t.Errorf("the JSON lacks the age results or settings: %d results, settings %v", len(r.Age), r.Settings)
 	}
 }
+
+// TestObserversFigures: the observers phase shows the driver's tail with observers
+// beside its tail with none, the most observers held to 1.2× of none, and gateway posts
+// per appended event beside their floor of one per reader (the driver and each
+// observer), held to it.
+func TestObserversFigures(t *testing.T) {
+	ms := func(v int) []time.Duration { return []time.Duration{time.Duration(v) * time.Millisecond} }
+	posts := func(n int64) phaseCost {
+		return phaseCost{DDB: usage{{"ApiGatewayManagementApi", "PostToConnection", ""}: {Calls: n},
+			{"DynamoDB", "GetItem", "conns"}: {Calls: 10, RRU: 10}, {"DynamoDB", "Scan", "agents"}: {Calls: 5, RRU: 50}}}
+	}
+	for _, tc := range []struct {
+		name           string
+		sevenMS        int   // the driver's tail with 7 observers; 10 ms with none
+		sevenPosts     int64 // posts for its 10 events
+		wantTail       bool
+		wantPosts      bool
+		wantPostsValue float64
+	}{
+		{"within both", 12, 80, true, true, 8},
+		{"tail past 1.2×", 13, 80, false, true, 8},
+		{"a post more than one per reader", 11, 81, true, false, 8.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := observersResult{
+				Counts: []int{0, 1, 7},
+				Driver: []tailResult{
+					{Lat: ms(10), Cost: posts(10), Events: 10},
+					{Lat: ms(30), Cost: posts(20), Events: 10}, // no target on 1 observer
+					{Lat: ms(tc.sevenMS), Cost: posts(tc.sevenPosts), Events: 10},
+				},
+				Obs:   [][]time.Duration{nil, ms(11), ms(14)},
+				Floor: ms(5),
+			}
+			r := &report{}
+			res.figures(r.add)
+			byName := map[string]figure{}
+			for _, f := range r.Figures {
+				byName[f.Name] = f
+			}
+			none := byName["driver p50, no observers (floor: PutItem + post)"]
+			if none.Value != 10 || none.Floor == nil || *none.Floor != 5 || none.Meets != nil {
+				t.Errorf("no observers: %+v; want 10 ms beside the 5 ms floor, no target", none)
+			}
+			if one := byName["driver p50, 1 observer (floor: no observers)"]; one.Meets != nil || one.Ratio == nil || *one.Ratio != 3 {
+				t.Errorf("1 observer: %+v; want ratio 3, no target", one)
+			}
+			for _, p := range []string{"p50", "p99"} {
+				f := byName["driver "+p+", 7 observers (floor: no observers)"]
+				if f.Target != "≤ 1.2× none" || f.Meets == nil || *f.Meets != tc.wantTail || *f.Floor != 10 {
+					t.Errorf("7 observers %s: %+v; want target ≤ 1.2× none, meets %v, floor 10", p, f, tc.wantTail)
+				}
+			}
+			f := byName["gateway posts / event, 7 observers (floor: one per reader)"]
+			if f.Value != tc.wantPostsValue || *f.Floor != 8 || f.Meets == nil || *f.Meets != tc.wantPosts {
+				t.Errorf("posts with 7 observers: %+v; want %v beside 8, meets %v", f, tc.wantPostsValue, tc.wantPosts)
+			}
+			if f := byName["read units / event, 0 observers (no Scan)"]; f.Value != 1 {
+				t.Errorf("read units with none: %+v; want 1, the local engine's Scan left out", f)
+			}
+			if f := byName["gateway posts / event, 0 observers (floor: one per reader)"]; f.Value != 1 || *f.Floor != 1 || !*f.Meets {
+				t.Errorf("posts with none: %+v; want 1 beside 1, met", f)
+			}
+			if f := byName["observers p50, 7 observers (floor: their driver)"]; f.Value != 14 || *f.Floor != float64(tc.sevenMS) {
+				t.Errorf("observers' tail: %+v; want 14 ms beside their driver's %d ms", f, tc.sevenMS)
+			}
+		})
+	}
+	if _, err := observerCounts("1,7"); err == nil {
+		t.Error("observerCounts(1,7): no error; want one (0 first)")
+	}
+	if got, err := observerCounts(" 0, 1,7"); err != nil || len(got) != 3 || got[2] != 7 {
+		t.Errorf("observerCounts(0,1,7) = %v, %v", got, err)
+	}
+	if _, err := observerCounts("0,7,1"); err == nil {
+		t.Error("observerCounts(0,7,1): no error; want one (ascending)")
+	}
+}

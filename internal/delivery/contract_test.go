@@ -52,17 +52,27 @@ func (c *fakeClock) advance(d time.Duration) {
 // scenario starts from that Records has not (claim), the clock, and ids of its own.
 type contractEnv struct {
 	Records
-	claimFn func(t *testing.T, agentID, connID string)
+	claimFn func(t *testing.T, agentID, connID string) (tokenHash string)
 	clock   *fakeClock
 	// A is the agent, C1 the connection that owns it at the start, C2 another one.
 	A, C1, C2 string
+	// The observer records (contract_observers_test.go): the index, the connect's
+	// write Records has not (Observe), the hash of each named observer token of A, and
+	// the hash of the token each claim presented, by connection.
+	idx       ObserverIndex
+	observeFn func(t *testing.T, agentID, connID, tokenHash string, max int) (superseded connections.Owner)
+	hashFn    func(t *testing.T, agentID, token string) string
+	drivers   map[string]string
 }
 
 // claim makes connID the owner of agentID, as connections.Store.Claim does with a
 // current token.
 func (e *contractEnv) claim(t *testing.T, agentID, connID string) {
 	t.Helper()
-	e.claimFn(t, agentID, connID)
+	if e.drivers == nil {
+		e.drivers = map[string]string{}
+	}
+	e.drivers[connID] = e.claimFn(t, agentID, connID)
 }
 
 // ownerView is an ownership record as the rules see it; times are offsets from
@@ -658,7 +668,15 @@ var contractImpls = []struct {
 	{"memory", func(*testing.T) func(*testing.T, *fakeClock) *contractEnv {
 		return func(_ *testing.T, clock *fakeClock) *contractEnv {
 			m := newMemRecordsAt(clock.Now)
-			return &contractEnv{Records: m, claimFn: func(_ *testing.T, a, c string) { m.claim(a, c) }, clock: clock}
+			return &contractEnv{Records: m, clock: clock, idx: m,
+				claimFn: func(_ *testing.T, a, c string) string {
+					h := "driver-" + c
+					m.claimWith(a, c, h)
+					return h
+				},
+				observeFn: func(_ *testing.T, a, c, h string, max int) connections.Owner { return m.observe(a, c, h, max) },
+				hashFn:    func(_ *testing.T, a, tok string) string { return a + "-" + tok },
+			}
 		}
 	}},
 	{"dynamodb", func(t *testing.T) func(*testing.T, *fakeClock) *contractEnv {
@@ -667,7 +685,7 @@ var contractImpls = []struct {
 		return func(_ *testing.T, clock *fakeClock) *contractEnv {
 			st := connections.NewWithClock(db, table, clock.Now)
 			tokens := auth.New(db, table).WithClock(clock.Now)
-			claim := func(t *testing.T, a, c string) {
+			claim := func(t *testing.T, a, c string) string {
 				t.Helper()
 				ctx := context.Background()
 				tok, err := tokens.Create(ctx, a)
@@ -678,20 +696,48 @@ var contractImpls = []struct {
 				if _, err := st.Claim(ctx, a, c, h, tokens.Condition(a, h).ConditionCheck); err != nil {
 					t.Fatalf("claim %s for %s: %v", a, c, err)
 				}
+				return h
 			}
-			return &contractEnv{Records: st, claimFn: claim, clock: clock}
+			observe := func(t *testing.T, a, c, h string, max int) connections.Owner {
+				t.Helper()
+				prev, err := st.Observe(context.Background(), a, c, h, tokens.Condition(a, h).ConditionCheck, max)
+				if err != nil {
+					t.Fatalf("observe %s for %s: %v", a, c, err)
+				}
+				return prev
+			}
+			// Each named observer token is created once, with the observer role.
+			var mu sync.Mutex
+			hashes := map[string]string{}
+			hash := func(t *testing.T, a, name string) string {
+				t.Helper()
+				mu.Lock()
+				defer mu.Unlock()
+				if h, ok := hashes[a+"/"+name]; ok {
+					return h
+				}
+				tok, err := tokens.CreateRole(context.Background(), a, 0, auth.RoleObserver)
+				if err != nil {
+					t.Fatalf("observer token %s for %s: %v", name, a, err)
+				}
+				hashes[a+"/"+name] = auth.Hash(tok)
+				return auth.Hash(tok)
+			}
+			return &contractEnv{Records: st, claimFn: claim, clock: clock, idx: st, observeFn: observe, hashFn: hash}
 		}
 	}},
 }
 
-// TestRecordsContract runs every scenario against every implementation of Records.
+// TestRecordsContract runs every scenario — the ownership and connection records', then
+// the observer seats' (contract_observers_test.go) — against every implementation of
+// Records.
 func TestRecordsContract(t *testing.T) {
 	t.Parallel()
 	for _, impl := range contractImpls {
 		t.Run(impl.name, func(t *testing.T) {
 			t.Parallel()
 			open := impl.setup(t)
-			for i, sc := range contractScenarios {
+			for i, sc := range slices.Concat(contractScenarios, observerScenarios) {
 				t.Run(sc.name, func(t *testing.T) {
 					t.Parallel()
 					e := open(t, &fakeClock{now: contractT0})

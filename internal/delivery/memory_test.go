@@ -86,8 +86,10 @@ type memRecords struct {
 	stamps map[string]string // agent → the subscription in force's stamp
 	// departed: connections without a record whose departure $disconnect recorded.
 	departed map[string]bool
-	// watchers: agent → the watcher whose claim (ClaimWatch) the record carries.
+	// watchers: seat → the watcher whose claim (ClaimWatch) the record carries.
 	watchers map[string]string
+	// index: agent → its observer index, by connection (memory_observers_test.go).
+	index map[string]map[string]connections.Observer
 	// onRelease, if set, runs as a Release begins: a test's way to act at the moment a
 	// sender has found nothing more to send.
 	onRelease func()
@@ -101,6 +103,7 @@ func newMemRecordsAt(now func() time.Time) *memRecords {
 	return &memRecords{
 		now: now, owners: map[string]connections.Owner{}, conns: map[string]connections.Conn{},
 		stamps: map[string]string{}, watchers: map[string]string{}, departed: map[string]bool{},
+		index: map[string]map[string]connections.Observer{},
 	}
 }
 
@@ -108,14 +111,17 @@ func newMemRecordsAt(now func() time.Time) *memRecords {
 // fresh ownership record, and has a record of its own; a replaced owner connection is
 // marked superseded and, if its hello was not recorded, owed closing under the replaced
 // record's sender lease (TakeClose).
-func (m *memRecords) claim(agentID, connID string) {
+func (m *memRecords) claim(agentID, connID string) { m.claimWith(agentID, connID, "") }
+
+// claimWith is claim with the hash of the token the connection presented.
+func (m *memRecords) claimWith(agentID, connID, tokenHash string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	prev, had := m.owners[agentID]
-	m.owners[agentID] = connections.Owner{AgentID: agentID, ConnID: connID}
+	m.owners[agentID] = connections.Owner{AgentID: agentID, ConnID: connID, TokenHash: tokenHash}
 	delete(m.stamps, agentID)
 	delete(m.watchers, agentID)
-	m.conns[connID] = connections.Conn{ID: connID, AgentID: agentID, State: connections.StateAuthorized, ConnectedAt: m.now()}
+	m.conns[connID] = connections.Conn{ID: connID, AgentID: agentID, TokenHash: tokenHash, State: connections.StateAuthorized, ConnectedAt: m.now()}
 	if !had || prev.ConnID == connID {
 		return
 	}
@@ -135,7 +141,7 @@ func (m *memRecords) claim(agentID, connID string) {
 func (m *memRecords) set(o connections.Owner) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.owners[o.AgentID] = o
+	m.owners[o.Key()] = o
 	if _, ok := m.conns[o.ConnID]; !ok {
 		m.conns[o.ConnID] = connections.Conn{ID: o.ConnID, AgentID: o.AgentID, State: connections.StateAuthorized}
 	}
@@ -226,7 +232,8 @@ func (m *memRecords) MarkPending(_ context.Context, agentID string, upTo int64) 
 func (m *memRecords) write(o connections.Owner, holder string, p connections.Progress, ttl time.Duration, release bool) (connections.Owner, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, ok := m.owners[o.AgentID]
+	key := o.Key()
+	cur, ok := m.owners[key]
 	if !ok || cur.Lease != holder || cur.ConnID != o.ConnID {
 		return cur, connections.ErrLeaseLost
 	}
@@ -237,7 +244,7 @@ func (m *memRecords) write(o connections.Owner, holder string, p connections.Pro
 	if cur.Sub != o.Sub {
 		cur.HelloSent = cur.HelloSent || p.HelloSent
 		cur.LeaseUntil, cur.Pending, cur.PendingTo = msTime(m.now().Add(floor)), false, 0
-		m.owners[o.AgentID] = cur
+		m.owners[key] = cur
 		return cur, nil
 	}
 	switch {
@@ -253,7 +260,7 @@ func (m *memRecords) write(o connections.Owner, holder string, p connections.Pro
 		cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
 		cur.LeaseUntil, cur.Pending, cur.PendingTo = msTime(m.now().Add(floor)), false, 0
 	}
-	m.owners[o.AgentID] = cur
+	m.owners[key] = cur
 	return cur, nil
 }
 
@@ -275,7 +282,7 @@ func (m *memRecords) Release(_ context.Context, o connections.Owner, holder stri
 func (m *memRecords) Abandon(_ context.Context, o connections.Owner, holder string, p connections.Progress) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cur, ok := m.owners[o.AgentID]
+	cur, ok := m.owners[o.Key()]
 	if !ok || cur.Lease != holder || cur.ConnID != o.ConnID {
 		return nil
 	}
@@ -283,7 +290,7 @@ func (m *memRecords) Abandon(_ context.Context, o connections.Owner, holder stri
 		cur.Next, cur.HelloSent, cur.Truncated = p.Next, p.HelloSent, p.Truncated
 	}
 	cur.Lease, cur.LeaseKind, cur.LeaseUntil, cur.Released = "", "", time.Time{}, holder
-	m.owners[o.AgentID] = cur
+	m.owners[o.Key()] = cur
 	return nil
 }
 
@@ -303,16 +310,17 @@ func (m *memRecords) ClaimWatch(_ context.Context, agentID, watcher string, unti
 func (m *memRecords) EndWatch(_ context.Context, seen connections.Owner, watcher string, force bool) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	o, ok := m.owners[seen.AgentID]
-	if !ok || m.watchers[seen.AgentID] != watcher {
+	key := seen.Key()
+	o, ok := m.owners[key]
+	if !ok || m.watchers[key] != watcher {
 		return true, nil // not watcher's claim
 	}
 	if !force && (o.Pending || o.Lease != "" || o.Released != seen.Released) {
 		return false, nil // moved since the watcher's look: the claim kept
 	}
 	o.WatchUntil = time.Time{}
-	delete(m.watchers, seen.AgentID)
-	m.owners[seen.AgentID] = o
+	delete(m.watchers, key)
+	m.owners[key] = o
 	return true, nil
 }
 
@@ -339,9 +347,14 @@ func (m *memRecords) depart(connID string) {
 	m.departed[connID] = true
 }
 
+// Disown takes a seat key, as the store does: an observer's seat goes with its entry
+// in the observer index.
 func (m *memRecords) Disown(_ context.Context, agentID, connID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if connections.IsObserverSeat(agentID) {
+		m.unindex(connections.SeatAgent(agentID), connID)
+	}
 	if o, ok := m.owners[agentID]; ok && o.ConnID == connID {
 		delete(m.owners, agentID)
 		delete(m.stamps, agentID)
