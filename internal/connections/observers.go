@@ -97,7 +97,8 @@ const (
 // observer), its seat obs#<agent>#<conn> and its entry in the observer index — in one
 // transaction with tokenCheck (ErrTokenGone if the token went meanwhile), as Claim does
 // for the driver. It never touches the ownership record: an observer neither supersedes
-// the driver nor is superseded by it. With max observers already connected, the oldest
+// the driver nor is superseded by it. With max observers or more already connected (more
+// after the bound was lowered), the oldest one
 // is superseded in the same transaction — its seat deleted, its conn# record marked
 // superseded (unwelcomed, with its sender lease as closing lease, if its hello had not
 // gone out) — and its seat as it stood is returned, for delivery to close exactly as a
@@ -125,8 +126,12 @@ func (st *Store) Observe(ctx context.Context, agentID, connID, tokenHash string,
 		cond := "attribute_not_exists(#ver) OR #ver = :ver"
 		var prev Owner
 		var remove []string
-		for i := 0; i <= len(obs)-max; i++ {
-			remove = append(remove, obs[i].ConnID) // the oldest, beyond the bound
+		if len(obs) >= max {
+			// The oldest only, even when a lowered bound leaves more above it: an entry
+			// leaves the index only with its seat, so that no observer keeps a socket
+			// that stream batches no longer reach. A lowered bound takes effect as
+			// observers leave or are superseded one per connect.
+			remove = append(remove, obs[0].ConnID)
 		}
 		if len(remove) > 0 {
 			for i, c := range remove {

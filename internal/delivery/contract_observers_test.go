@@ -249,6 +249,26 @@ var observerScenarios = []struct {
 		e.wantOwner(t, ownerView{})
 		e.wantConn(t, e.C1, "", authorized)
 	}},
+	{"a lowered bound supersedes the oldest only, and every listed observer keeps its seat", func(t *testing.T, e *contractEnv) {
+		for i := range 3 {
+			e.observe(t, i, "t1", 3, "")
+			e.welcomeSeat(t, i)
+			e.clock.advance(time.Millisecond)
+		}
+		// The bound is lowered to 1 with three connected: one connect supersedes one.
+		e.observe(t, 3, "t1", 1, e.obsConn(0))
+		e.wantNoSeat(t, 0)
+		e.wantObservers(t, entry(1, "t1", time.Millisecond), entry(2, "t1", 2*time.Millisecond), entry(3, "t1", 3*time.Millisecond))
+		for _, i := range []int{1, 2, 3} {
+			e.wantConn(t, e.obsConn(i), connections.RoleObserver, authorized)
+			if _, err := e.Owner(context.Background(), e.obsSeat(i)); err != nil {
+				t.Fatalf("seat of listed observer %s: %v", e.obsConn(i), err)
+			}
+		}
+		e.clock.advance(time.Millisecond)
+		e.observe(t, 4, "t1", 1, e.obsConn(1))
+		e.wantObservers(t, entry(2, "t1", 2*time.Millisecond), entry(3, "t1", 3*time.Millisecond), entry(4, "t1", 4*time.Millisecond))
+	}},
 	{"an observer superseded before its hello with no sender: any closer takes it, once", func(t *testing.T, e *contractEnv) {
 		e.observe(t, 0, "t1", 1, "")
 		e.clock.advance(time.Millisecond)

@@ -24,8 +24,8 @@ const memObserverTTL = 3 * time.Hour
 // observe is connections.Store.Observe with a current token: connID, with token hash
 // hash, observes agentID in a seat of its own, with a record of its own (role
 // observer), and an entry in the observer index stamped now. The ownership record is
-// never touched. With max (≤ 0: the default) observers listed, the oldest are dropped
-// from the index, and the oldest's seat, if it still exists, is deleted and its
+// never touched. With max (≤ 0: the default) or more observers listed, the oldest is dropped
+// from the index, and its seat, if it still exists, is deleted and its
 // connection marked superseded — unwelcomed, closing under its seat's sender lease, if
 // its hello was not recorded — and returned as it stood.
 func (m *memRecords) observe(agentID, connID, hash string, max int) connections.Owner {
@@ -37,11 +37,9 @@ func (m *memRecords) observe(agentID, connID, hash string, max int) connections.
 	now := m.now()
 	obs := m.observersLocked(agentID)
 	var prev connections.Owner
-	for i := 0; i <= len(obs)-max; i++ {
-		if i == 0 {
-			prev = m.owners[obs[i].Seat(agentID)] // zero if gone already: only its entry is dropped
-		}
-		delete(m.index[agentID], obs[i].ConnID)
+	if len(obs) >= max {
+		prev = m.owners[obs[0].Seat(agentID)] // zero if gone already: only its entry is dropped
+		delete(m.index[agentID], obs[0].ConnID)
 	}
 	if prev.ConnID != "" {
 		delete(m.owners, prev.Key())
