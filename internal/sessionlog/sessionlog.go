@@ -680,8 +680,6 @@ func numberAttr(item map[string]types.AttributeValue, name string) (int64, error
 	return n, nil
 }
 
-// errEpochMoved: a fenced put's check found seq 0's id is not the event's epoch (or no
-// seq 0). errBusy: a transaction was cancelled by another one on the same items.
 // EpochCheck is a transaction's check that sessionID's log is still the one of epoch
 // (its seq 0's id is epoch): a write in the same transaction lands only while the log
 // has not been reset or deleted since the writer read epoch: a reset or delete erases
@@ -700,6 +698,8 @@ func (l *Log) EpochCheck(sessionID, epoch string) types.TransactWriteItem {
 	}}
 }
 
+// errEpochMoved: a fenced put's check found seq 0's id is not the event's epoch (or no
+// seq 0). errBusy: a transaction was cancelled by another one on the same items.
 var (
 	errEpochMoved = errors.New("sessionlog: seq 0 is not the epoch's")
 	errBusy       = errors.New("sessionlog: transaction conflict")
