@@ -86,6 +86,8 @@ type bench struct {
 	began  time.Time
 	stderr io.Writer
 	builds chan error // the cold-start bootstraps, built in the background
+	// excluded holds costs measured inside a beyond window that are not its operation's.
+	excluded []phaseCost
 }
 
 // results holds every phase's raw outcome; report.go turns them into figures.
@@ -111,6 +113,7 @@ type results struct {
 	ageSeeded            time.Duration
 	frames               []frameResult
 	observers            observersResult
+	beyond               []beyondResult
 	ranPhases            map[string]bool
 }
 
@@ -120,7 +123,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age,lagged", "phases to run, comma-separated (also: refused, agents, observers)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age,lagged", "phases to run, comma-separated (also: refused, agents, observers, beyond)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
@@ -274,6 +277,7 @@ func (b *bench) run() error {
 		{"observers", b.runObservers},
 		{"agents", b.runAgents},
 		{"age", b.runAge},
+		{"beyond", b.runBeyond},
 	}
 	for _, s := range steps {
 		if !phases[s.name] {

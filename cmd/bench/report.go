@@ -351,6 +351,19 @@ func (b *bench) report(lc *levelCounter) *report {
 			r.CostFigures[name] = costRowOf("frame", f.Cost, int64(f.Frames), "", 0)
 		}
 	}
+	if ran["beyond"] {
+		for _, x := range b.res.beyond {
+			sec := fmt.Sprintf("beyond one socket: %s, %d one at a time", x.Op, x.Ops)
+			n := float64(max(x.Ops, 1))
+			add(sec, "write units / op", "WRU", x.Cost.wru()/n, x.Floor, noTarget)
+			add(sec, "read units / op", "RRU", x.Cost.rru()/n, nil, noTarget)
+			add(sec, "refused conditional writes / op (1 WRU each, in the write units)", "frames", float64(x.Cost.DDB.sum(dynamo).CondFailed)/n, nil, noTarget)
+			add(sec, "cancelled transactions / op (not priced by DynamoDB Local's answer)", "frames", float64(x.Cost.DDB.sum(dynamo).TxCanceled)/n, nil, noTarget)
+			add(sec, "Lambda invocations / op", "invocations", float64(x.Cost.Inv.total())/n, nil, noTarget)
+			r.addBreakdown(b, "beyond "+x.Op, x.Cost, 0)
+			r.CostFigures["beyond_"+x.Op] = costRowOf("op", x.Cost, int64(x.Ops), "", 0)
+		}
+	}
 	if ran["lagged"] {
 		l := b.res.lagged
 		sec := fmt.Sprintf("slow readers (outbound_queue %d, events of %d KiB)", l.Queue, l.EventBytes>>10)

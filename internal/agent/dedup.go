@@ -120,13 +120,14 @@ func (c *core) once(ctx context.Context, agentID string) (done func(error), dup 
 }
 
 // frameTx writes items (an inject's inbox write, and the check of its connection) in
-// one transaction with the dedup record of the frame's client_id and the frame's guard,
-// as ctx's control.Frame asks. A duplicate client_id is errDuplicate, a failed guard
-// control.ErrTokenGone; any other cancellation is returned for the caller to read by
-// index. A transaction that met another write is tried again, a few times.
+// one transaction with the dedup record of the frame's client_id, the frame's guard and
+// its epoch check, as ctx's control.Frame asks. A duplicate client_id is errDuplicate,
+// a failed guard control.ErrTokenGone, a failed epoch check sessionlog.ErrEpoch; any
+// other cancellation is returned for the caller to read by index. A transaction that
+// met another write is tried again, a few times.
 func (st *store) frameTx(ctx context.Context, agentID string, now time.Time, items ...types.TransactWriteItem) error {
 	f := control.FrameFrom(ctx)
-	dedupAt, guardAt := -1, -1
+	dedupAt, guardAt, epochAt := -1, -1, -1
 	if f.ClientID != "" {
 		dedupAt = len(items)
 		items = append(items, types.TransactWriteItem{Put: st.dedupPut(agentID, f.ClientID, randomHex(8), now)})
@@ -134,6 +135,10 @@ func (st *store) frameTx(ctx context.Context, agentID string, now time.Time, ite
 	if f.Guard != nil {
 		guardAt = len(items)
 		items = append(items, *f.Guard)
+	}
+	if f.Epoch != nil {
+		epochAt = len(items)
+		items = append(items, *f.Epoch)
 	}
 	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
 	for attempt := 0; ; attempt++ {
@@ -145,6 +150,8 @@ func (st *store) frameTx(ctx context.Context, agentID string, now time.Time, ite
 			return errDuplicate
 		case dynamoerr.TxCondFailed(err, guardAt):
 			return control.ErrTokenGone
+		case dynamoerr.TxCondFailed(err, epochAt):
+			return fmt.Errorf("agent: queue inject for %s: %w", agentID, sessionlog.ErrEpoch)
 		case dynamoerr.TxConflict(err) && attempt < 8:
 			t := time.NewTimer(rand.N(time.Duration(5<<attempt) * time.Millisecond))
 			select {
@@ -159,8 +166,9 @@ func (st *store) frameTx(ctx context.Context, agentID string, now time.Time, ite
 	}
 }
 
-// framed reports whether ctx's frame needs frameTx: a client_id or a guard.
+// framed reports whether ctx's frame needs frameTx: a client_id, a guard or an epoch
+// check.
 func framed(ctx context.Context) bool {
 	f := control.FrameFrom(ctx)
-	return f.ClientID != "" || f.Guard != nil
+	return f.ClientID != "" || f.Guard != nil || f.Epoch != nil
 }

@@ -18,6 +18,9 @@ const (
 	// PauseReturned: a runner invocation (Runner.Run) is returning; whatever it
 	// appended is in the log.
 	PauseReturned = "returned"
+	// PauseQueueing: the message function has checked an inject (over HTTP, after
+	// reading the log's epoch) and is about to queue it in the agent's inbox.
+	PauseQueueing = "queueing"
 	// PauseQueued: the message function has queued an inject in the agent's inbox
 	// and counted the stimulus; the runner is not yet invoked.
 	PauseQueued = "queued"

@@ -75,6 +75,7 @@ func (s *Service) InjectFrom(ctx context.Context, agentID, text string, wake boo
 		}
 		it.ExpectSeq, it.Conn = &expect, connID
 	}
+	s.c.pause(PauseQueueing, agentID)
 	counted, err := s.c.store.putInbox(fromConn(ctx, connID), agentID, it)
 	if errors.Is(err, errDuplicate) {
 		return nil // applied before (client_id): nothing queued, no error

@@ -178,7 +178,11 @@ type Stack struct {
 	logStream  *types.StreamSpecification // held back (Measure.LogStreamLater)
 	logMapping eventsource.Mapping
 	logPoller  *eventsource.Poller
-	pollerOpts eventsource.Options
+	// The webhook consumer's log stream mapping, held back under Measure.LogStreamLater
+	// until EnableWebhooks, and its poller.
+	webhookHeld   eventsource.Mapping
+	webhookPoller *eventsource.Poller
+	pollerOpts    eventsource.Options
 }
 
 // Timeout is the invocation deadline the gateway gives a route key ($default) or a
@@ -413,12 +417,14 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (log stream)", ringing(httpAPI.Bell(), con.turns(deliver))), TableName: st.Tables["LogTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout},
 		{Function: "deliver", Handler: o.Measure.wrap("deliver (tokens stream)", deliver), TableName: st.Tables["ConnectionsTable"], BatchSize: 100, MaxRetries: 10, BisectOnError: true, StartingPosition: eventsource.Latest, Timeout: deliverTimeout, Filters: []eventsource.Filter{filter}},
 	}
+	wm, err := st.webhookMapping(webhookFn, o, gwTimeouts["webhook"])
+	if err != nil {
+		return nil, err
+	}
 	if st.logStream == nil { // measurements hold the log's stream back for deliver alone (measure.go)
-		wm, err := st.webhookMapping(webhookFn, o, gwTimeouts["webhook"])
-		if err != nil {
-			return nil, err
-		}
 		mappings = append(mappings, wm)
+	} else {
+		st.webhookHeld = wm // EnableWebhooks starts it
 	}
 	st.poller, err = eventsource.Start(life, db, o.Measure.streams(st.DynamoDBEndpoint, st.Credentials), st.Region, st.splitMappings(mappings), st.pollerOpts)
 	if err != nil {
@@ -482,6 +488,9 @@ func (s *Stack) Close() error {
 	}
 	if s.timer != nil {
 		s.timer.Stop()
+	}
+	if s.webhookPoller != nil {
+		errs = append(errs, s.webhookPoller.Close())
 	}
 	if s.logPoller != nil {
 		errs = append(errs, s.logPoller.Close())

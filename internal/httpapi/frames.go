@@ -26,10 +26,15 @@ type Guards interface {
 
 var _ Guards = (*auth.Store)(nil)
 
-// Sessions creates an agent's log (sessionlog.Log), as $connect does.
+// Sessions creates an agent's log (sessionlog.Log), as $connect does, and fences a
+// frame to the log it was read against.
 type Sessions interface {
 	// Create appends session/created at seq 0 unless the session exists.
 	Create(ctx context.Context, sessionID string) (bool, error)
+	// Epoch is the log's epoch (seq 0's id), sessionlog.ErrNotFound without a log.
+	Epoch(ctx context.Context, sessionID string) (string, error)
+	// EpochCheck holds only while the log is still the one of epoch.
+	EpochCheck(sessionID, epoch string) types.TransactWriteItem
 }
 
 var _ Sessions = (*sessionlog.Log)(nil)
@@ -48,7 +53,13 @@ type Accepted struct {
 // (guards.Condition, in the inbox write's transaction): a token revoked while the
 // frame was handled applies nothing and is answered unauthorized. A valid frame for an
 // agent whose log does not exist yet creates it first (sessions.Create), as a connect
-// does: an agent may be driven over HTTP alone. agent nil: every frame is unsupported.
+// does: an agent may be driven over HTTP alone. The log's epoch is read before the
+// frame is applied, and an inject is queued only while the log is still that one
+// (sessions.EpochCheck, in the same transaction): an inject racing `terret session
+// reset` is queued in the old session, which the reset then erases, or refused with
+// internal (status 500, nothing applied; a resend with the same Idempotency-Key
+// applies it to the new session), never queued for the new one, as a socket's frame
+// is refused once a reset began. agent nil: every frame is unsupported.
 func (s *Server) Frames(agent socket.Controller, guards Guards, sessions Sessions) {
 	s.RouteDriver(FramesPath, func(w http.ResponseWriter, r *http.Request, c Caller) {
 		code, msg := s.frame(r.Context(), r, c, agent, guards, sessions)
@@ -97,24 +108,43 @@ func (s *Server) frame(ctx context.Context, r *http.Request, c Caller, agent soc
 	if hasKey {
 		meta.ClientID = key
 	}
+	f := control.Frame{ClientID: meta.ClientID}
 	if agent != nil {
-		if _, err := sessions.Create(ctx, c.AgentID); err != nil {
-			s.log.ErrorContext(ctx, "create session", "agent_id", c.AgentID, "error", err)
+		epoch, err := s.epoch(ctx, c.AgentID, sessions)
+		if err != nil {
+			s.log.ErrorContext(ctx, "read or create session", "agent_id", c.AgentID, "error", err)
 			return protocol.CodeInternal, "internal error"
 		}
+		check := sessions.EpochCheck(c.AgentID, epoch)
+		f.Epoch = &check
 	}
 	guard := guards.Condition(c.AgentID, c.TokenHash)
-	ctx = control.WithFrame(ctx, control.Frame{ClientID: meta.ClientID, Guard: &guard})
+	f.Guard = &guard
+	ctx = control.WithFrame(ctx, f)
 	err = socket.Apply(ctx, agent, c.AgentID, "", frame)
 	if err == nil {
 		s.log.InfoContext(ctx, "frame applied", "agent_id", c.AgentID, "frame", frame.FrameType())
 		return "", ""
 	}
 	code, msg := socket.CodeFor(err)
-	if code == protocol.CodeInternal {
+	if code == protocol.CodeInternal && !errors.Is(err, sessionlog.ErrEpoch) {
 		s.log.ErrorContext(ctx, "serve frame", "agent_id", c.AgentID, "frame", frame.FrameType(), "error", err)
 	} else {
 		s.log.InfoContext(ctx, "frame refused", "agent_id", c.AgentID, "frame", frame.FrameType(), "code", string(code))
 	}
 	return code, msg
+}
+
+// epoch reads agentID's log's epoch, creating the log first when there is none. Cost:
+// 1 read unit (a strongly consistent read of seq 0); for a new log, the put of its
+// seq 0 and 1 read unit more.
+func (s *Server) epoch(ctx context.Context, agentID string, sessions Sessions) (string, error) {
+	epoch, err := sessions.Epoch(ctx, agentID)
+	if !errors.Is(err, sessionlog.ErrNotFound) {
+		return epoch, err
+	}
+	if _, err := sessions.Create(ctx, agentID); err != nil {
+		return "", err
+	}
+	return sessions.Epoch(ctx, agentID)
 }

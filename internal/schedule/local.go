@@ -15,7 +15,7 @@ import (
 // keeps each due time to one fire, whichever path delivers it first.
 type Local struct {
 	mu     sync.Mutex
-	timers map[string]*time.Timer // by agent id + "\x00" + schedule id
+	timers map[string]Timer // by agent id + "\x00" + schedule id
 	svc    *Service
 	ctx    context.Context
 	log    *slog.Logger
@@ -24,6 +24,9 @@ type Local struct {
 	stop   chan struct{}
 	// SweepInterval is how often the records are read for due fires (default 500 ms).
 	SweepInterval time.Duration
+	// Clock is the time the engine reads and waits on (default: the machine's); set
+	// before Start.
+	Clock Clock
 	// Deliver, if set, delivers a fire instead of the Service's Fire in this process:
 	// terret dev --lambda-emulator invokes the schedule function's bootstrap, as
 	// EventBridge Scheduler invokes the function on AWS.
@@ -31,6 +34,25 @@ type Local struct {
 }
 
 var _ Engine = (*Local)(nil)
+
+// Clock is what a Local reads the time from and waits on: the machine's clock
+// (SystemClock) unless a test drives its own.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a wait armed by Clock.AfterFunc.
+type Timer interface {
+	Stop() bool
+}
+
+// SystemClock is the machine's clock (package time).
+type SystemClock struct{}
+
+func (SystemClock) Now() time.Time                            { return time.Now() }
+func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // LocalMinEvery is the shortest interval terret dev fires.
 const LocalMinEvery = time.Second
@@ -40,7 +62,7 @@ func NewLocal(logger *slog.Logger) *Local {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Local{timers: map[string]*time.Timer{}, log: logger, stop: make(chan struct{}), SweepInterval: 500 * time.Millisecond}
+	return &Local{timers: map[string]Timer{}, log: logger, stop: make(chan struct{}), SweepInterval: 500 * time.Millisecond, Clock: SystemClock{}}
 }
 
 // Start makes svc fire l's schedules: it arms every schedule in svc's table (a due
@@ -55,18 +77,28 @@ func (l *Local) Start(ctx context.Context, svc *Service) error {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		t := time.NewTicker(l.SweepInterval)
-		defer t.Stop()
+		tick := make(chan struct{}, 1)
+		next := func() Timer {
+			return l.Clock.AfterFunc(l.SweepInterval, func() {
+				select {
+				case tick <- struct{}{}:
+				default:
+				}
+			})
+		}
+		t := next()
+		defer func() { t.Stop() }()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-l.stop:
 				return
-			case <-t.C:
+			case <-tick:
 				if err := l.sweep(ctx, false); err != nil && ctx.Err() == nil {
 					l.log.WarnContext(ctx, "schedule sweep failed", "error", err)
 				}
+				t = next()
 			}
 		}
 	}()
@@ -79,7 +111,7 @@ func (l *Local) sweep(ctx context.Context, all bool) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := l.Clock.Now()
 	for _, a := range list {
 		due, err := ParseTime(a.NextAt)
 		if err != nil {
@@ -90,7 +122,7 @@ func (l *Local) sweep(ctx context.Context, all bool) error {
 		l.mu.Unlock()
 		// Armed now when due before the next sweep, so that it fires on time.
 		if all || (!armed && due.Before(now.Add(l.SweepInterval))) {
-			l.at(a.AgentID, a.ID, due, time.Until(due))
+			l.at(a.AgentID, a.ID, due, due.Sub(now))
 		}
 	}
 	return nil
@@ -117,7 +149,7 @@ func (l *Local) Arm(_ context.Context, agentID string, s Schedule) error {
 	if err != nil {
 		return err
 	}
-	l.at(agentID, s.ID, due, time.Until(due))
+	l.at(agentID, s.ID, due, due.Sub(l.Clock.Now()))
 	return nil
 }
 
@@ -131,8 +163,8 @@ func (l *Local) at(agentID, id string, due time.Time, wait time.Duration) {
 	if t := l.timers[k]; t != nil {
 		t.Stop()
 	}
-	var t *time.Timer
-	t = time.AfterFunc(max(wait, 0), func() {
+	var t Timer
+	t = l.Clock.AfterFunc(max(wait, 0), func() {
 		l.mu.Lock()
 		current := l.timers[k] == t && !l.closed
 		if current {

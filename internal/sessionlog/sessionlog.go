@@ -680,6 +680,24 @@ func numberAttr(item map[string]types.AttributeValue, name string) (int64, error
 	return n, nil
 }
 
+// EpochCheck is a transaction's check that sessionID's log is still the one of epoch
+// (its seq 0's id is epoch): a write in the same transaction lands only while the log
+// has not been reset or deleted since the writer read epoch: a reset or delete erases
+// seq 0 (the log's last item it erases) before the agent's other items (its inbox), and
+// writes the new log's seq 0 only after, so such a write either precedes the erase of
+// the agent's items or is refused. Cost in a transaction: 2 write units.
+func (l *Log) EpochCheck(sessionID, epoch string) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(l.table),
+		Key: map[string]types.AttributeValue{
+			"session_id": &types.AttributeValueMemberS{Value: sessionID},
+			"seq":        &types.AttributeValueMemberN{Value: "0"},
+		},
+		ConditionExpression:       aws.String("id = :e"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberS{Value: epoch}},
+	}}
+}
+
 // errEpochMoved: a fenced put's check found seq 0's id is not the event's epoch (or no
 // seq 0). errBusy: a transaction was cancelled by another one on the same items.
 var (
@@ -700,15 +718,7 @@ func (l *Log) putIn(ctx context.Context, ev Event, f *Fence) error {
 		return l.put(ctx, ev)
 	}
 	_, err := l.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		{ConditionCheck: &types.ConditionCheck{
-			TableName: aws.String(l.table),
-			Key: map[string]types.AttributeValue{
-				"session_id": &types.AttributeValueMemberS{Value: ev.SessionID},
-				"seq":        &types.AttributeValueMemberN{Value: "0"},
-			},
-			ConditionExpression:       aws.String("id = :e"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberS{Value: ev.Epoch}},
-		}},
+		l.EpochCheck(ev.SessionID, ev.Epoch),
 		{Put: &types.Put{
 			TableName:           aws.String(l.table),
 			Item:                ev.Item(),

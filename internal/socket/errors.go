@@ -57,6 +57,10 @@ func codeFor(err error) (protocol.Code, string) {
 		// the connection closes with internal — a client that may still connect
 		// reconnects, one whose access ended is refused at the door.
 		return protocol.CodeInternal, "internal error"
+	case errors.Is(err, sessionlog.ErrEpoch):
+		// The agent's log was reset or deleted while the frame was handled: nothing was
+		// applied (over HTTP; a socket closes with internal, as for ErrNotOwner).
+		return protocol.CodeInternal, "the session was reset or deleted while the frame was handled: nothing was applied; read the new log and send it again"
 	case errors.Is(err, control.ErrTokenGone):
 		// Over HTTP: the token stopped being current while the frame was handled.
 		return protocol.CodeUnauthorized, protocol.Refusal(protocol.CodeUnauthorized).Message

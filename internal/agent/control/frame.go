@@ -21,6 +21,12 @@ type Frame struct {
 	// transaction: over HTTP, the token still current (auth.Store.Condition). A frame
 	// whose guard fails applies nothing and is ErrTokenGone.
 	Guard *types.TransactWriteItem
+	// Epoch, if set, is a check in the same transaction that the agent's log is still
+	// the one the frame was read against (sessionlog.Log.EpochCheck): over HTTP, the
+	// epoch the handler read before applying the frame. A frame whose log was reset or
+	// deleted in between applies nothing and is sessionlog.ErrEpoch, never queued for
+	// the next session (as a socket's frame is ErrNotOwner then).
+	Epoch *types.TransactWriteItem
 }
 
 type frameKey struct{}
