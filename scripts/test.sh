@@ -93,6 +93,6 @@ fi
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
 # both stream consumers into deliver, the runner, and a runner killed mid-invocation.
 TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 10m \
-  -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestClientIDOnce|TestClientIDRepeatAfterReconnect|TestHTTPFrames|TestEmulator.*)$' \
+  -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestClientIDOnce|TestClientIDRepeatAfterReconnect|TestHTTPFrames|TestScheduleFiresEndToEnd|TestScheduleTool|TestWebhookDelivery|TestEmulator.*)$' \
   ./internal/devstack
 took "emulator pass"
