@@ -93,7 +93,7 @@ fi
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
 # both stream consumers into deliver, the runner, and a runner killed mid-invocation;
 # observers beside the driver, and the log over HTTP (the http function's bootstrap).
-TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 10m \
+TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 20m \
   -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestClientIDOnce|TestClientIDRepeatAfterReconnect|TestHTTPFrames|TestObservers|TestObserverLagged|TestEventsOverGateway|TestEventsPageEqualsReplay|TestEventsStreamObserverReset|TestEmulator.*)$' \
   ./internal/devstack
 took "emulator pass"
