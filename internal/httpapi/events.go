@@ -320,6 +320,9 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, c Call
 		}
 		return len(tail) > 0, err
 	}
+	// The token is checked again once per ping interval (1 read unit): a rotation or
+	// revocation that drops it ends the stream with unauthorized, as it closes a socket.
+	checked := time.Now()
 	for {
 		found, err := l.until(ctx, time.Now().Add(e.Ping), look)
 		if errors.Is(err, errLogEnded) {
@@ -329,6 +332,14 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, c Call
 		if err != nil {
 			e.streamFailed(ctx, s, agentID, err)
 			return
+		}
+		if time.Since(checked) >= e.Ping {
+			checked = time.Now()
+			if s.revoked(ctx, r, agentID) {
+				s.log.InfoContext(ctx, "log over HTTP: the stream's token was revoked", "agent_id", agentID)
+				writeErrorEvent(w, protocol.Refusal(protocol.CodeUnauthorized), flush)
+				return
+			}
 		}
 		if !found {
 			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
@@ -379,6 +390,11 @@ func (e Events) endedLog(w http.ResponseWriter, r *http.Request, s *Server, agen
 		return
 	}
 	s.log.InfoContext(ctx, "log over HTTP: the stream's log was reset or deleted", "agent_id", agentID, "code", string(frame.Code))
+	writeErrorEvent(w, frame, flush)
+}
+
+// writeErrorEvent writes the error frame that ends a stream as an "error" event.
+func writeErrorEvent(w http.ResponseWriter, frame protocol.Error, flush func()) {
 	if _, err := fmt.Fprintf(w, "event: error\ndata: %s\n\n", protocol.Marshal(frame)); err == nil {
 		flush()
 	}

@@ -281,3 +281,42 @@ func TestEventsLongPollOnReset(t *testing.T) {
 		})
 	}
 }
+
+// TestEventsStreamEndsOnRevoke: an open stream whose token is revoked ends with
+// unauthorized at its next token check (one per ping interval), as a socket is closed;
+// a stream whose token stays current is not ended by the checks.
+func TestEventsStreamEndsOnRevoke(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, delivery.Config{}, Events{Ping: 50 * time.Millisecond, FirstLook: 20 * time.Millisecond, MaxLook: 40 * time.Millisecond})
+	observer, err := r.tokens.CreateRole(context.Background(), "a1", 0, auth.RoleObserver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recs, _, done := r.streamHello(ctx, observer, "from_seq=0")
+	defer done()
+	expectSeqs(t, recs, 0, 0)
+	// Several ping intervals, each with its token check, and an event after them.
+	for pings := 0; pings < 3; {
+		select {
+		case rec, ok := <-recs:
+			if !ok || !rec.comment {
+				t.Fatalf("record %+v (open %v) on an idle stream, want comment lines", rec, ok)
+			}
+			pings++
+		case <-time.After(hang.Bound()):
+			t.Fatal("no comment line on an idle stream")
+		}
+	}
+	r.append(1)
+	expectSeqs(t, recs, 1, 1)
+
+	if err := r.tokens.Revoke(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	seqs, f := endOf(t, recs, "the revocation's error record")
+	if len(seqs) != 0 || f.Code != "unauthorized" {
+		t.Fatalf("after the revocation: events %v, then error %+v; want no event, then unauthorized", seqs, f)
+	}
+}
