@@ -91,8 +91,10 @@ fi
 
 # The protocol and runtime tests once more with every function as its built bootstrap
 # under aws-lambda-rie (`terret dev --lambda-emulator`, docs/emulator.md): every route,
-# both stream consumers into deliver, the runner, and a runner killed mid-invocation.
-TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 10m \
-  -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestClientIDOnce|TestClientIDRepeatAfterReconnect|TestHTTPFrames|TestScheduleFiresEndToEnd|TestScheduleTool|TestWebhookDelivery|TestEmulator.*)$' \
+# both stream consumers into deliver, the runner, and a runner killed mid-invocation;
+# observers beside the driver, the log over HTTP (the http function's bootstrap), and the
+# schedule and webhook functions.
+TERRET_TEST_LAMBDA_EMULATOR=1 go test -race -count=1 -parallel 4 -timeout 20m \
+  -run '^(TestUnauthorized|TestHelloFirstThenReplayAndTail|TestBadFrameKeepsSocketOpen|TestRotationAndRevocation|TestDisconnectForgetsConnection|TestRuntimePlainTextWake|TestRuntimeScriptSteps|TestRuntimeApprovals|TestRuntimeCancel|TestClientIDOnce|TestClientIDRepeatAfterReconnect|TestHTTPFrames|TestScheduleFiresEndToEnd|TestScheduleTool|TestWebhookDelivery|TestObservers|TestObserverLagged|TestEventsOverGateway|TestEventsPageEqualsReplay|TestEventsStreamObserverReset|TestEmulator.*)$' \
   ./internal/devstack
 took "emulator pass"

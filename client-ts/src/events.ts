@@ -94,7 +94,16 @@ export interface LogReaderOptions {
   onEvent: (event: Envelope) => void | Promise<void>;
   onHello?: (hello: HelloFrame) => void;
   onTruncated?: (t: ReplayTruncatedFrame) => void;
-  /** a failed read, before the reader retries (an unauthorized token stops it) */
+  /**
+   * the log was reset or deleted: hello's (or a page's) epoch is not the one the
+   * cursor was recorded under (or the one read before). The reader forgets its
+   * position and reads the new log from 0, after this call.
+   */
+  onEpochChanged?: (old: string, epoch: string) => void;
+  /**
+   * a failed read, before the reader retries (an unauthorized token stops it); a stream
+   * ended by the server's `event: error` (a reset: internal) comes here as ProtocolError
+   */
   onError?: (err: unknown) => void;
   retryMs?: number;
   fetch?: FetchLike;
@@ -111,6 +120,8 @@ export class LogReader {
   private readonly url: string;
   private readonly abort = new AbortController();
   private next = 0;
+  private epoch: string | null = null;
+  private stream_: AbortController | null = null; // the stream being read
   private done: Promise<void> | null = null;
 
   constructor(opts: LogReaderOptions) {
@@ -127,11 +138,13 @@ export class LogReader {
   /** close stops the reader. */
   close(): void {
     this.abort.abort();
+    this.stream_?.abort();
   }
 
   private async run(): Promise<void> {
     const seq = await this.opts.cursor?.load();
     this.next = seq === null || seq === undefined ? 0 : seq + 1;
+    this.epoch = (await this.opts.cursor?.loadEpoch?.()) ?? null;
     while (!this.abort.signal.aborted) {
       try {
         if (this.opts.mode === 'poll') await this.poll();
@@ -143,6 +156,21 @@ export class LogReader {
         await new Promise<void>((r) => setTimeout(() => r(), this.opts.retryMs ?? 1000));
       }
     }
+  }
+
+  /**
+   * newEpoch records the epoch of the log being read; it reports true when it is not the
+   * one read before (the log was reset or deleted): the position is then 0.
+   */
+  private async newEpoch(epoch: string | undefined): Promise<boolean> {
+    if (!epoch || epoch === this.epoch) return false;
+    const old = this.epoch;
+    this.epoch = epoch;
+    await this.opts.cursor?.storeEpoch?.(epoch, old !== null);
+    if (old === null) return false;
+    this.next = 0;
+    this.opts.onEpochChanged?.(old, epoch);
+    return true;
   }
 
   private async deliver(ev: Envelope): Promise<void> {
@@ -157,6 +185,7 @@ export class LogReader {
       const opts: ReadEventsOptions = { waitSeconds: 20, signal: this.abort.signal };
       if (this.opts.fetch) opts.fetch = this.opts.fetch;
       const p = await readEvents(this.url, this.opts.token, this.next, opts);
+      if (await this.newEpoch(p.epoch)) continue; // a page of the new log: read it from 0
       if (p.replay_truncated) this.opts.onTruncated?.(p.replay_truncated);
       for (const ev of p.events) await this.deliver(ev);
       this.next = Math.max(this.next, p.next_seq);
@@ -166,8 +195,23 @@ export class LogReader {
   private async stream(): Promise<void> {
     const f = this.opts.fetch ?? globalFetch();
     const headers: Record<string, string> = { Authorization: `Bearer ${this.opts.token}`, Accept: 'text/event-stream' };
-    if (this.next > 0) headers['Last-Event-ID'] = String(this.next - 1);
-    const r = await f(`${this.url}?from_seq=${this.next}`, { headers, signal: this.abort.signal });
+    const from = this.next;
+    if (from > 0) headers['Last-Event-ID'] = String(from - 1);
+    // Its own abort (close aborts it too): a stream opened at a position in a log that
+    // is gone is left.
+    const own = new AbortController();
+    this.stream_ = own;
+    try {
+      await this.follow(f, headers, from, own);
+    } finally {
+      own.abort();
+      if (this.stream_ === own) this.stream_ = null;
+    }
+  }
+
+  private async follow(f: FetchLike, headers: Record<string, string>, from: number, own: AbortController): Promise<void> {
+    if (this.abort.signal.aborted) return;
+    const r = await f(`${this.url}?from_seq=${from}`, { headers, signal: own.signal });
     if (!r.ok || !r.body) throw errorOf(r.status, await r.text());
     const reader = r.body.getReader();
     const text = new TextDecoder();
@@ -190,8 +234,15 @@ export class LogReader {
           else if (name === 'data') data = data ? `${data}\n${v}` : v;
         }
         if (!data) continue;
-        if (event === 'hello') this.opts.onHello?.(JSON.parse(data) as HelloFrame);
-        else if (event === 'replay_truncated') this.opts.onTruncated?.(JSON.parse(data) as ReplayTruncatedFrame);
+        if (event === 'hello') {
+          const hello = JSON.parse(data) as HelloFrame;
+          this.opts.onHello?.(hello);
+          if ((await this.newEpoch(hello.epoch)) && from > 0) return; // open the new log from 0
+        } else if (event === 'error') {
+          // The log was reset (internal) or deleted (unauthorized), as a socket is told.
+          const e = JSON.parse(data) as { code?: ErrorCode; message?: string };
+          throw new ProtocolError(e.code ?? 'internal', e.message ?? '');
+        } else if (event === 'replay_truncated') this.opts.onTruncated?.(JSON.parse(data) as ReplayTruncatedFrame);
         else if (event === '') await this.deliver(JSON.parse(data) as Envelope);
       }
     }

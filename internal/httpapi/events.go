@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -94,10 +95,10 @@ func (e Events) Route(s *Server) {
 			return
 		}
 		if q.stream {
-			e.stream(w, r, s, c.AgentID, q)
+			e.stream(w, r, s, c, q)
 			return
 		}
-		e.page(w, r, s, c.AgentID, q)
+		e.page(w, r, s, c, q)
 	})
 }
 
@@ -161,8 +162,12 @@ func AcceptsEventStream(accept string) bool {
 }
 
 // page answers one JSON page, waiting up to q.wait for an event when there is none.
-func (e Events) page(w http.ResponseWriter, r *http.Request, s *Server, agentID string, q eventsQuery) {
+// A wait that sees the log reset (its tip below the one the empty page read) answers
+// at once with a page of the new log, whose epoch tells the reader to start over; one
+// that sees it deleted answers unauthorized, as the socket is told.
+func (e Events) page(w http.ResponseWriter, r *http.Request, s *Server, c Caller, q eventsQuery) {
 	ctx := r.Context()
+	agentID := c.AgentID
 	rang, stop := s.bell.listen(agentID) // before the read: no ring is missed
 	defer stop()
 	p, err := e.Log.Page(ctx, agentID, q.from, q.limit)
@@ -171,8 +176,20 @@ func (e Events) page(w http.ResponseWriter, r *http.Request, s *Server, agentID 
 		var found bool
 		found, err = l.until(ctx, time.Now().Add(q.wait), func(ctx context.Context) (bool, error) {
 			tip, err := e.Log.Tip(ctx, agentID)
-			return tip >= p.From, err
+			if errors.Is(err, sessionlog.ErrNotFound) {
+				// Deleted (its tokens went first) or being reset: the new log's seq 0
+				// comes next, and a look finds it below the old tip.
+				if s.revoked(ctx, r, agentID) {
+					return false, errRevoked
+				}
+				return false, nil
+			}
+			return tip >= p.From || tip < p.Last, err
 		})
+		if errors.Is(err, errRevoked) {
+			WriteError(w, protocol.CodeUnauthorized, protocol.Refusal(protocol.CodeUnauthorized).Message)
+			return
+		}
 		if found {
 			first := p.Truncated
 			p, err = e.Log.Page(ctx, agentID, p.From, q.limit)
@@ -212,10 +229,13 @@ func (e Events) fail(w http.ResponseWriter, r *http.Request, s *Server, agentID 
 	WriteError(w, protocol.CodeInternal, "internal error")
 }
 
-// stream answers Server-Sent Events: hello, the replay from q.from, then the live tail,
-// until the client leaves or the invocation's deadline nears.
-func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, agentID string, q eventsQuery) {
+// stream answers Server-Sent Events: hello (naming the token's role, as the socket's
+// does), the replay from q.from, then the live tail, until the client leaves, the
+// invocation's deadline nears, or the log the hello named is gone: a reset or a delete
+// ends the stream with the error frame a socket gets (endedLog).
+func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, c Caller, q eventsQuery) {
 	ctx := r.Context()
+	agentID := c.AgentID
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl.Add(-StreamMargin))
@@ -227,18 +247,23 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, agentI
 	}
 	rang, stop := s.bell.listen(agentID)
 	defer stop()
-	hello, err := e.Log.Hello(ctx, agentID)
+	raw, err := e.Log.Hello(ctx, agentID)
+	var hello protocol.Hello
+	if err == nil {
+		err = json.Unmarshal(raw, &hello)
+	}
 	if err != nil {
 		e.fail(w, r, s, agentID, err)
 		return
 	}
+	hello = hello.WithRole(helloRole(c.Role))
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	// retry: a browser's EventSource reconnects after 1 s, with Last-Event-ID.
-	if _, err := fmt.Fprintf(w, "retry: 1000\nevent: hello\ndata: %s\n\n", hello); err != nil {
+	if _, err := fmt.Fprintf(w, "retry: 1000\nevent: hello\ndata: %s\n\n", protocol.Marshal(hello)); err != nil {
 		return
 	}
 	flush()
@@ -248,6 +273,10 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, agentI
 	next, requested := q.from, q.from
 	for {
 		p, err := e.Log.Page(ctx, agentID, next, e.ReplayLimit)
+		if errors.Is(err, sessionlog.ErrNotFound) || err == nil && otherEpoch(hello.Epoch, p.Epoch) {
+			e.endedLog(w, r, s, agentID, flush)
+			return
+		}
 		if err != nil {
 			e.streamFailed(ctx, s, agentID, err)
 			return
@@ -266,20 +295,51 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, agentI
 			break
 		}
 	}
-	// The live tail: read from next at each look that finds something (a tail read
-	// takes no replay slot, as a connection's tail does not), a comment line when a
-	// ping interval passes with nothing.
+	// The live tail: each look reads the tip, and from next when the tip is there (a
+	// tail read takes no replay slot, as a connection's tail does not); a comment line
+	// when a ping interval passes with nothing. A look that finds the log gone or its
+	// tip below what was sent, or events of another epoch, found a reset or a delete.
 	var tail []sessionlog.Event
 	look := func(ctx context.Context) (bool, error) {
-		var err error
+		tip, err := e.Log.Tip(ctx, agentID)
+		switch {
+		case errors.Is(err, sessionlog.ErrNotFound):
+			return false, errLogEnded
+		case err != nil:
+			return false, err
+		case tip < next-1:
+			return false, errLogEnded
+		case tip < next:
+			return false, nil
+		}
 		tail, err = e.Log.Read(ctx, agentID, next, e.ReplayLimit)
+		for _, ev := range tail {
+			if otherEpoch(hello.Epoch, ev.Epoch) {
+				return false, errLogEnded
+			}
+		}
 		return len(tail) > 0, err
 	}
+	// The token is checked again once per ping interval (1 read unit): a rotation or
+	// revocation that drops it ends the stream with unauthorized, as it closes a socket.
+	checked := time.Now()
 	for {
 		found, err := l.until(ctx, time.Now().Add(e.Ping), look)
+		if errors.Is(err, errLogEnded) {
+			e.endedLog(w, r, s, agentID, flush)
+			return
+		}
 		if err != nil {
 			e.streamFailed(ctx, s, agentID, err)
 			return
+		}
+		if time.Since(checked) >= e.Ping {
+			checked = time.Now()
+			if s.revoked(ctx, r, agentID) {
+				s.log.InfoContext(ctx, "log over HTTP: the stream's token was revoked", "agent_id", agentID)
+				writeErrorEvent(w, protocol.Refusal(protocol.CodeUnauthorized), flush)
+				return
+			}
 		}
 		if !found {
 			if _, err := w.Write([]byte(": ping\n\n")); err != nil {
@@ -294,6 +354,57 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, agentI
 		next = tail[len(tail)-1].Seq + 1
 		l.reset()
 	}
+}
+
+// errLogEnded: a stream's look found the log its hello named gone (reset or deleted).
+// errRevoked: a long-poll's look found the agent's log gone with the caller's token.
+var (
+	errLogEnded = errors.New("httpapi: the log was reset or deleted")
+	errRevoked  = errors.New("httpapi: the token was revoked")
+)
+
+// otherEpoch reports whether an epoch read now is not the stream's (an item from
+// before epochs were recorded names none, and is taken as the stream's).
+func otherEpoch(stream, now string) bool { return stream != "" && now != "" && now != stream }
+
+// helloRole is the hello's role for a token's role (auth.RoleDriver, RoleObserver).
+func helloRole(tokenRole string) string {
+	if tokenRole == auth.RoleObserver {
+		return protocol.RoleObserver
+	}
+	return protocol.RoleDriver
+}
+
+// endedLog ends a stream whose log was reset or deleted as the socket's connection
+// is ended (docs/protocol.md, "The log's epoch"): an "error" event with the error
+// frame the socket gets — unauthorized when the caller's token is gone with the
+// deleted session, else internal with delivery.ResetMessage, after which the reader
+// reconnects and finds the new epoch in hello.
+func (e Events) endedLog(w http.ResponseWriter, r *http.Request, s *Server, agentID string, flush func()) {
+	ctx := r.Context()
+	frame := protocol.NewError(protocol.CodeInternal, delivery.ResetMessage)
+	if s.revoked(ctx, r, agentID) {
+		frame = protocol.Refusal(protocol.CodeUnauthorized)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	s.log.InfoContext(ctx, "log over HTTP: the stream's log was reset or deleted", "agent_id", agentID, "code", string(frame.Code))
+	writeErrorEvent(w, frame, flush)
+}
+
+// writeErrorEvent writes the error frame that ends a stream as an "error" event.
+func writeErrorEvent(w http.ResponseWriter, frame protocol.Error, flush func()) {
+	if _, err := fmt.Fprintf(w, "event: error\ndata: %s\n\n", protocol.Marshal(frame)); err == nil {
+		flush()
+	}
+}
+
+// revoked reports whether r's bearer token is no longer a token of agentID (a delete
+// removes the session's tokens before its log). Cost: the token check's read.
+func (s *Server) revoked(ctx context.Context, r *http.Request, agentID string) bool {
+	_, _, err := s.tokens.CheckRole(ctx, agentID, auth.BearerToken(r.Header.Get("Authorization")))
+	return errors.Is(err, auth.ErrUnauthorized)
 }
 
 // writeEvents writes b, then evs as Server-Sent Events (id: seq, data: the envelope),

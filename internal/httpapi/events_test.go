@@ -25,12 +25,14 @@ import (
 
 // rig is the events path over DynamoDB Local: agent a1 with a log (seq 0) and a token.
 type rig struct {
-	t     *testing.T
-	srv   *httptest.Server
-	s     *Server
-	log   *sessionlog.Log
-	token string
-	spy   *spy
+	t      *testing.T
+	srv    *httptest.Server
+	s      *Server
+	log    *sessionlog.Log
+	token  string
+	spy    *spy
+	tokens *auth.Store
+	tables map[string]string
 }
 
 // spy is the Deliverer, telling the test when a page was read and counting the tip's
@@ -39,6 +41,8 @@ type spy struct {
 	Reader
 	pages chan int64 // the From of each page read
 	tips  atomic.Int32
+	// afterPage, if set, runs after each page read, before the handler goes on.
+	afterPage func(from int64)
 }
 
 func (s *spy) Tip(ctx context.Context, agentID string) (int64, error) {
@@ -48,6 +52,9 @@ func (s *spy) Tip(ctx context.Context, agentID string) (int64, error) {
 
 func (s *spy) Page(ctx context.Context, agentID string, from int64, limit int) (delivery.Page, error) {
 	p, err := s.Reader.Page(ctx, agentID, from, limit)
+	if s.afterPage != nil {
+		s.afterPage(p.From)
+	}
 	select {
 	case s.pages <- p.From:
 	default:
@@ -79,7 +86,7 @@ func newRig(t *testing.T, cfg delivery.Config, ev Events) *rig {
 	ev.Route(s)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &rig{t: t, srv: srv, s: s, log: l, token: tok, spy: sp}
+	return &rig{t: t, srv: srv, s: s, log: l, token: tok, spy: sp, tokens: tokens, tables: names}
 }
 
 func (r *rig) append(n int) {

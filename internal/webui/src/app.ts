@@ -142,6 +142,9 @@ function refreshButtons(): void {
   ui.reconnect.disabled = !live;
   for (const b of [ui.send, ui.cancel]) b.disabled = !control;
   for (const f of [ui.modelForm, ui.policyForm]) for (const b of f.querySelectorAll('button')) b.disabled = !control;
+  // An observer's view takes no input that would become a control frame: Enter in the
+  // message would submit the form even with its button disabled.
+  for (const i of [ui.message, ui.wake, ui.role, ui.spec, ui.patterns]) i.disabled = readOnly();
   document.body.dataset.role = readOnly() ? 'observer' : 'driver';
   for (const b of ui.chat.querySelectorAll<HTMLButtonElement>('.actions button')) if (readOnly()) b.disabled = true;
   ui.disconnect.disabled = client === null || client.state === 'closed';
@@ -301,6 +304,7 @@ function renderTool(li: HTMLLIElement, t: ToolItem): void {
 }
 
 function verdict(li: HTMLLIElement, actions: HTMLElement, send: () => Promise<void>): void {
+  if (readOnly()) return; // an observer decides nothing
   clearError();
   li.dataset.pending = 'true';
   for (const b of actions.querySelectorAll('button')) b.disabled = true;
@@ -351,6 +355,10 @@ function onStatus(c: TerretClient, s: Status): void {
 
 // explainEnd says what a final close means and what to do, as terret chat and tail do.
 function explainEnd(code: 'superseded' | 'unauthorized', agent: string): string {
+  if (code === 'superseded' && readOnly()) {
+    return `Superseded: more observers than the server allows are watching agent ${agent}, and this was the oldest. ` +
+      'Close another read-only view, then press Connect.';
+  }
   if (code === 'superseded') {
     return `Superseded: another client connected to agent ${agent}. An agent has one connection at a time and the newest wins: ` +
       'terret chat, terret tail and this page on one agent take it from each other. ' +
@@ -573,6 +581,7 @@ function act(p: () => Promise<void>): void {
     showError('Not connected.');
     return;
   }
+  if (readOnly()) return; // an observer sends no control frame
   p().catch((err: Error) => showError(err.message));
 }
 

@@ -1183,6 +1183,7 @@
     ui.reconnect.disabled = !live;
     for (const b of [ui.send, ui.cancel]) b.disabled = !control;
     for (const f of [ui.modelForm, ui.policyForm]) for (const b of f.querySelectorAll("button")) b.disabled = !control;
+    for (const i of [ui.message, ui.wake, ui.role, ui.spec, ui.patterns]) i.disabled = readOnly();
     document.body.dataset.role = readOnly() ? "observer" : "driver";
     for (const b of ui.chat.querySelectorAll(".actions button")) if (readOnly()) b.disabled = true;
     ui.disconnect.disabled = client === null || client.state === "closed";
@@ -1326,6 +1327,7 @@
     }
   }
   function verdict(li, actions, send) {
+    if (readOnly()) return;
     clearError();
     li.dataset.pending = "true";
     for (const b of actions.querySelectorAll("button")) b.disabled = true;
@@ -1369,6 +1371,9 @@
     refreshButtons();
   }
   function explainEnd(code, agent) {
+    if (code === "superseded" && readOnly()) {
+      return `Superseded: more observers than the server allows are watching agent ${agent}, and this was the oldest. Close another read-only view, then press Connect.`;
+    }
     if (code === "superseded") {
       return `Superseded: another client connected to agent ${agent}. An agent has one connection at a time and the newest wins: terret chat, terret tail and this page on one agent take it from each other. Close the other client (or use another agent id), then press Connect.`;
     }
@@ -1566,6 +1571,7 @@
       showError("Not connected.");
       return;
     }
+    if (readOnly()) return;
     p().catch((err) => showError(err.message));
   }
   function takeShareLink() {
