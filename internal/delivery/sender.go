@@ -412,47 +412,11 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 	live := s.p.Next >= s.o.ReplayEnd
 	s.pageEnd = batch[len(batch)-1].Seq + 1
 	for i := 0; i < len(batch); {
-		if err := s.renew(); err != nil {
-			return err
+		b, k, err := s.nextFrame(batch[i:])
+		if err != nil || k == 0 {
+			return err // k == 0: resubscribed
 		}
-		if s.st == stateResubscribed {
-			return nil
-		}
-		b, k, err := frame(batch[i:], s.o.Batch, s.half)
-		if err != nil {
-			return err
-		}
-		if k > s.room() {
-			// The CheckpointEvery bound cuts this batch short. A short batch costs a
-			// post; the cursor write under way, if any, lifts the bound when it answers.
-			if err := s.join(); err != nil {
-				return err
-			}
-			if s.st == stateResubscribed {
-				return nil
-			}
-			if room := s.room(); k > room {
-				if b, k, err = frame(batch[i:], s.o.Batch, room); err != nil {
-					return err
-				}
-			}
-		}
-		if live {
-			err = s.postWatched(b) // the bound is watched while the post waits (lagged.go)
-		} else {
-			err = s.post(b)
-		}
-		if err != nil {
-			if errors.Is(err, errLagging) {
-				return err
-			}
-			if live && errors.Is(err, ErrFull) {
-				// API Gateway's shape of a reader that stopped (lagged.go): the frame was
-				// not taken, so the cursor stays before it. Past the bound, lagged.
-				if lag, lerr := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next); lerr == nil && lag {
-					return errLagging
-				}
-			}
+		if err := s.postFrame(b, live); err != nil {
 			return err
 		}
 		s.counted(batch[i : i+k])
@@ -464,6 +428,51 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		}
 	}
 	return nil
+}
+
+// nextFrame readies the lease and the cursor for the next post (renew) and returns the
+// frame of the first k events of rest it may carry; k is 0, and no frame, once the
+// record turns out to serve a newer subscription.
+func (s *sender) nextFrame(rest []sessionlog.Event) (b []byte, k int, err error) {
+	if err := s.renew(); err != nil {
+		return nil, 0, err
+	}
+	if s.st == stateResubscribed {
+		return nil, 0, nil
+	}
+	if b, k, err = frame(rest, s.o.Batch, s.half); err != nil || k <= s.room() {
+		return b, k, err
+	}
+	// The CheckpointEvery bound cuts this batch short. A short batch costs a post; the
+	// cursor write under way, if any, lifts the bound when it answers.
+	if err := s.join(); err != nil {
+		return nil, 0, err
+	}
+	if s.st == stateResubscribed {
+		return nil, 0, nil
+	}
+	if room := s.room(); k > room {
+		return frame(rest, s.o.Batch, room)
+	}
+	return b, k, nil
+}
+
+// postFrame posts b, a frame of events from the cursor on; on the live tail the bound
+// is watched while the post waits (lagged.go), and a frame refused as the reader's
+// buffer full (ErrFull) past the bound is errLagging.
+func (s *sender) postFrame(b []byte, live bool) error {
+	if !live {
+		return s.post(b)
+	}
+	err := s.postWatched(b)
+	if err != nil && !errors.Is(err, errLagging) && errors.Is(err, ErrFull) {
+		// API Gateway's shape of a reader that stopped (lagged.go): the frame was not
+		// taken, so the cursor stays before it. Past the bound, lagged.
+		if lag, lerr := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next); lerr == nil && lag {
+			return errLagging
+		}
+	}
+	return err
 }
 
 // closeLagged drops a connection whose live tail fell more than OutboundQueue events
