@@ -289,112 +289,174 @@ func (d *Deliverer) PumpFor(ctx context.Context, agentID string, hints []session
 }
 
 // pump wakes agentID's sender as w describes, following the steps of
-// docs/architecture.md, "Delivery". idle reports that nothing is owed to anyone — no
-// owner connection, or one not subscribed — for the fast path's benefit.
+// docs/architecture.md, "Delivery": the record read first if w asks (readFirst), then
+// 1. the lease tried (acquire), 2. a holder found marked (markHeld), or 3 and 4 the
+// events sent under the lease and the lease let go (serve). idle reports that nothing
+// is owed to anyone — no owner connection, or one not subscribed — for the fast path's
+// benefit.
 func (d *Deliverer) pump(ctx context.Context, agentID string, hints []sessionlog.Event, w wake) (idle bool, err error) {
-	// upTo: the highest hinted event, past any gap in the hints (a split or reordered
-	// stream batch) — a mark reaches only as far as its seq; -1: whatever is new.
-	upTo := int64(-1)
-	for _, ev := range hints {
-		upTo = max(upTo, ev.Seq)
-	}
+	upTo := reach(hints)
 	hints = normalize(hints)
-	// read: the record as the pre-read found it held by a live sender. The lease is
-	// then not tried — a failed conditional write, 1 write unit — but the mark left
-	// straight away; MarkPending finds out if the holder let go meanwhile. looked: the
-	// looks at the record a backstop made before it marks (look), in place of the first
-	// of watch's looks.
-	var read *connections.AcquireResult
-	looked := 0
+	var pre preRead
 	if upTo >= 0 && w.preRead {
-		var o connections.Owner
-		var err error
-		switch {
-		case w.seenGone:
-			err = fmt.Errorf("%w: %s", connections.ErrNotFound, agentID)
-		case w.seen != nil:
-			o = *w.seen
-		default:
-			o, err = d.store.Owner(ctx, agentID)
+		if pre, err = d.readFirst(ctx, agentID, upTo, w); err != nil || pre.done {
+			return pre.idle, err
 		}
-		for err == nil {
-			if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
-				return o.Sub == 0, nil
-			}
-			now := d.store.Now()
-			if o.Lease == "" || !lease.Live(o.LeaseUntil, now) {
-				break // let go or run out: try the lease
-			}
-			if o.HelloSent && o.Next > upTo {
-				return false, nil // sent: the cursor under the live lease is past every hinted event
-			}
-			if o.Pending && (lease.Live(o.WatchUntil, now) || covered(o, now) && o.MarkReaches(upTo)) {
-				// A mark is already left with the live holder, and served should the
-				// holder die. Watched: the watcher ends its claim only once it has seen
-				// the lease let go and found nothing owed after that (runWatch), so these
-				// events are sent by the holder, or found by the watcher's last check —
-				// whatever the mark's seq. A retried holder, which Lambda retries should
-				// it die, needs a mark that reaches these events: it reads the log
-				// before it lets go unless its cursor is past the mark's seq.
-				return false, nil
-			}
-			if looked == lookFirst || !w.backstop || covered(o, now) {
-				read = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
-				break
-			}
-			o, err = d.look(ctx, agentID, watchLooks[looked])
-			looked++
-		}
-		if errors.Is(err, connections.ErrNotFound) {
-			return true, nil
-		}
+	}
+	holder := holderFor(w)
+	for {
+		r, err := d.acquire(ctx, agentID, holder, upTo, pre.takeHeld())
 		if err != nil {
 			return false, err
 		}
-	}
-	holder := connections.NewHolder(connections.HolderOnce)
-	if w.retried {
-		holder = connections.NewHolder(connections.HolderRetried)
-	}
-	for {
-		// 1. Acquire the sender lease, if there is something to send.
-		var r connections.AcquireResult
-		var err error
-		if read != nil {
-			r, read = *read, nil
-		} else if r, err = d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo); err != nil {
-			return false, err
-		}
-		o := r.Owner
 		switch r.Outcome {
 		case connections.NoOwner:
 			return true, nil // nobody owns the agent: the log keeps the events for the next subscribe
 		case connections.NothingOwed:
-			return o.HelloSent && o.Sub == 0, nil
+			return r.Owner.HelloSent && r.Owner.Sub == 0, nil
 		case connections.LeaseHeld:
-			// 2. Held: mark pending for the holder; a backstop makes sure it is served.
-			if upTo >= 0 && o.HelloSent && o.Next > upTo {
-				return false, nil // already past every hinted event
-			}
-			marked, err := d.store.MarkPending(ctx, agentID, upTo)
-			if err != nil {
-				return false, err
-			}
-			if !marked {
+			again, err := d.markHeld(ctx, agentID, r.Owner, upTo, w, pre.looked)
+			if again {
 				continue // the lease was let go meanwhile: try to take it
 			}
-			if w.backstop {
-				return false, d.watch(ctx, o, upTo, watchLooks[looked:]) // the looks made are the first of them
-			}
-			return false, nil
+			return false, err
 		}
-		// 3 and 4. Send under the lease, then release it (sender.run).
-		err = d.newSender(ctx, o, holder.ID, hints, w).run()
-		if errors.Is(err, connections.ErrLeaseLost) {
-			return false, nil // another sender holds the connection now and continues from the cursor
-		}
-		return false, err
+		return false, d.serve(ctx, r.Owner, holder.ID, hints, w)
 	}
+}
+
+// reach is how far a wake-up's hints reach: the highest hinted event, past any gap in
+// the hints (a split or reordered stream batch) — a mark reaches only as far as its
+// seq; -1 (no hints): whatever is new.
+func reach(hints []sessionlog.Event) int64 {
+	upTo := int64(-1)
+	for _, ev := range hints {
+		upTo = max(upTo, ev.Seq)
+	}
+	return upTo
+}
+
+// holderFor is the lease holder a wake-up acquires as.
+func holderFor(w wake) connections.Holder {
+	if w.retried {
+		return connections.NewHolder(connections.HolderRetried)
+	}
+	return connections.NewHolder(connections.HolderOnce)
+}
+
+// preRead is what the read of the record before the lease (readFirst) found.
+type preRead struct {
+	// done: nothing to do — the events sent, nobody subscribed, or a live holder's
+	// mark already covering them; idle as pump reports it.
+	done, idle bool
+	// held: the record as found held by a live sender behind the events. The lease is
+	// then not tried — a failed conditional write, 1 write unit — but the mark left
+	// straight away; MarkPending finds out if the holder let go meanwhile.
+	held *connections.AcquireResult
+	// looked: the looks at the record a backstop made before it marks (look), in place
+	// of the first of watch's looks.
+	looked int
+}
+
+// takeHeld returns the live holder the read found, once: the next try is a real one.
+func (p *preRead) takeHeld() *connections.AcquireResult {
+	r := p.held
+	p.held = nil
+	return r
+}
+
+// readFirst reads agentID's record before the lease is tried (wake.preRead), and
+// looks again while a live holder is behind the events upTo, as a backstop does
+// before it marks (lookFirst).
+func (d *Deliverer) readFirst(ctx context.Context, agentID string, upTo int64, w wake) (preRead, error) {
+	var pre preRead
+	o, err := d.seenOwner(ctx, agentID, w)
+	for err == nil {
+		if o.HelloSent && (o.Sub == 0 || o.Next > upTo) && !o.Pending {
+			return preRead{done: true, idle: o.Sub == 0}, nil
+		}
+		now := d.store.Now()
+		if o.Lease == "" || !lease.Live(o.LeaseUntil, now) {
+			return pre, nil // let go or run out: try the lease
+		}
+		if servedBy(o, upTo, now) {
+			return preRead{done: true}, nil
+		}
+		if pre.looked == lookFirst || !w.backstop || covered(o, now) {
+			pre.held = &connections.AcquireResult{Owner: o, Outcome: connections.LeaseHeld}
+			return pre, nil
+		}
+		o, err = d.look(ctx, agentID, watchLooks[pre.looked])
+		pre.looked++
+	}
+	if errors.Is(err, connections.ErrNotFound) {
+		return preRead{done: true, idle: true}, nil
+	}
+	return preRead{}, err
+}
+
+// seenOwner is the record as the wake-up already read it (wake.seen, wake.seenGone),
+// or as read now.
+func (d *Deliverer) seenOwner(ctx context.Context, agentID string, w wake) (connections.Owner, error) {
+	switch {
+	case w.seenGone:
+		return connections.Owner{}, fmt.Errorf("%w: %s", connections.ErrNotFound, agentID)
+	case w.seen != nil:
+		return *w.seen, nil
+	}
+	return d.store.Owner(ctx, agentID)
+}
+
+// servedBy reports whether o, a record under a live lease, shows the events upTo
+// served by its holder: the cursor past them, or a mark already left with the holder
+// and served should it die. Watched: the watcher ends its claim only once it has seen
+// the lease let go and found nothing owed after that (runWatch), so these events are
+// sent by the holder, or found by the watcher's last check — whatever the mark's seq.
+// A retried holder, which Lambda retries should it die, needs a mark that reaches
+// these events: it reads the log before it lets go unless its cursor is past the
+// mark's seq.
+func servedBy(o connections.Owner, upTo int64, now time.Time) bool {
+	if o.HelloSent && o.Next > upTo {
+		return true
+	}
+	return o.Pending && (lease.Live(o.WatchUntil, now) || covered(o, now) && o.MarkReaches(upTo))
+}
+
+// acquire is step 1: the sender lease, tried — or held, the live holder readFirst
+// found, in place of a try.
+func (d *Deliverer) acquire(ctx context.Context, agentID string, holder connections.Holder, upTo int64, held *connections.AcquireResult) (connections.AcquireResult, error) {
+	if held != nil {
+		return *held, nil
+	}
+	return d.store.Acquire(ctx, agentID, holder, d.cfg.Lease, upTo)
+}
+
+// markHeld is step 2: agentID's lease is held by o's holder, so a Pending mark is left for
+// it, and a backstop makes sure it is served (watch, with the looks made before as its
+// first). again reports the lease let go meanwhile: try to take it.
+func (d *Deliverer) markHeld(ctx context.Context, agentID string, o connections.Owner, upTo int64, w wake, looked int) (again bool, err error) {
+	if upTo >= 0 && o.HelloSent && o.Next > upTo {
+		return false, nil // already past every hinted event
+	}
+	marked, err := d.store.MarkPending(ctx, agentID, upTo)
+	if err != nil || !marked {
+		return err == nil, err
+	}
+	if w.backstop {
+		return false, d.watch(ctx, o, upTo, watchLooks[looked:])
+	}
+	return false, nil
+}
+
+// serve is steps 3 and 4: send under the lease, then let it go (sender.run). A lease
+// lost on the way is no error: another sender holds the connection now and continues
+// from the cursor.
+func (d *Deliverer) serve(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, w wake) error {
+	err := d.newSender(ctx, o, holder, hints, w).run()
+	if errors.Is(err, connections.ErrLeaseLost) {
+		return nil
+	}
+	return err
 }
 
 // lookFirst is how many of watch's looks (watchLooks) a backstop wake-up that reads a

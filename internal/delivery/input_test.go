@@ -10,33 +10,49 @@ import (
 func TestDecodeInput(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, raw, kind string
-		check           func(Input) bool
+		name, raw string
+		check     func(Input) bool
 	}{
-		{"stream", `{"Records":[{"eventName":"INSERT","dynamodb":{"SequenceNumber":"7"}}]}`, InputStream,
-			func(in Input) bool { return len(in.Records) == 1 && in.Records[0].Change.SequenceNumber == "7" }},
-		{"empty stream batch", `{"Records":[]}`, InputStream, func(in Input) bool { return len(in.Records) == 0 }},
-		{"sweep", `{"sweep":"tokens"}`, InputSweep, func(in Input) bool { return in.Sweep == "tokens" }},
-		{"kick", `{"kind":"drop","connection_id":"c1","code":"superseded","hello":true}`, InputKick,
-			func(in Input) bool { return in.Kind == KickDrop && in.ConnectionID == "c1" && in.Hello }},
-		{"nothing", `{}`, "", nil},
-		{"two kinds", `{"sweep":"tokens","kind":"pump"}`, "", nil},
-		{"not JSON", `[`, "", nil},
+		{"stream", `{"Records":[{"eventName":"INSERT","dynamodb":{"SequenceNumber":"7"}}]}`,
+			func(in Input) bool {
+				s, ok := in.(StreamInput)
+				return ok && len(s.Records) == 1 && s.Records[0].Change.SequenceNumber == "7"
+			}},
+		{"empty stream batch", `{"Records":[]}`, func(in Input) bool { s, ok := in.(StreamInput); return ok && len(s.Records) == 0 }},
+		{"sweep", `{"sweep":"tokens"}`, func(in Input) bool { s, ok := in.(SweepInput); return ok && s.Sweep == "tokens" }},
+		{"kick", `{"kind":"drop","connection_id":"c1","code":"superseded","hello":true}`,
+			func(in Input) bool {
+				k, ok := in.(KickInput)
+				return ok && k.Kind == KickDrop && k.ConnectionID == "c1" && k.Hello
+			}},
+		{"nothing", `{}`, nil},
+		{"two kinds", `{"sweep":"tokens","kind":"pump"}`, nil},
+		{"not JSON", `[`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in, kind, err := DecodeInput([]byte(tc.raw))
+			in, err := DecodeInput([]byte(tc.raw))
 			if tc.check == nil {
 				if err == nil {
-					t.Fatalf("decoded as %q, want an error", kind)
+					t.Fatalf("decoded as %T, want an error", in)
 				}
 				if tc.raw != "[" && !errors.Is(err, ErrInput) {
 					t.Fatalf("error %v, want ErrInput", err)
 				}
 				return
 			}
-			if err != nil || kind != tc.kind || !tc.check(in) {
-				t.Fatalf("kind %q, %+v, %v; want %q", kind, in, err, tc.kind)
+			if err != nil || !tc.check(in) {
+				t.Fatalf("%T %+v, %v; want the %s envelope", in, in, err, tc.name)
 			}
 		})
+	}
+}
+
+// TestHandleInputRefusesASweep: the deliver core serves stream batches and kicks; a
+// sweep is its caller's, and handing it one is ErrInput, not a silent no-op.
+func TestHandleInputRefusesASweep(t *testing.T) {
+	t.Parallel()
+	d := newDeliverer(Config{}, &memLog{}, newMemRecords(), memSlots{}, &memSocket{}, nil)
+	if _, err := d.HandleInput(t.Context(), SweepInput{Sweep: "tokens"}); !errors.Is(err, ErrInput) {
+		t.Fatalf("HandleInput(sweep) = %v, want ErrInput", err)
 	}
 }

@@ -68,9 +68,12 @@ func (d *Deliverer) laggingAt(ctx context.Context, agentID string, next int64) (
 
 // postWatched posts b, a frame of the live tail starting at the cursor s.p.Next, and
 // watches the bound while the post waits (see watchAfter). It returns errLagging once
-// the connection is disowned as lagged (s.disowned; closeLagged posts the frame and
+// the connection is disowned as lagged (evDisown; closeLagged posts the frame and
 // deletes it) and the post under way has answered; otherwise the post's own outcome.
 func (s *sender) postWatched(b []byte) error {
+	if err := s.fire(evPost); err != nil {
+		return err
+	}
 	done := make(chan error, 1)
 	go func() { done <- s.d.post(s.ctx, s.o.ConnID, b) }()
 	t := time.NewTimer(watchAfter)
@@ -107,7 +110,10 @@ func (s *sender) postWatched(b []byte) error {
 			<-done
 			return err
 		}
-		s.released, s.disowned = true, true
+		if err := s.fire(evDisown); err != nil {
+			<-done
+			return err
+		}
 		<-done // the frame under way goes before lagged
 		return errLagging
 	}

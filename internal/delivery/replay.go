@@ -78,7 +78,7 @@ const waitLook = 250 * time.Millisecond
 // Before returning a replay page, read begins the read of the page after it.
 //
 // A resubscribe adopted while read waits drops the page: read then returns no events
-// with s.resubscribed set, and the caller reads again from the new cursor.
+// in stateResubscribed, and the caller reads again from the new cursor.
 func (s *sender) read(next int64) ([]sessionlog.Event, error) {
 	d, o := s.d, s.o
 	if next >= o.ReplayEnd {
@@ -105,7 +105,7 @@ func (s *sender) read(next int64) ([]sessionlog.Event, error) {
 		s.ahead = s.readAhead(next)
 	}
 	evs, err := s.await()
-	if err != nil || s.resubscribed {
+	if err != nil || s.st == stateResubscribed {
 		return nil, err
 	}
 	if len(evs) > 0 {

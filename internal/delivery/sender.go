@@ -27,7 +27,8 @@ const lingerLook = time.Second
 // to the record is conditional on still holding the lease (Store.Checkpoint, Release,
 // Abandon). Its state is the record as last written or read under the lease (o), the
 // progress made (p, of which up to CheckpointEvery events may be unrecorded) and
-// whether the lease is still its own (released). Not safe for concurrent use.
+// where it is in its lifecycle (st: lifecycle.go), which says among other things
+// whether the lease is still its own. Not safe for concurrent use.
 type sender struct {
 	d      *Deliverer
 	ctx    context.Context
@@ -50,20 +51,17 @@ type sender struct {
 	slotsBack  []chan struct{}     // replay reads and slots being given back (replay.go), closed when done
 	ahead      *readAhead          // the replay read begun one page ahead (replay.go), or nil
 	slot       slotLease           // a replay slot kept from the last read for the next one
-	// resubscribed is set when the record turned out to serve a newer subscription
-	// (adopt); the events in hand belong to the old one.
-	resubscribed bool
-	// released: the lease is no longer this sender's to give back — let go, lost to
-	// another holder, or gone with the record.
-	released bool
-	// disowned: the connection was found lagging while a post waited (postWatched) and
-	// its records closed; closeLagged has only the frame and the delete left to do.
-	disowned bool
-	tally    tally // posts not yet reported to a DeliveryObserver (observe.go)
+	// st is where the sender is in its lifecycle (lifecycle.go); fire alone changes it.
+	st    senderState
+	tally tally // posts not yet reported to a DeliveryObserver (observe.go)
 }
 
 func (d *Deliverer) newSender(ctx context.Context, o connections.Owner, holder string, hints []sessionlog.Event, w wake) *sender {
-	return &sender{
+	st := stateSending
+	if !o.HelloSent {
+		st = stateGreeting
+	}
+	return &sender{st: st,
 		d: d, ctx: ctx, holder: holder, w: w, o: o, hints: hints,
 		lg:     d.logger.With("agent_id", o.AgentID, "connection_id", o.ConnID),
 		p:      connections.Progress{Next: o.Next, HelloSent: o.HelloSent, Truncated: o.Truncated},
@@ -74,30 +72,57 @@ func (d *Deliverer) newSender(ctx context.Context, o connections.Owner, holder s
 
 // run is step 3 and 4 of the pump (docs/architecture.md, "Delivery"): hello if owed,
 // then events from the cursor, until the log has nothing more and the lease can be let
-// go (release). A Pending mark or a resubscribe found at release means looking again.
+// go (release). It does the step of the state the sender is in until the lease is no
+// longer its own (lifecycle.go); each step ends in an event into the lifecycle, or in
+// an error that ends the sender.
 func (s *sender) run() (err error) {
 	began, first := time.Now(), s.p.Next
 	defer s.finish(&err, began, first)
-	for {
-		if !s.p.HelloSent {
-			if err := s.hello(); err != nil {
-				return err
-			}
-		}
-		if len(s.o.Replies) > 0 { // owed right after hello (welcome.go)
-			if closed, err := s.postReplies(); err != nil || closed {
-				return err
-			}
-		}
-		s.resubscribed = false
-		batch, fromHints, err := s.next()
-		if err != nil {
+	for s.st.holds() {
+		if err := s.step(); err != nil {
 			return err
 		}
-		if s.resubscribed {
-			continue // read for the replaced subscription: read from the new cursor
+	}
+	return nil
+}
+
+// step does the work of the sender's state.
+func (s *sender) step() error {
+	switch s.st {
+	case stateGreeting:
+		return s.hello()
+	case stateSending, stateResubscribed:
+		return s.round()
+	case stateLingering:
+		return s.linger()
+	case stateReleasing:
+		return s.release()
+	}
+	return fmt.Errorf("%w: no step in state %s", errTransition, s.st)
+}
+
+// round is one round of sending: the replies owed right after hello, then the events
+// owed from the cursor. A round that finds everything sent goes idle (idle); one that
+// read events from the log, or found a resubscribe, leaves the next round to read
+// again, as there may be more.
+func (s *sender) round() error {
+	if err := s.fire(evRound); err != nil {
+		return err
+	}
+	if len(s.o.Replies) > 0 { // owed right after hello (welcome.go)
+		if closed, err := s.postReplies(); err != nil || closed {
+			return err
 		}
-		if len(batch) == 0 && s.owesTruncated() {
+	}
+	batch, fromHints, err := s.next()
+	if err != nil {
+		return err
+	}
+	if s.st == stateResubscribed {
+		return nil // read for the replaced subscription: the next round reads from the new cursor
+	}
+	if len(batch) == 0 {
+		if s.owesTruncated() {
 			// A subscribe past the tip of an idle log: the next event may be hours
 			// away, and the client must not wait for it to learn where its stream
 			// starts. The same post as with that event; release records it sent.
@@ -105,36 +130,46 @@ func (s *sender) run() (err error) {
 				return err
 			}
 		}
-		if len(batch) > 0 {
-			if s.p.Next >= s.o.ReplayEnd && s.d.lagging(s.p.Next, batch) {
-				return s.closeLagged()
-			}
-			if err := s.postEvents(batch); errors.Is(err, errLagging) {
-				return s.closeLagged()
-			} else if err != nil {
-				return err
-			}
-			if s.d.nearDeadline(s.ctx) {
-				return errDeadline
-			}
-			if err := s.poll(); err != nil { // a resubscribe it found shows in s.resubscribed
-				return err
-			}
-			if !fromHints || s.resubscribed {
-				continue // there may be more in the log
-			}
-		}
-		more, err := s.linger()
-		if err != nil {
-			return err
-		}
-		if more {
-			continue // the appender's next events, under the same lease
-		}
-		if done, err := s.release(); err != nil || done {
-			return err
-		}
+		return s.idle()
 	}
+	if err := s.sendBatch(batch); err != nil {
+		return err
+	}
+	if !s.st.holds() || s.st == stateResubscribed || !fromHints {
+		return nil // closed as lagged, or there may be more in the log
+	}
+	return s.idle()
+}
+
+// sendBatch posts batch from the cursor, or closes the connection as lagged when its
+// live tail is past the bound, and takes the outcome of a cursor write that answered
+// meanwhile (a resubscribe it found shows in the state).
+func (s *sender) sendBatch(batch []sessionlog.Event) error {
+	if s.p.Next >= s.o.ReplayEnd && s.d.lagging(s.p.Next, batch) {
+		return s.closeLagged()
+	}
+	if err := s.postEvents(batch); errors.Is(err, errLagging) {
+		return s.closeLagged()
+	} else if err != nil {
+		return err
+	}
+	if s.d.nearDeadline(s.ctx) {
+		return errDeadline
+	}
+	return s.poll()
+}
+
+// idle follows a round that left nothing owed: the sender lingers for the appender's
+// next events if its wake-up lets it (mayLinger), and lets the lease go otherwise.
+// A resubscribe found on the way means another round instead.
+func (s *sender) idle() error {
+	switch {
+	case s.st == stateResubscribed:
+		return nil
+	case s.mayLinger():
+		return s.fire(evLinger)
+	}
+	return s.fire(evRelease)
 }
 
 // finish is the one way out of run. A sender that ran out of time hands its work to
@@ -154,12 +189,14 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 		s.lg.InfoContext(s.ctx, "connection gone")
 		*err = s.d.store.Forget(s.ctx, s.o.ConnID, s.o.Key())
 	}
-	if !s.released {
+	if s.st.holds() {
 		_ = s.join()
 	}
-	if !s.released {
+	if s.st.holds() {
 		if aerr := s.d.store.Abandon(context.WithoutCancel(s.ctx), s.o, s.holder, s.p); aerr != nil {
 			s.lg.ErrorContext(s.ctx, "abandon lease", "error", aerr)
+		} else {
+			_ = s.fire(evAbandon)
 		}
 	}
 	s.report()
@@ -167,22 +204,30 @@ func (s *sender) finish(err *error, began time.Time, first int64) {
 }
 
 // adopt takes cur, the record as a write under the lease returned it. It is the one
-// place a resubscribe is noticed: the new subscription's cursor replaces the progress
-// made for the old one, and a page read ahead for the old one is dropped.
-func (s *sender) adopt(cur connections.Owner) {
-	if cur.Sub != s.o.Sub {
+// place a resubscribe is noticed (evResubscribe): the new subscription's cursor
+// replaces the progress made for the old one, and a page read ahead for the old one is
+// dropped.
+func (s *sender) adopt(cur connections.Owner) error {
+	resubscribed := cur.Sub != s.o.Sub
+	if resubscribed {
 		s.dropAhead()
 		s.p = connections.Progress{Next: cur.Next, HelloSent: s.p.HelloSent || cur.HelloSent, Truncated: cur.Truncated}
-		s.unrecorded, s.resubscribed, s.stored = 0, true, cur.Next
+		s.unrecorded, s.stored = 0, cur.Next
 	}
 	s.o = cur
+	if resubscribed {
+		return s.fire(evResubscribe)
+	}
+	return nil
 }
 
 // lost notes an error of a write under the lease: ErrLeaseLost means another holder
-// (or nobody, the record gone) has it now.
+// (or nobody, the record gone) has it now (evLeaseLost).
 func (s *sender) lost(err error) error {
 	if errors.Is(err, connections.ErrLeaseLost) {
-		s.released = true
+		if ferr := s.fire(evLeaseLost); ferr != nil {
+			return errors.Join(err, ferr)
+		}
 	}
 	return err
 }
@@ -216,8 +261,7 @@ func (s *sender) settle(r checkpointDone) error {
 		return s.lost(r.err)
 	}
 	s.stored = max(s.stored, r.p.Next)
-	s.adopt(r.cur)
-	return nil
+	return s.adopt(r.cur)
 }
 
 // checkpoint writes the progress and extends the lease, waiting for the outcome.
@@ -230,8 +274,7 @@ func (s *sender) checkpoint() error {
 		return s.lost(err)
 	}
 	s.stored, s.unrecorded = s.p.Next, 0
-	s.adopt(cur)
-	return nil
+	return s.adopt(cur)
 }
 
 // leaseLeft is how long the lease runs on, on the records' clock.
@@ -304,10 +347,16 @@ func (s *sender) hello() error {
 		return s.unwelcomed(err, false)
 	}
 	s.d.gate(GateHello, s.o.AgentID)
+	if err := s.fire(evPost); err != nil {
+		return err
+	}
 	if err := s.d.postHello(s.ctx, s.o.ConnID, hello, true); err != nil {
 		return err
 	}
 	s.p.HelloSent = true
+	if err := s.fire(evHelloPosted); err != nil {
+		return err
+	}
 	if err := s.checkpoint(); err != nil {
 		return s.unwelcomed(err, true)
 	}
@@ -342,7 +391,7 @@ func (s *sender) postTruncated() error {
 	if err := s.renew(); err != nil {
 		return err
 	}
-	if err := s.d.post(s.ctx, s.o.ConnID, protocol.Marshal(protocol.NewReplayTruncated(s.o.Requested, s.o.From))); err != nil {
+	if err := s.post(protocol.Marshal(protocol.NewReplayTruncated(s.o.Requested, s.o.From))); err != nil {
 		return err
 	}
 	s.p.Truncated = false
@@ -363,47 +412,11 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 	live := s.p.Next >= s.o.ReplayEnd
 	s.pageEnd = batch[len(batch)-1].Seq + 1
 	for i := 0; i < len(batch); {
-		if err := s.renew(); err != nil {
-			return err
+		b, k, err := s.nextFrame(batch[i:])
+		if err != nil || k == 0 {
+			return err // k == 0: resubscribed
 		}
-		if s.resubscribed {
-			return nil
-		}
-		b, k, err := frame(batch[i:], s.o.Batch, s.half)
-		if err != nil {
-			return err
-		}
-		if k > s.room() {
-			// The CheckpointEvery bound cuts this batch short. A short batch costs a
-			// post; the cursor write under way, if any, lifts the bound when it answers.
-			if err := s.join(); err != nil {
-				return err
-			}
-			if s.resubscribed {
-				return nil
-			}
-			if room := s.room(); k > room {
-				if b, k, err = frame(batch[i:], s.o.Batch, room); err != nil {
-					return err
-				}
-			}
-		}
-		if live {
-			err = s.postWatched(b) // the bound is watched while the post waits (lagged.go)
-		} else {
-			err = s.d.post(s.ctx, s.o.ConnID, b)
-		}
-		if err != nil {
-			if errors.Is(err, errLagging) {
-				return err
-			}
-			if live && errors.Is(err, ErrFull) {
-				// API Gateway's shape of a reader that stopped (lagged.go): the frame was
-				// not taken, so the cursor stays before it. Past the bound, lagged.
-				if lag, lerr := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next); lerr == nil && lag {
-					return errLagging
-				}
-			}
+		if err := s.postFrame(b, live); err != nil {
 			return err
 		}
 		s.counted(batch[i : i+k])
@@ -417,30 +430,89 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 	return nil
 }
 
+// nextFrame readies the lease and the cursor for the next post (renew) and returns the
+// frame of the first k events of rest it may carry; k is 0, and no frame, once the
+// record turns out to serve a newer subscription.
+func (s *sender) nextFrame(rest []sessionlog.Event) (b []byte, k int, err error) {
+	if err := s.renew(); err != nil {
+		return nil, 0, err
+	}
+	if s.st == stateResubscribed {
+		return nil, 0, nil
+	}
+	if b, k, err = frame(rest, s.o.Batch, s.half); err != nil || k <= s.room() {
+		return b, k, err
+	}
+	// The CheckpointEvery bound cuts this batch short. A short batch costs a post; the
+	// cursor write under way, if any, lifts the bound when it answers.
+	if err := s.join(); err != nil {
+		return nil, 0, err
+	}
+	if s.st == stateResubscribed {
+		return nil, 0, nil
+	}
+	if room := s.room(); k > room {
+		return frame(rest, s.o.Batch, room)
+	}
+	return b, k, nil
+}
+
+// postFrame posts b, a frame of events from the cursor on; on the live tail the bound
+// is watched while the post waits (lagged.go), and a frame refused as the reader's
+// buffer full (ErrFull) past the bound is errLagging.
+func (s *sender) postFrame(b []byte, live bool) error {
+	if !live {
+		return s.post(b)
+	}
+	err := s.postWatched(b)
+	if err != nil && !errors.Is(err, errLagging) && errors.Is(err, ErrFull) {
+		// API Gateway's shape of a reader that stopped (lagged.go): the frame was not
+		// taken, so the cursor stays before it. Past the bound, lagged.
+		if lag, lerr := s.d.laggingAt(s.ctx, s.o.AgentID, s.p.Next); lerr == nil && lag {
+			return errLagging
+		}
+	}
+	return err
+}
+
 // closeLagged drops a connection whose live tail fell more than OutboundQueue events
 // behind. The record goes with the connection, and the lease with it.
+// A disowned connection (postWatched) has its records closed already: the frame and
+// the delete are left.
 func (s *sender) closeLagged() error {
-	if s.disowned {
+	if s.st == stateDisowned {
+		if err := s.fire(evClose); err != nil {
+			return err
+		}
 		return s.d.drop(s.ctx, s.o.ConnID, protocol.CodeLagged, message(protocol.CodeLagged))
 	}
 	if err := s.join(); err != nil {
 		return err
 	}
-	s.released = true
+	if err := s.fire(evClose); err != nil {
+		return err
+	}
 	return s.d.Close(s.ctx, s.o, protocol.CodeLagged, message(protocol.CodeLagged))
 }
 
-// linger lets a fast-path sender that has sent everything wait up to lingerFor for the
-// appender's next events under the same lease (see wake.more). It reports whether
-// events came. Every lingerLook it looks at the record (look): a Pending mark means
-// another process appended or asked, so the log is read.
-func (s *sender) linger() (bool, error) {
-	if s.w.more == nil || s.o.Sub == 0 || (!s.stopAt.IsZero() && time.Until(s.stopAt) <= lingerFor) {
-		return false, nil
-	}
+// mayLinger reports whether a sender that has sent everything may linger: only a
+// fast-path sender (see wake.more) of a subscribed connection with more than lingerFor
+// of its budget left.
+func (s *sender) mayLinger() bool {
+	return s.w.more != nil && s.o.Sub != 0 && (s.stopAt.IsZero() || time.Until(s.stopAt) > lingerFor)
+}
+
+// linger is the lingering sender's step: it waits up to lingerFor for the appender's
+// next events under the same lease (evMore), or lets the lease go (evQuiet). Every
+// lingerLook it looks at the record (look): a Pending mark means another process
+// appended or asked, so the log is read.
+func (s *sender) linger() error {
 	next := s.w.more(lingerFor)
 	if len(next) == 0 {
-		return false, nil
+		return s.fire(evQuiet)
+	}
+	if err := s.fire(evMore); err != nil {
+		return err
 	}
 	s.hints = normalize(next)
 	if s.w.budget > 0 {
@@ -448,11 +520,11 @@ func (s *sender) linger() (bool, error) {
 	}
 	if time.Since(s.looked) >= lingerLook {
 		if err := s.look(); err != nil {
-			return false, err
+			return err
 		}
 		s.looked = time.Now()
 	}
-	return true, nil
+	return nil
 }
 
 // look is a lingering sender's look at the record: a read (1 read unit), not a cursor
@@ -483,32 +555,34 @@ func (s *sender) look() error {
 	return nil
 }
 
-// release is step 4: write the cursor and let the lease go. It reports done=false,
-// the lease kept, when a Pending mark or a resubscribe asks to look at the log again.
-func (s *sender) release() (done bool, err error) {
+// release is step 4, the releasing sender's step: write the cursor and let the lease
+// go (evLetGo). A Pending mark or a resubscribe found there keeps the lease, to look at
+// the log again (evLookAgain, evResubscribe); a lease found lost is another sender's
+// to serve (evLeaseLost), no error.
+func (s *sender) release() error {
 	if err := s.join(); err != nil {
-		return false, err
+		return err
 	}
-	if s.resubscribed {
+	if s.st == stateResubscribed {
 		// The write just joined adopted a resubscribe: its cursor has not been read
 		// from yet, and a release now would record it as sent.
-		return false, nil
+		return nil
 	}
 	cur, ok, err := s.d.store.Release(s.ctx, s.o, s.holder, s.p)
 	if errors.Is(err, connections.ErrLeaseLost) {
-		s.released = true
-		return true, nil // superseded or expired: the new owner's sender takes over
+		return s.fire(evLeaseLost) // superseded or expired: the new owner's sender takes over
 	}
 	if err != nil {
-		return false, err
+		return err
 	}
 	if ok {
-		s.released = true
-		return true, nil
+		return s.fire(evLetGo)
 	}
 	s.lg.DebugContext(s.ctx, "looking again", "pending", s.o.Sub == cur.Sub, "next_seq", s.p.Next)
-	s.adopt(cur)
-	return false, nil
+	if err := s.fire(evLookAgain); err != nil {
+		return err
+	}
+	return s.adopt(cur)
 }
 
 // handover leaves the progress and asks a fresh invocation to continue.
@@ -519,8 +593,19 @@ func (s *sender) handover() error {
 	if err := s.d.store.Abandon(s.ctx, s.o, s.holder, s.p); err != nil {
 		return err
 	}
-	s.released = true
+	if err := s.fire(evHandOver); err != nil {
+		return err
+	}
 	return s.d.kick(s.ctx, Kick{Kind: KickPump, AgentID: s.o.Key()})
+}
+
+// post posts b, a frame of the sender's own, if its state lets it post (evPost): never
+// once the lease is no longer its own.
+func (s *sender) post(b []byte) error {
+	if err := s.fire(evPost); err != nil {
+		return err
+	}
+	return s.d.post(s.ctx, s.o.ConnID, b)
 }
 
 // lagging reports whether the live tail is more than OutboundQueue events behind.

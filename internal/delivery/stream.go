@@ -25,71 +25,78 @@ const maxParallelSessions = 16
 const streamBudget = time.Second
 
 // Input is one invocation of the deliver function, decoded once (DecodeInput) into
-// the envelope of its kind — never told apart by probing the JSON:
-//
-//   - a DynamoDB stream batch (Records: the log table's, or token changes from the
-//     connections table);
-//   - a schedule's sweep (Sweep, e.g. "tokens": served by the caller, service's
-//     DeliverHandler);
-//   - an asynchronous Kick (Kind set).
-type Input struct {
+// the envelope of its kind — never told apart by probing the JSON: a StreamInput, a
+// SweepInput or a KickInput. Its dynamic type is its kind.
+type Input interface{ input() }
+
+// StreamInput is a DynamoDB stream batch: the log table's, or token changes from the
+// connections table.
+type StreamInput struct{ Records []events.DynamoDBEventRecord }
+
+// SweepInput is a schedule's sweep (Sweep, e.g. "tokens"), served by the caller
+// (service's DeliverHandler).
+type SweepInput struct{ Sweep string }
+
+// KickInput is an asynchronous Kick.
+type KickInput struct{ Kick }
+
+func (StreamInput) input() {}
+func (SweepInput) input()  {}
+func (KickInput) input()   {}
+
+// wireInput is the JSON of every kind of Input, decoded in one pass; a kind is present
+// when its own field is.
+type wireInput struct {
 	Records []events.DynamoDBEventRecord `json:"Records"`
 	Sweep   string                       `json:"sweep"`
 	Kick
 }
 
-// Kinds of Input.
-const (
-	InputStream = "stream"
-	InputSweep  = "sweep"
-	InputKick   = "kick"
-)
-
 // ErrInput is an invocation that is not exactly one kind of Input.
 var ErrInput = errors.New("delivery: unknown invocation")
 
-// DecodeInput decodes raw once and names its kind; one that is none, or more than one,
-// is ErrInput.
-func DecodeInput(raw json.RawMessage) (Input, string, error) {
-	var in Input
-	if err := json.Unmarshal(raw, &in); err != nil {
-		return Input{}, "", fmt.Errorf("delivery: decode invocation: %w", err)
+// DecodeInput decodes raw once into the envelope of its kind; one that is none, or more
+// than one, is ErrInput.
+func DecodeInput(raw json.RawMessage) (Input, error) {
+	var w wireInput
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return nil, fmt.Errorf("delivery: decode invocation: %w", err)
 	}
-	var kinds []string
-	if in.Records != nil {
-		kinds = append(kinds, InputStream)
+	var kinds []Input
+	if w.Records != nil {
+		kinds = append(kinds, StreamInput{Records: w.Records})
 	}
-	if in.Sweep != "" {
-		kinds = append(kinds, InputSweep)
+	if w.Sweep != "" {
+		kinds = append(kinds, SweepInput{Sweep: w.Sweep})
 	}
-	if in.Kind != "" {
-		kinds = append(kinds, InputKick)
+	if w.Kind != "" {
+		kinds = append(kinds, KickInput{Kick: w.Kick})
 	}
 	if len(kinds) != 1 {
-		return Input{}, "", fmt.Errorf("%w: %d kinds (%v) in %.100s", ErrInput, len(kinds), kinds, raw)
+		return nil, fmt.Errorf("%w: %d kinds in %.100s", ErrInput, len(kinds), raw)
 	}
-	return in, kinds[0], nil
+	return kinds[0], nil
 }
 
 // Handle serves every invocation of the deliver function but a sweep: a DynamoDB stream
 // batch or an asynchronous Kick (HandleInput).
 func (d *Deliverer) Handle(ctx context.Context, raw json.RawMessage) (any, error) {
-	in, kind, err := DecodeInput(raw)
+	in, err := DecodeInput(raw)
 	if err != nil {
 		return nil, err
 	}
-	return d.HandleInput(ctx, in, kind)
+	return d.HandleInput(ctx, in)
 }
 
-// HandleInput serves a decoded invocation of kind InputStream or InputKick.
-func (d *Deliverer) HandleInput(ctx context.Context, in Input, kind string) (any, error) {
-	switch kind {
-	case InputStream:
+// HandleInput serves a decoded invocation: a StreamInput or a KickInput.
+func (d *Deliverer) HandleInput(ctx context.Context, in Input) (any, error) {
+	switch in := in.(type) {
+	case StreamInput:
 		return d.HandleStream(ctx, events.DynamoDBEvent{Records: in.Records}), nil
-	case InputKick:
+	case KickInput:
 		return nil, d.HandleKick(ctx, in.Kick)
 	}
-	return nil, fmt.Errorf("%w: %s is not the deliver core's", ErrInput, kind)
+	return nil, fmt.Errorf("%w: %T is not the deliver core's", ErrInput, in)
 }
 
 // HandleStream wakes the sender of every session in the batch and closes connections

@@ -123,14 +123,16 @@ func (s *sender) postReplies() (closed bool, err error) {
 		return false, err
 	}
 	for _, r := range replies {
-		if err := s.d.post(s.ctx, s.o.ConnID, r.Frame); err != nil {
+		if err := s.post(r.Frame); err != nil {
 			return false, err
 		}
 		if r.Close != "" {
 			if err := s.join(); err != nil {
 				return false, err
 			}
-			s.released = true
+			if err := s.fire(evClose); err != nil {
+				return false, err
+			}
 			return true, s.d.shut(s.ctx, s.o, protocol.Code(r.Close))
 		}
 	}

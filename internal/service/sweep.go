@@ -27,13 +27,13 @@ func Tokens(cfg config.Config, awsCfg aws.Config) *auth.Store {
 // (SweepInput) with tokens.Sweep, everything else with d.Handle.
 func DeliverHandler(d *delivery.Deliverer, tokens *auth.Store, logger *slog.Logger) func(context.Context, json.RawMessage) (any, error) {
 	return func(ctx context.Context, raw json.RawMessage) (any, error) {
-		in, kind, err := delivery.DecodeInput(raw)
+		in, err := delivery.DecodeInput(raw)
 		if err != nil {
 			return nil, err
 		}
-		if kind == delivery.InputSweep {
-			if in.Sweep != "tokens" {
-				return nil, fmt.Errorf("service: unknown sweep %q", in.Sweep)
+		if sweep, ok := in.(delivery.SweepInput); ok {
+			if sweep.Sweep != "tokens" {
+				return nil, fmt.Errorf("service: unknown sweep %q", sweep.Sweep)
 			}
 			n, err := tokens.Sweep(ctx)
 			metrics.Add("TokensExpired", metrics.Count, float64(n))
@@ -42,6 +42,6 @@ func DeliverHandler(d *delivery.Deliverer, tokens *auth.Store, logger *slog.Logg
 			}
 			return nil, err
 		}
-		return d.HandleInput(ctx, in, kind)
+		return d.HandleInput(ctx, in)
 	}
 }
