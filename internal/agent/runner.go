@@ -535,7 +535,7 @@ func (inv *invocation) append(ctx context.Context, typ string, payload any) (ses
 // setInbox keeps items as the inbox, but for the recorded turn's inline wake once it
 // is logged: that one leaves the state item with the turn, and is not drained.
 func (inv *invocation) setInbox(items []inboxItem) {
-	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == turnWakeAttr && inv.log.isLogged(it.ID) })
+	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == attrTurnWake && inv.log.isLogged(it.ID) })
 }
 
 // nextWake is the waking inject the next turn starts with: the one a recorded claim

@@ -118,7 +118,7 @@ func (st *store) release(ctx context.Context, agentID, me string, pending option
 			return state{}, false, false, fmt.Errorf("agent: encode checkpoint of %s: %w", agentID, err)
 		}
 		expr.set = append(expr.set, "#ck = :ck")
-		attrs["#ck"] = ckAttr
+		attrs["#ck"] = attrCk
 		vals[":ck"] = v
 	}
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{

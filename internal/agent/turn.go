@@ -176,7 +176,7 @@ func (inv *invocation) dropStale(ctx context.Context, it inboxItem, se *control.
 		}
 		inv.adopt(st)
 	}
-	if it.attr != turnWakeAttr {
+	if it.attr != attrTurnWake {
 		if err := inv.deleteInbox(ctx, []inboxItem{it}); err != nil {
 			return err
 		}

@@ -31,7 +31,7 @@ type claim struct {
 func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, vals map[string]types.AttributeValue) error {
 	*set = append(*set, "#turn_id = :t", "#turn_seq = :seq", "#turn_key = :k")
 	*remove = append(*remove, "#cancel_turn", "#cancel_reason")
-	for _, a := range []string{attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason"} {
+	for _, a := range []string{attrTurnID, attrTurnSeq, attrTurnKey, attrCancelTurn, attrCancelReason} {
 		attrs["#"+a] = a
 	}
 	vals[":t"], vals[":seq"], vals[":k"] = s(c.turnID), n(c.seq), s(c.wake.key())
@@ -39,7 +39,7 @@ func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, val
 		*set = append(*set, "#turn_rules = :rules")
 		attrs["#turn_rules"], vals[":rules"] = attrTurnRules, s(c.rules)
 	}
-	if c.wake.attr == "" || c.wake.attr == turnWakeAttr {
+	if c.wake.attr == "" || c.wake.attr == attrTurnWake {
 		return nil
 	}
 	w, err := attributevalue.Marshal(c.wake)
@@ -49,7 +49,7 @@ func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, val
 	*set = append(*set, "#turn_wake = :w")
 	*remove = append(*remove, "#inbox.#q")
 	*cond = append(*cond, "attribute_exists(#inbox.#q)")
-	attrs["#turn_wake"], attrs["#inbox"], attrs["#q"] = turnWakeAttr, inboxAttr, c.wake.ID
+	attrs["#turn_wake"], attrs["#inbox"], attrs["#q"] = attrTurnWake, attrInbox, c.wake.ID
 	vals[":w"] = w
 	return nil
 }
@@ -60,7 +60,7 @@ func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSe
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq"),
 		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "turn_seq"),
+		ExpressionAttributeNames:  names(attrOwner, attrTurnID, attrTurnSeq),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})
@@ -107,7 +107,7 @@ func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason 
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #cancel_turn = :t, #cancel_reason = :r"),
 		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "cancel_turn", "cancel_reason"),
+		ExpressionAttributeNames:  names(attrOwner, attrTurnID, attrCancelTurn, attrCancelReason),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":r": s(reason)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})
@@ -165,9 +165,9 @@ func finishing(turnID string, u TurnUsage) finish {
 				"#usage_tool_calls :tc", "#usage_wall_ms :wall", "#quota_turns :one", "#quota_tokens :tok"},
 		},
 		cond: "#turn_id = :t",
-		names: names(attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason", attrTurnRules,
-			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
-			"quota_turns", "quota_tokens"),
+		names: names(attrTurnID, attrTurnSeq, attrTurnKey, attrTurnWake, attrCancelTurn, attrCancelReason, attrTurnRules,
+			attrUsageTurns, attrUsageInputTokens, attrUsageOutputTokens, attrUsageModelCalls, attrUsageToolCalls, attrUsageWallMS,
+			attrQuotaTurns, attrQuotaTokens),
 		vals: map[string]types.AttributeValue{
 			":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
 			":tok": n(u.InputTokens + u.OutputTokens),
@@ -183,7 +183,7 @@ func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) (sta
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason, #turn_rules"),
 		ConditionExpression:                 aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:            names(attrOwner, attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason", attrTurnRules),
+		ExpressionAttributeNames:            names(attrOwner, attrTurnID, attrTurnSeq, attrTurnKey, attrTurnWake, attrCancelTurn, attrCancelReason, attrTurnRules),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -202,7 +202,7 @@ func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) (sta
 func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) (state, error) {
 	res, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("ADD #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :one, #quota_tokens :tok"),
-		ExpressionAttributeNames:  names("usage_input_tokens", "usage_output_tokens", "usage_model_calls", "quota_tokens"),
+		ExpressionAttributeNames:  names(attrUsageInputTokens, attrUsageOutputTokens, attrUsageModelCalls, attrQuotaTokens),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":in": n(in), ":out": n(out), ":one": n(1), ":tok": n(in + out)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})
@@ -252,7 +252,7 @@ func (st *store) cancelRunning(ctx context.Context, agentID, reason, key, ended 
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r, #cancel_at = :k, #cancel_at_reason = :r ADD #pending :one"),
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names("cancel_turn", attrTurnID, "turn_key", "cancel_reason", "cancel_at", "cancel_at_reason", attrPending),
+		ExpressionAttributeNames:            names(attrCancelTurn, attrTurnID, attrTurnKey, attrCancelReason, attrCancelAt, attrCancelAtReason, attrPending),
 		ExpressionAttributeValues:           vals,
 		ReturnValues:                        types.ReturnValueAllOld,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -282,7 +282,7 @@ func (st *store) owe(ctx context.Context, agentID, reason, key string) error {
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #cancel_at = :k, #cancel_at_reason = :r"),
 		ConditionExpression:       aws.String("attribute_not_exists(#cancel_at) OR #cancel_at <= :k"),
-		ExpressionAttributeNames:  names("cancel_at", "cancel_at_reason"),
+		ExpressionAttributeNames:  names(attrCancelAt, attrCancelAtReason),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(reason), ":k": s(key)},
 	})
 	if dynamoerr.CondFailed(err) {
@@ -308,7 +308,7 @@ func (st *store) forgo(ctx context.Context, agentID, key, ended string) (bool, e
 	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:                    aws.String("REMOVE #cancel_at, #cancel_at_reason"),
 		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names("cancel_at", "cancel_at_reason", attrTurnID),
+		ExpressionAttributeNames:            names(attrCancelAt, attrCancelAtReason, attrTurnID),
 		ExpressionAttributeValues:           vals,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -334,7 +334,7 @@ func (st *store) claimPolicy(ctx context.Context, agentID, key string, seq int64
 		UpdateExpression: aws.String("SET #policy_at = :k, #policy_seq = :s ADD #pending :one"),
 		ConditionExpression: aws.String("(attribute_not_exists(#policy_at) OR #policy_at <= :k) AND " +
 			"(attribute_not_exists(#policy_seq) OR #policy_seq <= :s)"),
-		ExpressionAttributeNames:            names("policy_at", "policy_seq", attrPending),
+		ExpressionAttributeNames:            names(attrPolicyAt, attrPolicySeq, attrPending),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key), ":s": n(seq), ":one": n(1)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
