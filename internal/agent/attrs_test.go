@@ -42,3 +42,37 @@ func TestStateAttrsNamed(t *testing.T) {
 		seen[a] = true
 	}
 }
+
+// TestPreReadCurrent: planClaim's read stands for the first pass only while the lease
+// write that claimed the turn shows nothing queued or done since: any stimulus, an
+// inject reserved as an item of its own, a turn metered, a checkpoint moved or a quota
+// refusal marked makes the pass read again.
+func TestPreReadCurrent(t *testing.T) {
+	t.Parallel()
+	refused := int64(3)
+	pre := state{Stimuli: 4, InboxItems: 1, Ck: &checkpoint{Seq: 7}, Counters: Counters{Turns: 2, QuotaDay: "2026-12-06"}}
+	for _, tc := range []struct {
+		name string
+		edit func(st *state)
+		want bool
+	}{
+		{"the claim's own changes", func(st *state) {
+			st.Runner, st.LeaseUntil, st.TurnID, st.TurnSeq, st.TurnKey = "run_x", 99, "turn_x", 7, "100"
+			st.TurnWake, st.Inbox = &inboxItem{ID: "100-ab"}, nil
+		}, true},
+		{"a stimulus", func(st *state) { st.Stimuli++ }, false},
+		{"an inject of its own reserved", func(st *state) { st.InboxItems++ }, false},
+		{"a turn metered", func(st *state) { st.Turns++ }, false},
+		{"a checkpoint moved", func(st *state) { st.Ck = &checkpoint{Seq: 9} }, false},
+		{"a quota refusal marked", func(st *state) { st.QuotaRefused = &refused }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := pre
+			st.Ck = &checkpoint{Seq: 7}
+			tc.edit(&st)
+			if got := (&preRead{st: pre}).current(st); got != tc.want {
+				t.Errorf("current: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -196,6 +196,30 @@ func decompress(it inboxItem) (inboxItem, error) {
 // item, all read strongly consistent in one Query of the agent's items from "inbox#"
 // to "state".
 func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state, error) {
+	own, cur, err := st.inboxRead(ctx, agentID)
+	if err != nil {
+		return nil, state{}, err
+	}
+	return queued(own, cur), cur, nil
+}
+
+// queued is the agent's queued injects in arrival order: the inbox items of their own
+// own, and those the state item cur holds (the queue, the recorded turn's inline wake).
+func queued(own []inboxItem, cur state) []inboxItem {
+	out := slices.Clone(own)
+	for _, it := range cur.Inbox {
+		out = append(out, it)
+	}
+	if cur.TurnWake != nil {
+		out = append(out, *cur.TurnWake)
+	}
+	slices.SortFunc(out, func(a, b inboxItem) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// inboxRead reads the agent's inbox items of their own and its state item, in one
+// strongly consistent Query (inbox).
+func (st *store) inboxRead(ctx context.Context, agentID string) ([]inboxItem, state, error) {
 	var out []inboxItem
 	var cur state
 	var start map[string]types.AttributeValue
@@ -233,13 +257,6 @@ func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state,
 		}
 		start = page.LastEvaluatedKey
 	}
-	for _, it := range cur.Inbox {
-		out = append(out, it)
-	}
-	if cur.TurnWake != nil {
-		out = append(out, *cur.TurnWake)
-	}
-	slices.SortFunc(out, func(a, b inboxItem) int { return strings.Compare(a.ID, b.ID) })
 	return out, cur, nil
 }
 

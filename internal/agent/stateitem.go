@@ -52,6 +52,10 @@ type state struct {
 	// QuotaRefused is the stimulus count a quota refusal was last logged at
 	// (refuseForQuota): a later invocation that finds no stimulus since logs none again.
 	QuotaRefused *int64 `dynamodbav:"quota_refused,omitempty"`
+	// InboxItems is the count of injects queued as items of their own (reserveInbox):
+	// it rises before such an inject is put, so a runner can tell that none was queued
+	// since it read the inbox (invocation.apply).
+	InboxItems int64 `dynamodbav:"inbox_items"`
 	Counters
 }
 
