@@ -45,7 +45,8 @@ const (
 )
 
 // stateAttrs is every attribute of the state item, for TestStateAttrsNamed; the inbox
-// bound's counters and the cancel wait's are named in inboxbound.go.
+// bound's counters and the cancel wait's are named in inboxbound.go, the owning
+// connection in owner.go.
 var stateAttrs = []string{
 	attrOwner, attrLeaseUntil, attrPending,
 	attrTurnID, attrTurnSeq, attrTurnKey, attrTurnRules, attrTurnWake, attrCancelTurn, attrCancelReason,
@@ -55,5 +56,5 @@ var stateAttrs = []string{
 	attrProfile, attrInbox, attrCk, attrQuotaRefused,
 	attrUsageTurns, attrUsageInputTokens, attrUsageOutputTokens, attrUsageModelCalls, attrUsageToolCalls, attrUsageWallMS,
 	attrQuotaDay, attrQuotaTurns, attrQuotaMonth, attrQuotaTokens,
-	attrInboxItems, attrInboxBytes, attrCancelWaiting, attrCancelWaitUntil,
+	attrInboxItems, attrInboxBytes, attrCancelWaiting, attrCancelWaitUntil, attrConn,
 }

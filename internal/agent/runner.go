@@ -76,7 +76,7 @@ func (r *Runner) Run(ctx context.Context, agentID string) error {
 // invocation returns a new invocation of r for agentID, with a lease owner id of its
 // own.
 func (r *Runner) invocation(agentID string) *invocation {
-	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8)}
+	inv := &invocation{r: r, c: r.c, rs: r.c.store, agent: agentID, me: "run_" + randomHex(8)}
 	inv.log = inv.newWindow()
 	return inv
 }
@@ -123,6 +123,7 @@ const (
 type invocation struct {
 	r      *Runner
 	c      *core
+	rs     runnerState // the lease and claim rules acquire takes the lease by: c.store
 	agent  string
 	me     string        // lease owner id of this invocation
 	budget time.Duration // time left when the invocation started
@@ -284,7 +285,7 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 	var first time.Time // the first attempt, which found the lease held
 	for {
 		now, sent := inv.c.now(), time.Now()
-		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
+		st, ok, err := inv.rs.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
 		if err != nil {
 			return state{}, false, err
 		}
@@ -334,7 +335,7 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 // runner makes anyway: when the lease write claims the turn, the first pass takes both
 // reads as they are (preRead) instead of making them again.
 func (inv *invocation) planClaim(ctx context.Context) (*claim, *preRead, error) {
-	own, pre, err := inv.c.store.inboxRead(ctx, inv.agent)
+	own, pre, err := inv.rs.inboxRead(ctx, inv.agent)
 	if err != nil {
 		return nil, nil, err
 	}
