@@ -377,14 +377,16 @@ type preRead struct {
 
 // current reports whether the pre-read is still the agent as the lease write st that
 // claimed its turn left it, but for that write's own changes. Every inject counts a
-// stimulus or reserves its place in the inbox before it is queued (Stimuli,
-// InboxItems), and a runner that held the lease in between and did anything metered
-// a turn, marked a refusal or moved the checkpoint with its release; a turn left
+// stimulus or reserves its place in the inbox before it is put (Stimuli, InboxItems);
+// the read held every item reserved (none was still on its way in: its items number
+// InboxItems); and a runner that held the lease in between and did anything metered a
+// turn, marked a refusal or moved the checkpoint with its release, while a turn left
 // recorded would have failed the claim. A runner that did nothing else may have
 // dropped a stale inject, which the first pass finds stale again and drops once more,
 // as after a crash.
 func (p *preRead) current(st state) bool {
-	return st.Stimuli == p.st.Stimuli && st.InboxItems == p.st.InboxItems && st.Counters == p.st.Counters &&
+	return int64(len(p.own)) == p.st.InboxItems &&
+		st.Stimuli == p.st.Stimuli && st.InboxItems == p.st.InboxItems && st.Counters == p.st.Counters &&
 		reflect.DeepEqual(st.Ck, p.st.Ck) && reflect.DeepEqual(st.QuotaRefused, p.st.QuotaRefused)
 }
 
