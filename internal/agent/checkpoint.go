@@ -58,9 +58,6 @@ type ckPolicy struct {
 	Patterns []string `dynamodbav:"patterns"`
 }
 
-// ckAttr is the state item's attribute holding the checkpoint.
-const ckAttr = "ck"
-
 func (f fold) checkpoint(seq int64) *checkpoint {
 	ck := &checkpoint{Seq: seq, PolicyLast: f.policyLast, Titled: f.titled, First: f.firstSeq}
 	if f.policy != nil {

@@ -59,7 +59,7 @@ func (inv *invocation) armExpiry(ctx context.Context, callID string, d time.Dura
 // read), the open turn's events, and the verdict's append.
 func (r *Runner) Expire(ctx context.Context, agentID, callID string) (bool, error) {
 	c := r.c
-	st, err := c.store.getState(ctx, agentID, attrTurnID, "turn_seq")
+	st, err := c.store.getState(ctx, agentID, attrTurnID, attrTurnSeq)
 	if err != nil || st.TurnID == "" {
 		return false, err
 	}

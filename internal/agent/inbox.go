@@ -59,13 +59,6 @@ const InlineTextBytes = 256
 // steers a client sends while a turn works.
 const MaxInline = 4
 
-// The state item's attributes holding inline injects: the queue (a map by inbox id)
-// and the recorded turn's waking inject.
-const (
-	inboxAttr    = "inbox"
-	turnWakeAttr = "turn_wake"
-)
-
 // wakeBefore reports whether a waking inject with a stamp key below key is queued: a
 // turn the cancel with that key must stop is owed. Cost: one strongly consistent
 // Query of the agent's inbox and state item (usually one read unit).
@@ -75,7 +68,7 @@ func (st *store) wakeBefore(ctx context.Context, agentID, key string) (bool, err
 		return false, err
 	}
 	for _, it := range items {
-		if it.Wake && it.attr != turnWakeAttr && it.key() <= key {
+		if it.Wake && it.attr != attrTurnWake && it.key() <= key {
 			return true, nil
 		}
 	}
@@ -120,7 +113,7 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 			err = st.inboxUpdate(ctx, agentID, &dynamodb.UpdateItemInput{
 				UpdateExpression:                    aws.String("SET #inbox.#id = :it ADD #pending :one"),
 				ConditionExpression:                 aws.String("attribute_exists(#inbox) AND size(#inbox) < :max"),
-				ExpressionAttributeNames:            map[string]string{"#inbox": inboxAttr, "#id": it.ID, "#pending": attrPending},
+				ExpressionAttributeNames:            map[string]string{"#inbox": attrInbox, "#id": it.ID, "#pending": attrPending},
 				ExpressionAttributeValues:           map[string]types.AttributeValue{":it": v, ":one": n(1), ":max": n(MaxInline)},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			})
@@ -131,14 +124,14 @@ func (st *store) putInbox(ctx context.Context, agentID string, it inboxItem) (bo
 			if !failed {
 				return false, fmt.Errorf("agent: queue inject for %s: %w", agentID, err)
 			}
-			if _, exists := old[inboxAttr]; exists {
+			if _, exists := old[attrInbox]; exists {
 				break // the queue is full: an item of its own
 			}
 			// No queue yet: create it with this inject in it.
 			err = st.inboxUpdate(ctx, agentID, &dynamodb.UpdateItemInput{
 				UpdateExpression:          aws.String("SET #inbox = :q ADD #pending :one"),
 				ConditionExpression:       aws.String("attribute_not_exists(#inbox)"),
-				ExpressionAttributeNames:  map[string]string{"#inbox": inboxAttr, "#pending": attrPending},
+				ExpressionAttributeNames:  map[string]string{"#inbox": attrInbox, "#pending": attrPending},
 				ExpressionAttributeValues: map[string]types.AttributeValue{":q": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{it.ID: v}}, ":one": n(1)},
 			})
 			if err == nil {
@@ -203,6 +196,30 @@ func decompress(it inboxItem) (inboxItem, error) {
 // item, all read strongly consistent in one Query of the agent's items from "inbox#"
 // to "state".
 func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state, error) {
+	own, cur, err := st.inboxRead(ctx, agentID)
+	if err != nil {
+		return nil, state{}, err
+	}
+	return queued(own, cur), cur, nil
+}
+
+// queued is the agent's queued injects in arrival order: the inbox items of their own
+// own, and those the state item cur holds (the queue, the recorded turn's inline wake).
+func queued(own []inboxItem, cur state) []inboxItem {
+	out := slices.Clone(own)
+	for _, it := range cur.Inbox {
+		out = append(out, it)
+	}
+	if cur.TurnWake != nil {
+		out = append(out, *cur.TurnWake)
+	}
+	slices.SortFunc(out, func(a, b inboxItem) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// inboxRead reads the agent's inbox items of their own and its state item, in one
+// strongly consistent Query (inbox).
+func (st *store) inboxRead(ctx context.Context, agentID string) ([]inboxItem, state, error) {
 	var out []inboxItem
 	var cur state
 	var start map[string]types.AttributeValue
@@ -240,13 +257,6 @@ func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state,
 		}
 		start = page.LastEvaluatedKey
 	}
-	for _, it := range cur.Inbox {
-		out = append(out, it)
-	}
-	if cur.TurnWake != nil {
-		out = append(out, *cur.TurnWake)
-	}
-	slices.SortFunc(out, func(a, b inboxItem) int { return strings.Compare(a.ID, b.ID) })
 	return out, cur, nil
 }
 
@@ -257,7 +267,7 @@ func (st *store) inbox(ctx context.Context, agentID string) ([]inboxItem, state,
 // it wrote the state item (wrote), cur is the state after that write.
 func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxItem) (cur state, wrote bool, err error) {
 	var remove []string
-	attrs := map[string]string{"#inbox": inboxAttr}
+	attrs := map[string]string{"#inbox": attrInbox}
 	var own, ownBytes int64
 	for _, it := range items {
 		if it.attr == "" {
@@ -271,7 +281,7 @@ func (st *store) deleteInbox(ctx context.Context, agentID string, items []inboxI
 	}
 	for _, it := range items {
 		switch it.attr {
-		case turnWakeAttr:
+		case attrTurnWake:
 		case "":
 			if _, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.table), Key: key(agentID, inboxPrefix+it.ID)}); err != nil {
 				return state{}, false, fmt.Errorf("agent: delete drained inbox item %s of %s: %w", it.ID, agentID, err)

@@ -191,7 +191,7 @@ func (st *store) seePolicy(ctx context.Context, agentID, key string) (bool, erro
 		UpdateExpression: aws.String("SET #policy_seen = :k"),
 		ConditionExpression: aws.String("(attribute_not_exists(#policy_seen) OR #policy_seen <= :k) AND " +
 			"(attribute_not_exists(#policy_at) OR #policy_at <= :k)"),
-		ExpressionAttributeNames:  names("policy_at", "policy_seen"),
+		ExpressionAttributeNames:  names(attrPolicyAt, attrPolicySeen),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":k": s(key)},
 	})
 	if dynamoerr.CondFailed(err) {

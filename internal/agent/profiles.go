@@ -20,12 +20,12 @@ import (
 
 // PutProfile stores profileJSON as agentID's own profile.
 func PutProfile(ctx context.Context, db DB, agentsTable, agentID, profileJSON string) error {
-	return (&store{db: db, table: agentsTable}).setAttr(ctx, agentID, "profile", profileJSON)
+	return (&store{db: db, table: agentsTable}).setAttr(ctx, agentID, attrProfile, profileJSON)
 }
 
 // GetProfile returns agentID's own profile, "" if it has none.
 func GetProfile(ctx context.Context, db DB, agentsTable, agentID string) (string, error) {
-	st, err := (&store{db: db, table: agentsTable}).getState(ctx, agentID, "profile")
+	st, err := (&store{db: db, table: agentsTable}).getState(ctx, agentID, attrProfile)
 	if err != nil {
 		return "", err
 	}
@@ -38,7 +38,7 @@ func DeleteProfile(ctx context.Context, db DB, agentsTable, agentID string) (boo
 	_, err := (&store{db: db, table: agentsTable}).update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:         aws.String("REMOVE #p"),
 		ConditionExpression:      aws.String("attribute_exists(#p)"),
-		ExpressionAttributeNames: map[string]string{"#p": "profile"},
+		ExpressionAttributeNames: map[string]string{"#p": attrProfile},
 	})
 	if dynamoerr.CondFailed(err) {
 		return false, nil
@@ -65,7 +65,7 @@ func ListProfiles(ctx context.Context, db Scanner, agentsTable string) ([]string
 		TableName:                 aws.String(agentsTable),
 		FilterExpression:          aws.String("sk = :s AND attribute_exists(#p)"),
 		ProjectionExpression:      aws.String("pk"),
-		ExpressionAttributeNames:  map[string]string{"#p": "profile"},
+		ExpressionAttributeNames:  map[string]string{"#p": attrProfile},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":s": s(skState)},
 	}
 	for {

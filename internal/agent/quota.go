@@ -126,7 +126,7 @@ func (st *store) markQuotaRefused(ctx context.Context, agentID, me string, pendi
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET #quota_refused = :p"),
 		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names(attrOwner, "quota_refused"),
+		ExpressionAttributeNames:  names(attrOwner, attrQuotaRefused),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":p": n(pending), ":me": s(me)},
 		ReturnValues:              types.ReturnValueAllNew,
 	})
@@ -165,12 +165,12 @@ func (st *store) rollQuota(ctx context.Context, agentID, me string, cur state, d
 	if cur.QuotaDay != day {
 		set = append(set, "#quota_day = :d", "#quota_turns = :zero")
 		vals[":d"] = s(day)
-		attrs = append(attrs, "quota_day", "quota_turns")
+		attrs = append(attrs, attrQuotaDay, attrQuotaTurns)
 	}
 	if cur.QuotaMonth != month {
 		set = append(set, "#quota_month = :m", "#quota_tokens = :zero")
 		vals[":m"] = s(month)
-		attrs = append(attrs, "quota_month", "quota_tokens")
+		attrs = append(attrs, attrQuotaMonth, attrQuotaTokens)
 	}
 	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
 		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),

@@ -208,7 +208,7 @@ func (r *Runner) sweepOne(ctx context.Context, d deferred) (bool, error) {
 	if lease.LiveMs(d.ClaimUntil, now.UnixMilli()) {
 		return false, nil // another sweep is waking it
 	}
-	st, err := c.store.getState(ctx, d.AgentID, "profile", "quota_day", "quota_turns", "quota_month", "quota_tokens")
+	st, err := c.store.getState(ctx, d.AgentID, attrProfile, attrQuotaDay, attrQuotaTurns, attrQuotaMonth, attrQuotaTokens)
 	if err != nil {
 		return false, err
 	}

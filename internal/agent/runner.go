@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -75,7 +76,7 @@ func (r *Runner) Run(ctx context.Context, agentID string) error {
 // invocation returns a new invocation of r for agentID, with a lease owner id of its
 // own.
 func (r *Runner) invocation(agentID string) *invocation {
-	inv := &invocation{r: r, c: r.c, agent: agentID, me: "run_" + randomHex(8)}
+	inv := &invocation{r: r, c: r.c, rs: r.c.store, agent: agentID, me: "run_" + randomHex(8)}
 	inv.log = inv.newWindow()
 	return inv
 }
@@ -122,6 +123,7 @@ const (
 type invocation struct {
 	r      *Runner
 	c      *core
+	rs     runnerState // the lease and claim rules acquire takes the lease by: c.store
 	agent  string
 	me     string        // lease owner id of this invocation
 	budget time.Duration // time left when the invocation started
@@ -131,6 +133,10 @@ type invocation struct {
 	log         *logWindow // the log from the checkpoint on, kept current
 	inbox       []inboxItem
 	seenPending optional[int64] // the stimulus count the log and inbox were last read at
+	// pre is planClaim's read of the inbox, when the lease write that began this
+	// invocation also claimed the turn it planned: the first apply takes it instead of
+	// reading the inbox and the log again if nothing was queued or done meanwhile.
+	pre *preRead
 
 	// ended is the ended turn that reconcile left for the lease release to finish, when
 	// nothing else was to happen before it: one state write instead of two.
@@ -271,7 +277,7 @@ func (inv *invocation) release(ctx context.Context, pending optional[int64], end
 // start, the lease write claims it too.
 func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 	ttl := inv.c.cfg.LeaseDuration
-	c, err := inv.planClaim(ctx)
+	c, pre, err := inv.planClaim(ctx)
 	if err != nil {
 		return state{}, false, err
 	}
@@ -279,13 +285,16 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 	var first time.Time // the first attempt, which found the lease held
 	for {
 		now, sent := inv.c.now(), time.Now()
-		st, ok, err := inv.c.store.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
+		st, ok, err := inv.rs.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
 		if err != nil {
 			return state{}, false, err
 		}
 		if ok {
 			inv.extendLease(sent.Add(ttl))
 			inv.profileJSON = st.Profile
+			if c != nil {
+				inv.pre = pre
+			}
 			return st, true, nil
 		}
 		if c != nil {
@@ -323,38 +332,62 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 // over after the lease is taken, and the turn claimed then). Otherwise it returns nil
 // and the lease is taken alone; the log read is then skipped when a live holder has
 // it. Cost: one strongly consistent Query (usually 1 read unit) and the log read the
-// runner makes anyway.
-func (inv *invocation) planClaim(ctx context.Context) (*claim, error) {
-	items, pre, err := inv.c.store.inbox(ctx, inv.agent)
+// runner makes anyway: when the lease write claims the turn, the first pass takes both
+// reads as they are (preRead) instead of making them again.
+func (inv *invocation) planClaim(ctx context.Context) (*claim, *preRead, error) {
+	own, pre, err := inv.rs.inboxRead(ctx, inv.agent)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := inv.c.now()
 	if pre.Runner != "" && pre.Runner != inv.me && lease.LiveMs(pre.LeaseUntil, now.UnixMilli()) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if pre.TurnID != "" || pre.QuotaDay != now.UTC().Format(time.DateOnly) || pre.QuotaMonth != now.UTC().Format("2006-01") {
-		return nil, nil
+		return nil, nil, nil
 	}
 	prof, err := inv.c.agentProfile(pre.Profile)
 	if err != nil || !quotaAllows(prof, pre.Counters, now) {
-		return nil, nil // the runner refuses the turn, or fails it on its profile
+		return nil, nil, nil // the runner refuses the turn, or fails it on its profile
 	}
 	if err := inv.log.begin(ctx, inv.c.store, pre); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := inv.log.refresh(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if inv.log.turn != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	for _, it := range items {
+	for _, it := range queued(own, pre) {
 		if it.Wake && !inv.log.isLogged(it.ID) {
-			return &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it, rules: pinnedRules(prof)}, nil
+			c := &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it, rules: pinnedRules(prof)}
+			return c, &preRead{own: own, st: pre}, nil
 		}
 	}
-	return nil, nil
+	return nil, nil, nil
+}
+
+// preRead is planClaim's read: the inbox items of their own and the state item, read
+// together before the lease write, the log read after them.
+type preRead struct {
+	own []inboxItem
+	st  state
+}
+
+// current reports whether the pre-read is still the agent as the lease write st that
+// claimed its turn left it, but for that write's own changes. Every inject counts a
+// stimulus or reserves its place in the inbox before it is put (Stimuli, InboxItems);
+// the read held every item reserved (none was still on its way in: its items number
+// InboxItems); and a runner that held the lease in between and did anything metered a
+// turn, marked a refusal or moved the checkpoint with its release, while a turn left
+// recorded would have failed the claim. A runner that did nothing else may have
+// dropped a stale inject, which the first pass finds stale again and drops once more,
+// as after a crash.
+func (p *preRead) current(st state) bool {
+	return int64(len(p.own)) == p.st.InboxItems &&
+		st.Stimuli == p.st.Stimuli && st.InboxItems == p.st.InboxItems && st.Counters == p.st.Counters &&
+		reflect.DeepEqual(st.Ck, p.st.Ck) && reflect.DeepEqual(st.QuotaRefused, p.st.QuotaRefused)
 }
 
 func newTurnID() string { return "turn_" + randomHex(8) }
@@ -460,6 +493,7 @@ func (inv *invocation) fenceEpoch(ctx context.Context, st state) error {
 	}
 	inv.log = inv.newWindow()
 	inv.seenPending = optional[int64]{}
+	inv.pre = nil
 	return nil
 }
 
@@ -493,7 +527,8 @@ func (inv *invocation) deadlineNear(ctx context.Context) bool {
 
 // apply takes in a state read: a stimulus counted since the last one makes the
 // invocation read the log tail and the inbox. The first apply reads both (no count
-// seen yet).
+// seen yet), unless the lease write claimed the turn planClaim read for and the agent
+// is as planClaim read it (preRead.current).
 func (inv *invocation) apply(ctx context.Context, st state) error {
 	if st.Runner != inv.me {
 		return errLeaseLost
@@ -501,6 +536,15 @@ func (inv *invocation) apply(ctx context.Context, st state) error {
 	inv.adopt(st)
 	if inv.seenPending.is(st.Stimuli) {
 		return nil
+	}
+	if pre := inv.pre; pre != nil {
+		inv.pre = nil
+		if inv.log.begun && pre.current(st) {
+			// The first pass, which planClaim read for: its log and inbox are current.
+			inv.seenPending = some(st.Stimuli)
+			inv.setInbox(queued(pre.own, st))
+			return nil
+		}
 	}
 	if err := inv.log.begin(ctx, inv.c.store, st); err != nil {
 		return err
@@ -535,7 +579,7 @@ func (inv *invocation) append(ctx context.Context, typ string, payload any) (ses
 // setInbox keeps items as the inbox, but for the recorded turn's inline wake once it
 // is logged: that one leaves the state item with the turn, and is not drained.
 func (inv *invocation) setInbox(items []inboxItem) {
-	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == turnWakeAttr && inv.log.isLogged(it.ID) })
+	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == attrTurnWake && inv.log.isLogged(it.ID) })
 }
 
 // nextWake is the waking inject the next turn starts with: the one a recorded claim

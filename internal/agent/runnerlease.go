@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/dynamoerr"
@@ -28,25 +24,19 @@ var errLeaseLost = errors.New("agent: runner lease lost")
 // queued); when only that fails, it returns the state found and false as well, and
 // the caller takes the lease without the claim. Cost: 1 write unit either way.
 func (st *store) acquire(ctx context.Context, agentID, me string, now, until time.Time, c *claim) (state, bool, error) {
-	set := []string{"#owner = :me", "#lease_until = :until", "#pending = if_not_exists(#pending, :zero)"}
-	var remove []string
-	cond := []string{"(attribute_not_exists(#owner) OR " + lease.ExpiredCond("#lease_until", ":now") + " OR #owner = :me)"}
-	attrs := names(attrOwner, attrLeaseUntil, attrPending)
-	vals := map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli()), ":now": n(now.UnixMilli()), ":zero": n(0)}
+	u := newUpdate().Set(attrOwner, ":me").Set(attrLeaseUntil, ":until").Set(attrPending, "if_not_exists(#pending, :zero)").
+		If("(attribute_not_exists(#owner) OR "+lease.ExpiredCond("#lease_until", ":now")+" OR #owner = :me)").
+		Val(":me", s(me)).Val(":until", n(until.UnixMilli())).Val(":now", n(now.UnixMilli())).Val(":zero", n(0))
 	if c != nil {
-		cond = append(cond, "attribute_not_exists(#turn_id)")
-		if err := c.clause(&set, &remove, &cond, attrs, vals); err != nil {
+		u.If("attribute_not_exists(#turn_id)")
+		if err := c.apply(u); err != nil {
 			return state{}, false, err
 		}
 	}
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String(clauses{set: set, remove: remove}.String()),
-		ConditionExpression:                 aws.String(strings.Join(cond, " AND ")),
-		ExpressionAttributeNames:            attrs,
-		ExpressionAttributeValues:           vals,
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in := u.input()
+	in.ReturnValues = types.ReturnValueAllNew
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	out, err := st.update(ctx, agentID, in)
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		held, derr := decodeState(item)
 		return held, false, derr
@@ -62,12 +52,8 @@ func (st *store) acquire(ctx context.Context, agentID, me string, now, until tim
 // asks for nothing back: the heartbeat runs beside the runner's loop, which does not
 // read the lease's end from its state.
 func (st *store) renew(ctx context.Context, agentID, me string, until time.Time) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("SET #lease_until = :until"),
-		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names(attrOwner, attrLeaseUntil),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":until": n(until.UnixMilli())},
-	})
+	_, err := st.update(ctx, agentID, newUpdate().Set(attrLeaseUntil, ":until").If("#owner = :me").
+		Val(":me", s(me)).Val(":until", n(until.UnixMilli())).input())
 	if dynamoerr.CondFailed(err) {
 		return errLeaseLost
 	}
@@ -95,40 +81,24 @@ type endedTurn struct {
 // this write happened (and stored ck). Cost: 1 write unit per KB of the state item
 // (the checkpoint adds its own size).
 func (st *store) release(ctx context.Context, agentID, me string, pending optional[int64], ended *endedTurn, ck *checkpoint) (cur state, released, wrote bool, err error) {
-	cond := "#owner = :me"
-	vals := map[string]types.AttributeValue{":me": s(me)}
-	attrs := names(attrOwner, attrLeaseUntil)
+	u := newUpdate().Remove(attrOwner, attrLeaseUntil).If("#owner = :me").Val(":me", s(me))
 	if pending.ok {
-		cond += " AND #pending = :p"
-		vals[":p"] = n(pending.v)
-		attrs["#pending"] = attrPending
+		u.If("#pending = :p").Val(":p", n(pending.v))
 	}
-	expr := clauses{remove: []string{"#owner", "#lease_until"}}
 	if ended != nil {
-		fin := finishing(ended.id, ended.usage)
-		cond += " AND " + fin.cond
-		expr.remove = append(expr.remove, fin.expr.remove...)
-		expr.add = fin.expr.add
-		maps.Copy(attrs, fin.names)
-		maps.Copy(vals, fin.vals)
+		finishing(u, ended.id, ended.usage)
 	}
 	if ck != nil {
 		v, err := attributevalue.Marshal(ck)
 		if err != nil {
 			return state{}, false, false, fmt.Errorf("agent: encode checkpoint of %s: %w", agentID, err)
 		}
-		expr.set = append(expr.set, "#ck = :ck")
-		attrs["#ck"] = ckAttr
-		vals[":ck"] = v
+		u.Set(attrCk, ":ck").Val(":ck", v)
 	}
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String(expr.String()),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            attrs,
-		ExpressionAttributeValues:           vals,
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in := u.input()
+	in.ReturnValues = types.ReturnValueAllNew
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	out, err := st.update(ctx, agentID, in)
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		var derr error
 		if cur, derr = decodeState(item); derr != nil {

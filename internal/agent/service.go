@@ -269,7 +269,7 @@ func (s *Service) verdict(ctx context.Context, agentID, callID, verdictText, rea
 		return err
 	}
 	defer func() { done(err) }()
-	st, err := s.c.store.getState(ctx, agentID, attrTurnID, "turn_seq")
+	st, err := s.c.store.getState(ctx, agentID, attrTurnID, attrTurnSeq)
 	if err != nil {
 		return err
 	}
@@ -316,15 +316,15 @@ func (s *Service) SetModel(ctx context.Context, agentID, role, spec string) (err
 	var attr string
 	switch role {
 	case RoleMain:
-		attr = "model_main"
+		attr = attrModelMain
 	case RoleTitler:
-		attr = "model_titler"
+		attr = attrModelTitler
 	case RoleCompactor:
-		attr = "model_compactor"
+		attr = attrModelCompactor
 	default:
 		return badSpec("set_model: role %q: unknown role (main, titler, compactor)", role)
 	}
-	st, err := s.c.store.getState(ctx, agentID, "profile")
+	st, err := s.c.store.getState(ctx, agentID, attrProfile)
 	if err != nil {
 		return err
 	}
@@ -368,8 +368,8 @@ func Usage(ctx context.Context, db DB, agentsTable, agentID string) (Counters, e
 }
 
 func (s *store) usage(ctx context.Context, agentID string) (Counters, error) {
-	st, err := s.getState(ctx, agentID, "usage_turns", "usage_input_tokens", "usage_output_tokens",
-		"usage_model_calls", "usage_tool_calls", "usage_wall_ms", "quota_day", "quota_turns", "quota_month", "quota_tokens")
+	st, err := s.getState(ctx, agentID, attrUsageTurns, attrUsageInputTokens, attrUsageOutputTokens,
+		attrUsageModelCalls, attrUsageToolCalls, attrUsageWallMS, attrQuotaDay, attrQuotaTurns, attrQuotaMonth, attrQuotaTokens)
 	if err != nil {
 		return Counters{}, err
 	}
@@ -398,5 +398,5 @@ func (s *Service) SetProfile(ctx context.Context, agentID string, override tools
 	if err != nil {
 		return fmt.Errorf("%w: %v", tools.ErrBadProfile, err)
 	}
-	return s.c.store.setAttr(ctx, agentID, "profile", string(raw))
+	return s.c.store.setAttr(ctx, agentID, attrProfile, string(raw))
 }

@@ -11,16 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// The state item's attributes that the store's expressions name most, as state's tags
-// spell them.
-const (
-	attrOwner      = "owner"       // state.Runner, the runner holding the lease
-	attrLeaseUntil = "lease_until" // state.LeaseUntil, the lease's last millisecond
-	attrPending    = "pending"     // state.Stimuli, the stimulus counter
-	attrTurnID     = "turn_id"     // state.TurnID, the recorded turn
-	attrTurnRules  = "turn_rules"  // state.TurnRules, the recorded turn's pinned rules
-)
-
 // state is the agent's state item. The fields are named for what they hold (the
 // runner holding the lease, the count of stimuli); the stored attribute names stay
 // "owner" and "pending", as in tables already deployed.
@@ -62,6 +52,10 @@ type state struct {
 	// QuotaRefused is the stimulus count a quota refusal was last logged at
 	// (refuseForQuota): a later invocation that finds no stimulus since logs none again.
 	QuotaRefused *int64 `dynamodbav:"quota_refused,omitempty"`
+	// InboxItems is the count of injects queued as items of their own (reserveInbox):
+	// it rises before such an inject is put, so a runner can tell that none was queued
+	// since it read the inbox (invocation.apply).
+	InboxItems int64 `dynamodbav:"inbox_items"`
 	Counters
 }
 
@@ -91,10 +85,10 @@ func decodeState(item map[string]types.AttributeValue) (state, error) {
 		return state{}, fmt.Errorf("agent: decode state item: %w", err)
 	}
 	if st.TurnWake != nil {
-		st.TurnWake.attr = turnWakeAttr
+		st.TurnWake.attr = attrTurnWake
 	}
 	for id, it := range st.Inbox {
-		it.ID, it.attr = id, inboxAttr
+		it.ID, it.attr = id, attrInbox
 		st.Inbox[id] = it
 	}
 	return st, nil
@@ -112,9 +106,9 @@ func names(attrs ...string) map[string]string {
 
 // boundaryAttrs are what a runner reads at a step boundary (not the profile or the
 // counters, which only grow the read).
-var boundaryAttrs = []string{attrOwner, attrLeaseUntil, attrPending, attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason", attrTurnRules,
-	"cancel_at", "cancel_at_reason", "model_main", "model_titler", "model_compactor",
-	"quota_day", "quota_turns", "quota_month", "quota_tokens", "quota_refused"}
+var boundaryAttrs = []string{attrOwner, attrLeaseUntil, attrPending, attrTurnID, attrTurnSeq, attrTurnKey, attrCancelTurn, attrCancelReason, attrTurnRules,
+	attrCancelAt, attrCancelAtReason, attrModelMain, attrModelTitler, attrModelCompactor,
+	attrQuotaDay, attrQuotaTurns, attrQuotaMonth, attrQuotaTokens, attrQuotaRefused}
 
 // getState reads the state item strongly consistent; attrs limits the attributes
 // read (none: all). A missing item is the zero state.

@@ -176,7 +176,7 @@ func (inv *invocation) dropStale(ctx context.Context, it inboxItem, se *control.
 		}
 		inv.adopt(st)
 	}
-	if it.attr != turnWakeAttr {
+	if it.attr != attrTurnWake {
 		if err := inv.deleteInbox(ctx, []inboxItem{it}); err != nil {
 			return err
 		}
@@ -340,97 +340,15 @@ func (inv *invocation) settle(ctx context.Context) error {
 // tool calls become tool/call events (their results are owed to the next boundary),
 // and a refusal, an empty answer or a failure ends the turn.
 func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, error) {
-	prof, set, err := inv.toolset()
-	if err != nil {
-		return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
+	sm, reason := inv.resolveModel()
+	if reason != "" {
+		return inv.endTurn(ctx, t, StatusFailed, reason, nil)
 	}
-	spec := inv.c.modelSpec(inv.st, prof, RoleMain)
-	models, err := inv.c.modelsOf(prof)
-	if err != nil {
-		return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": "+err.Error(), nil)
+	s, out, err := inv.streamStep(ctx, t, sm)
+	if s == nil {
+		return out, err
 	}
-	m, err := models.Resolve(spec)
-	if err != nil {
-		return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": "+err.Error(), nil)
-	}
-	var toolSpecs []model.ToolSpec
-	for _, d := range set.Definitions() {
-		toolSpecs = append(toolSpecs, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
-	}
-	limit := budget(prof, spec)
-	fixed := fixedTokens(model.Request{System: prof.System, Tools: toolSpecs})
-	var ch *chunker
-	var resp model.Response
-	refusal := "" // the provider's first context-length refusal of this step
-	for attempt := 0; ; attempt++ {
-		// Over the budget — or, on the retry, refused as too long — the history is
-		// compacted first.
-		if err := inv.fitContext(ctx, prof, limit, fixed, attempt > 0); err != nil {
-			switch {
-			case errors.Is(err, errNothingToCompact) && attempt == 0:
-				// All of it is the current step: send it, the provider decides.
-			case errors.Is(err, errNothingToCompact):
-				return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": the current step alone is longer than the model's context window: "+refusal, nil)
-			case errors.Is(err, errCompaction):
-				return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
-			case errors.Is(err, errQuota):
-				if t = inv.log.turn; t == nil {
-					return outEnded, nil
-				}
-				return inv.endTurn(ctx, t, StatusRejected, err.Error(), nil)
-			default:
-				return 0, err
-			}
-		}
-		if t = inv.log.turn; t == nil {
-			return outEnded, nil
-		}
-		v := inv.log.view()
-		compactedSeq := int64(-1)
-		if c := inv.log.compacted; c != nil {
-			compactedSeq = c.seq
-		}
-		if reason := inv.spendReason(prof, nil, 0, fixed+v.tokens(fixed, compactedSeq)); reason != "" {
-			return inv.endTurn(ctx, t, StatusRejected, reason, nil)
-		}
-		req := model.Request{System: withSummary(prof.System, v.summary), Messages: history(v.evs), Tools: toolSpecs}
-		ch = &chunker{
-			write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
-			now:        inv.c.now,
-			flushBytes: inv.c.cfg.ChunkBytes,
-			flushAge:   inv.c.cfg.ChunkInterval,
-		}
-		began := inv.c.now()
-		resp, err = m.Stream(ctx, req, ch.delta)
-		if ctx.Err() == nil {
-			meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
-		}
-		if ch.err != nil {
-			return 0, ch.err
-		}
-		if err != nil && ctx.Err() == nil && model.IsContextLength(err) && !ch.wrote() {
-			if attempt == 0 {
-				refusal = err.Error()
-				continue // compact and retry the step, once
-			}
-			return inv.endTurn(ctx, t, StatusFailed, "model "+spec+": refused as too long again after compaction: "+err.Error(), nil)
-		}
-		break
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		if aerr := ch.abort(); aerr != nil {
-			return 0, aerr
-		}
-		return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
-	}
-	if !ch.wrote() && resp.Text != "" {
-		if err := ch.delta(model.Delta{Text: resp.Text}); err != nil {
-			return 0, err
-		}
-	}
+	t, resp, ch := s.t, s.resp, s.ch
 	usage := &modelUsage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}
 	refused := model.IsRefusal(resp.StopReason)
 	var calls []model.ToolCall
@@ -441,7 +359,152 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 	if err := ch.finish(usage); err != nil {
 		return 0, err
 	}
-	usageLogged := hasText
+	usageLogged, err := inv.logToolCalls(ctx, t, calls, usage, hasText)
+	if err != nil {
+		return 0, err
+	}
+	var extra *modelUsage
+	if !usageLogged {
+		extra = usage
+	}
+	if status, reason := stepEnding(resp, refused, hasText, len(calls)); status != "" {
+		return inv.endTurn(ctx, t, status, reason, extra)
+	}
+	return outContinue, nil
+}
+
+// stepModel is the model a step calls, and what the call needs: the agent's profile,
+// the model's spec and the tools offered.
+type stepModel struct {
+	prof  tools.Profile
+	spec  string
+	m     model.Model
+	tools []model.ToolSpec
+}
+
+// resolveModel resolves the agent's main model and its tools; when that fails, it
+// returns the reason the turn fails with.
+func (inv *invocation) resolveModel() (stepModel, string) {
+	prof, set, err := inv.toolset()
+	if err != nil {
+		return stepModel{}, err.Error()
+	}
+	spec := inv.c.modelSpec(inv.st, prof, RoleMain)
+	models, err := inv.c.modelsOf(prof)
+	if err != nil {
+		return stepModel{}, "model " + spec + ": " + err.Error()
+	}
+	m, err := models.Resolve(spec)
+	if err != nil {
+		return stepModel{}, "model " + spec + ": " + err.Error()
+	}
+	var toolSpecs []model.ToolSpec
+	for _, d := range set.Definitions() {
+		toolSpecs = append(toolSpecs, model.ToolSpec{Name: d.Name, Description: d.Description, Schema: d.Schema})
+	}
+	return stepModel{prof: prof, spec: spec, m: m, tools: toolSpecs}, ""
+}
+
+// streamed is a model call's answer, its text streamed into the log by ch; t is the
+// open turn as the step's compaction left it.
+type streamed struct {
+	t    *turnView
+	resp model.Response
+	ch   *chunker
+}
+
+// streamStep fits the history to the model's budget and streams one model call. A
+// call refused as too long, before it streamed anything, is retried once after
+// compacting. It returns the answer, or nil and the step's outcome when the turn ended
+// instead (failed, rejected by the budget or the quota, or ended meanwhile).
+func (inv *invocation) streamStep(ctx context.Context, t *turnView, sm stepModel) (*streamed, outcome, error) {
+	end := func(status, reason string) (*streamed, outcome, error) {
+		out, err := inv.endTurn(ctx, t, status, reason, nil)
+		return nil, out, err
+	}
+	prof, spec := sm.prof, sm.spec
+	limit := budget(prof, spec)
+	fixed := fixedTokens(model.Request{System: prof.System, Tools: sm.tools})
+	var ch *chunker
+	var resp model.Response
+	var err error
+	refusal := "" // the provider's first context-length refusal of this step
+	for attempt := 0; ; attempt++ {
+		// Over the budget — or, on the retry, refused as too long — the history is
+		// compacted first.
+		if err := inv.fitContext(ctx, prof, limit, fixed, attempt > 0); err != nil {
+			switch {
+			case errors.Is(err, errNothingToCompact) && attempt == 0:
+				// All of it is the current step: send it, the provider decides.
+			case errors.Is(err, errNothingToCompact):
+				return end(StatusFailed, "model "+spec+": the current step alone is longer than the model's context window: "+refusal)
+			case errors.Is(err, errCompaction):
+				return end(StatusFailed, err.Error())
+			case errors.Is(err, errQuota):
+				if t = inv.log.turn; t == nil {
+					return nil, outEnded, nil
+				}
+				return end(StatusRejected, err.Error())
+			default:
+				return nil, 0, err
+			}
+		}
+		if t = inv.log.turn; t == nil {
+			return nil, outEnded, nil
+		}
+		v := inv.log.view()
+		compactedSeq := int64(-1)
+		if c := inv.log.compacted; c != nil {
+			compactedSeq = c.seq
+		}
+		if reason := inv.spendReason(prof, nil, 0, fixed+v.tokens(fixed, compactedSeq)); reason != "" {
+			return end(StatusRejected, reason)
+		}
+		req := model.Request{System: withSummary(prof.System, v.summary), Messages: history(v.evs), Tools: sm.tools}
+		ch = &chunker{
+			write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
+			now:        inv.c.now,
+			flushBytes: inv.c.cfg.ChunkBytes,
+			flushAge:   inv.c.cfg.ChunkInterval,
+		}
+		began := inv.c.now()
+		resp, err = sm.m.Stream(ctx, req, ch.delta)
+		if ctx.Err() == nil {
+			meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+		}
+		if ch.err != nil {
+			return nil, 0, ch.err
+		}
+		if err != nil && ctx.Err() == nil && model.IsContextLength(err) && !ch.wrote() {
+			if attempt == 0 {
+				refusal = err.Error()
+				continue // compact and retry the step, once
+			}
+			return end(StatusFailed, "model "+spec+": refused as too long again after compaction: "+err.Error())
+		}
+		break
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		if aerr := ch.abort(); aerr != nil {
+			return nil, 0, aerr
+		}
+		return end(StatusFailed, err.Error())
+	}
+	if !ch.wrote() && resp.Text != "" {
+		if err := ch.delta(model.Delta{Text: resp.Text}); err != nil {
+			return nil, 0, err
+		}
+	}
+	return &streamed{t: t, resp: resp, ch: ch}, 0, nil
+}
+
+// logToolCalls logs a step's tool calls as tool/call events, each with an id unique in
+// the turn t, the step's usage on the first when the step's text did not carry it
+// (usageLogged). It reports whether the usage is logged now.
+func (inv *invocation) logToolCalls(ctx context.Context, t *turnView, calls []model.ToolCall, usage *modelUsage, usageLogged bool) (bool, error) {
 	ids := map[string]bool{}
 	for _, c := range t.calls {
 		ids[c.ID] = true
@@ -459,29 +522,32 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 			ev.Usage, usageLogged = usage, true
 		}
 		if _, err := inv.append(ctx, TypeToolCall, ev); err != nil {
-			return 0, err
+			return false, err
 		}
 	}
 	if len(calls) > 0 {
 		if err := inv.crash(CrashToolCalls); err != nil {
-			return 0, err
+			return false, err
 		}
 	}
-	var extra *modelUsage
-	if !usageLogged {
-		extra = usage
-	}
+	return usageLogged, nil
+}
+
+// stepEnding is how a step's answer ends the turn: a refusal rejects it, with the
+// model's text or its stop reason; an answer with neither text nor tool calls leaves
+// it empty. status "": the turn goes on.
+func stepEnding(resp model.Response, refused, hasText bool, calls int) (status, reason string) {
 	switch {
 	case refused:
 		reason := strings.TrimSpace(resp.Text)
 		if reason == "" {
 			reason = "model refused (" + resp.StopReason + ")"
 		}
-		return inv.endTurn(ctx, t, StatusRejected, reason, extra)
-	case !hasText && len(calls) == 0:
-		return inv.endTurn(ctx, t, StatusEmpty, "", extra)
+		return StatusRejected, reason
+	case !hasText && calls == 0:
+		return StatusEmpty, ""
 	}
-	return outContinue, nil
+	return "", ""
 }
 
 // plan is what happens to one owed call in its run.

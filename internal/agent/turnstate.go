@@ -3,11 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
-	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/terret/terret-ws/internal/dynamoerr"
@@ -25,45 +22,34 @@ type claim struct {
 	rules string
 }
 
-// clause adds the claim's parts to an update: the turn's id, first seq and wake key
-// set, any cancel of an earlier turn removed, an inline wake moved off the queue; and
-// the conditions that the wake is still queued there.
-func (c *claim) clause(set, remove, cond *[]string, attrs map[string]string, vals map[string]types.AttributeValue) error {
-	*set = append(*set, "#turn_id = :t", "#turn_seq = :seq", "#turn_key = :k")
-	*remove = append(*remove, "#cancel_turn", "#cancel_reason")
-	for _, a := range []string{attrTurnID, "turn_seq", "turn_key", "cancel_turn", "cancel_reason"} {
-		attrs["#"+a] = a
-	}
-	vals[":t"], vals[":seq"], vals[":k"] = s(c.turnID), n(c.seq), s(c.wake.key())
+// apply adds the claim's parts to u: the turn's id, first seq and wake key set, any
+// cancel of an earlier turn removed, an inline wake moved off the queue; and the
+// condition that the wake is still queued there.
+func (c *claim) apply(u *update) error {
+	u.Set(attrTurnID, ":t").Set(attrTurnSeq, ":seq").Set(attrTurnKey, ":k").Remove(attrCancelTurn, attrCancelReason)
+	u.Val(":t", s(c.turnID)).Val(":seq", n(c.seq)).Val(":k", s(c.wake.key()))
 	if c.rules != "" {
-		*set = append(*set, "#turn_rules = :rules")
-		attrs["#turn_rules"], vals[":rules"] = attrTurnRules, s(c.rules)
+		u.Set(attrTurnRules, ":rules").Val(":rules", s(c.rules))
 	}
-	if c.wake.attr == "" || c.wake.attr == turnWakeAttr {
+	if c.wake.attr == "" || c.wake.attr == attrTurnWake {
 		return nil
 	}
 	w, err := attributevalue.Marshal(c.wake)
 	if err != nil {
 		return fmt.Errorf("agent: encode waking inject: %w", err)
 	}
-	*set = append(*set, "#turn_wake = :w")
-	*remove = append(*remove, "#inbox.#q")
-	*cond = append(*cond, "attribute_exists(#inbox.#q)")
-	attrs["#turn_wake"], attrs["#inbox"], attrs["#q"] = turnWakeAttr, inboxAttr, c.wake.ID
-	vals[":w"] = w
+	u.Set(attrTurnWake, ":w").Val(":w", w).Remove(attrInbox+".#q").If("attribute_exists(#inbox.#q)").Key("#q", c.wake.ID)
 	return nil
 }
 
 // setTurn records turnID as the agent's turn (claimed, open or ending). turnSeq is a
 // lower bound of the turn's first seq. It returns the state after the write.
 func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSeq int64) (state, error) {
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("SET #turn_id = :t, #turn_seq = :seq"),
-		ConditionExpression:       aws.String("#owner = :me"),
-		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "turn_seq"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":seq": n(turnSeq)},
-		ReturnValues:              types.ReturnValueAllNew,
-	})
+	u := newUpdate().Set(attrTurnID, ":t").Set(attrTurnSeq, ":seq").If("#owner = :me").
+		Val(":me", s(me)).Val(":t", s(turnID)).Val(":seq", n(turnSeq))
+	in := u.input()
+	in.ReturnValues = types.ReturnValueAllNew
+	out, err := st.update(ctx, agentID, in)
 	if dynamoerr.CondFailed(err) {
 		return state{}, errLeaseLost
 	}
@@ -78,20 +64,13 @@ func (st *store) setTurn(ctx context.Context, agentID, me, turnID string, turnSe
 // returns the state after the write, whose CancelAt says whether a cancel sent after
 // the wake is owed.
 func (st *store) claimTurn(ctx context.Context, agentID, me string, c claim) (state, error) {
-	var set, remove []string
-	cond := []string{"#owner = :me"}
-	attrs := names(attrOwner)
-	vals := map[string]types.AttributeValue{":me": s(me)}
-	if err := c.clause(&set, &remove, &cond, attrs, vals); err != nil {
+	u := newUpdate().If("#owner = :me").Val(":me", s(me))
+	if err := c.apply(u); err != nil {
 		return state{}, err
 	}
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String(clauses{set: set, remove: remove}.String()),
-		ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
-		ExpressionAttributeNames:  attrs,
-		ExpressionAttributeValues: vals,
-		ReturnValues:              types.ReturnValueAllNew,
-	})
+	in := u.input()
+	in.ReturnValues = types.ReturnValueAllNew
+	out, err := st.update(ctx, agentID, in)
 	if dynamoerr.CondFailed(err) {
 		return state{}, errLeaseLost
 	}
@@ -104,13 +83,10 @@ func (st *store) claimTurn(ctx context.Context, agentID, me string, c claim) (st
 // cancelClaimed marks the turn just claimed cancelled: a cancel sent after its wake was
 // recorded before the claim (CancelAt). It returns the state after the write.
 func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason string) (state, error) {
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("SET #cancel_turn = :t, #cancel_reason = :r"),
-		ConditionExpression:       aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:  names(attrOwner, attrTurnID, "cancel_turn", "cancel_reason"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":me": s(me), ":t": s(turnID), ":r": s(reason)},
-		ReturnValues:              types.ReturnValueAllNew,
-	})
+	in := newUpdate().Set(attrCancelTurn, ":t").Set(attrCancelReason, ":r").If("#owner = :me").If("#turn_id = :t").
+		Val(":me", s(me)).Val(":t", s(turnID)).Val(":r", s(reason)).input()
+	in.ReturnValues = types.ReturnValueAllNew
+	out, err := st.update(ctx, agentID, in)
 	if dynamoerr.CondFailed(err) {
 		return state{}, errLeaseLost
 	}
@@ -126,17 +102,12 @@ func (st *store) cancelClaimed(ctx context.Context, agentID, me, turnID, reason 
 // already cleared is no error. It returns the state after the write, or as found when
 // the turn was already cleared.
 func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u TurnUsage) (state, error) {
-	f := finishing(turnID, u)
-	f.names["#owner"] = attrOwner
-	f.vals[":me"] = s(me)
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String(f.expr.String()),
-		ConditionExpression:                 aws.String("#owner = :me AND " + f.cond),
-		ExpressionAttributeNames:            f.names,
-		ExpressionAttributeValues:           f.vals,
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	up := newUpdate().If("#owner = :me").Val(":me", s(me))
+	finishing(up, turnID, u)
+	in := up.input()
+	in.ReturnValues = types.ReturnValueAllNew
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	out, err := st.update(ctx, agentID, in)
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		return foundMine(item, me) // already finished, or the lease lost
 	}
@@ -146,48 +117,29 @@ func (st *store) finishTurn(ctx context.Context, agentID, me, turnID string, u T
 	return decodeState(out.Attributes)
 }
 
-// finish is the update that clears an ended turn and meters its usage, by its parts,
-// conditional on the turn being the recorded one: finishTurn writes it alone, release
-// folds it into its own write.
-type finish struct {
-	expr  clauses
-	cond  string
-	names map[string]string
-	vals  map[string]types.AttributeValue
+// finishing adds to u the parts that clear the ended turn turnID and meter its usage
+// u, conditional on the turn being the recorded one: finishTurn writes them alone,
+// release folds them into its own write.
+func finishing(up *update, turnID string, u TurnUsage) {
+	up.Remove(turnAttrs...)
+	up.Add(attrUsageTurns, ":one").Add(attrUsageInputTokens, ":in").Add(attrUsageOutputTokens, ":out").Add(attrUsageModelCalls, ":mc").
+		Add(attrUsageToolCalls, ":tc").Add(attrUsageWallMS, ":wall").Add(attrQuotaTurns, ":one").Add(attrQuotaTokens, ":tok")
+	up.If("#turn_id = :t")
+	up.Val(":t", s(turnID)).Val(":one", n(1)).Val(":in", n(u.InputTokens)).Val(":out", n(u.OutputTokens)).
+		Val(":tok", n(u.InputTokens+u.OutputTokens)).Val(":mc", n(u.ModelCalls)).Val(":tc", n(u.ToolCalls)).Val(":wall", n(u.WallMS))
 }
 
-// finishing is the finish of the ended turn turnID with usage u.
-func finishing(turnID string, u TurnUsage) finish {
-	return finish{
-		expr: clauses{
-			remove: []string{"#turn_id", "#turn_seq", "#turn_key", "#turn_wake", "#cancel_turn", "#cancel_reason", "#turn_rules"},
-			add: []string{"#usage_turns :one", "#usage_input_tokens :in", "#usage_output_tokens :out", "#usage_model_calls :mc",
-				"#usage_tool_calls :tc", "#usage_wall_ms :wall", "#quota_turns :one", "#quota_tokens :tok"},
-		},
-		cond: "#turn_id = :t",
-		names: names(attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason", attrTurnRules,
-			"usage_turns", "usage_input_tokens", "usage_output_tokens", "usage_model_calls", "usage_tool_calls", "usage_wall_ms",
-			"quota_turns", "quota_tokens"),
-		vals: map[string]types.AttributeValue{
-			":t": s(turnID), ":one": n(1), ":in": n(u.InputTokens), ":out": n(u.OutputTokens),
-			":tok": n(u.InputTokens + u.OutputTokens),
-			":mc":  n(u.ModelCalls), ":tc": n(u.ToolCalls), ":wall": n(u.WallMS),
-		},
-	}
-}
+// turnAttrs are the attributes that go with the recorded turn.
+var turnAttrs = []string{attrTurnID, attrTurnSeq, attrTurnKey, attrTurnWake, attrCancelTurn, attrCancelReason, attrTurnRules}
 
 // clearTurn forgets a claimed turn that never started. It returns the state after the
 // write, or as found when that turn was no longer recorded (no error), and
 // errLeaseLost when the lease is not mine.
 func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) (state, error) {
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String("REMOVE #turn_id, #turn_seq, #turn_key, #turn_wake, #cancel_turn, #cancel_reason, #turn_rules"),
-		ConditionExpression:                 aws.String("#owner = :me AND #turn_id = :t"),
-		ExpressionAttributeNames:            names(attrOwner, attrTurnID, "turn_seq", "turn_key", "turn_wake", "cancel_turn", "cancel_reason", attrTurnRules),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":me": s(me), ":t": s(turnID)},
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in := newUpdate().Remove(turnAttrs...).If("#owner = :me").If("#turn_id = :t").Val(":me", s(me)).Val(":t", s(turnID)).input()
+	in.ReturnValues = types.ReturnValueAllNew
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	out, err := st.update(ctx, agentID, in)
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		return foundMine(item, me) // no longer recorded, or the lease lost
 	}
@@ -200,12 +152,10 @@ func (st *store) clearTurn(ctx context.Context, agentID, me, turnID string) (sta
 // addUsage adds usage outside a turn (the titler's model call) to the counters. It
 // returns the state after the write.
 func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) (state, error) {
-	res, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("ADD #usage_input_tokens :in, #usage_output_tokens :out, #usage_model_calls :one, #quota_tokens :tok"),
-		ExpressionAttributeNames:  names("usage_input_tokens", "usage_output_tokens", "usage_model_calls", "quota_tokens"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":in": n(in), ":out": n(out), ":one": n(1), ":tok": n(in + out)},
-		ReturnValues:              types.ReturnValueAllNew,
-	})
+	u := newUpdate().Add(attrUsageInputTokens, ":in").Add(attrUsageOutputTokens, ":out").Add(attrUsageModelCalls, ":one").Add(attrQuotaTokens, ":tok").
+		Val(":in", n(in)).Val(":out", n(out)).Val(":one", n(1)).Val(":tok", n(in+out)).input()
+	u.ReturnValues = types.ReturnValueAllNew
+	res, err := st.update(ctx, agentID, u)
 	if err != nil {
 		return state{}, fmt.Errorf("agent: add usage of %s: %w", agentID, err)
 	}
@@ -214,11 +164,7 @@ func (st *store) addUsage(ctx context.Context, agentID string, in, out int64) (s
 
 // bump counts a stimulus, so a runner about to release its lease goes round again.
 func (st *store) bump(ctx context.Context, agentID string) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("ADD #pending :one"),
-		ExpressionAttributeNames:  names(attrPending),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1)},
-	})
+	_, err := st.update(ctx, agentID, newUpdate().Add(attrPending, ":one").Val(":one", n(1)).input())
 	if err != nil {
 		return fmt.Errorf("agent: record stimulus for %s: %w", agentID, err)
 	}
@@ -242,21 +188,17 @@ const (
 // is one whose turn/end is logged: it counts as no turn (cancelNoTurn). It returns
 // the state item as found, before the write. Cost: 1 write unit.
 func (st *store) cancelRunning(ctx context.Context, agentID, reason, key, ended string) (cancelOutcome, state, error) {
-	cond := "attribute_exists(#turn_id) AND (attribute_not_exists(#turn_key) OR #turn_key <= :k) " +
-		"AND (attribute_not_exists(#cancel_at) OR #cancel_at <= :k)"
-	vals := map[string]types.AttributeValue{":r": s(reason), ":k": s(key), ":one": n(1)}
+	u := newUpdate().Set(attrCancelTurn, "#turn_id").Set(attrCancelReason, ":r").Set(attrCancelAt, ":k").Set(attrCancelAtReason, ":r").Add(attrPending, ":one").
+		If("attribute_exists(#turn_id)").If("(attribute_not_exists(#turn_key) OR #turn_key <= :k)").
+		If("(attribute_not_exists(#cancel_at) OR #cancel_at <= :k)").
+		Val(":r", s(reason)).Val(":k", s(key)).Val(":one", n(1))
 	if ended != "" {
-		cond += " AND #turn_id <> :ended"
-		vals[":ended"] = s(ended)
+		u.If("#turn_id <> :ended").Val(":ended", s(ended))
 	}
-	out, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String("SET #cancel_turn = #turn_id, #cancel_reason = :r, #cancel_at = :k, #cancel_at_reason = :r ADD #pending :one"),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names("cancel_turn", attrTurnID, "turn_key", "cancel_reason", "cancel_at", "cancel_at_reason", attrPending),
-		ExpressionAttributeValues:           vals,
-		ReturnValues:                        types.ReturnValueAllOld,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in := u.input()
+	in.ReturnValues = types.ReturnValueAllOld
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	out, err := st.update(ctx, agentID, in)
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		cur, derr := decodeState(item)
 		switch {
@@ -279,12 +221,8 @@ func (st *store) cancelRunning(ctx context.Context, agentID, reason, key, ended 
 // owe records a cancel that found no turn running: CancelAt rises to key, so the turn
 // a wake sent before the cancel starts is cancelled at its start. Cost: 1 write unit.
 func (st *store) owe(ctx context.Context, agentID, reason, key string) error {
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:          aws.String("SET #cancel_at = :k, #cancel_at_reason = :r"),
-		ConditionExpression:       aws.String("attribute_not_exists(#cancel_at) OR #cancel_at <= :k"),
-		ExpressionAttributeNames:  names("cancel_at", "cancel_at_reason"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(reason), ":k": s(key)},
-	})
+	_, err := st.update(ctx, agentID, newUpdate().Set(attrCancelAt, ":k").Set(attrCancelAtReason, ":r").
+		If("attribute_not_exists(#cancel_at) OR #cancel_at <= :k").Val(":r", s(reason)).Val(":k", s(key)).input())
 	if dynamoerr.CondFailed(err) {
 		return nil
 	}
@@ -299,19 +237,15 @@ func (st *store) owe(ctx context.Context, agentID, reason, key string) error {
 // is logged. It reports false when a turn was recorded meanwhile (the cancel may apply
 // to it after all).
 func (st *store) forgo(ctx context.Context, agentID, key, ended string) (bool, error) {
-	cond := "#cancel_at = :k AND attribute_not_exists(#turn_id)"
-	vals := map[string]types.AttributeValue{":k": s(key)}
+	u := newUpdate().Remove(attrCancelAt, attrCancelAtReason).If("#cancel_at = :k").Val(":k", s(key))
 	if ended != "" {
-		cond = "#cancel_at = :k AND (attribute_not_exists(#turn_id) OR #turn_id = :ended)"
-		vals[":ended"] = s(ended)
+		u.If("(attribute_not_exists(#turn_id) OR #turn_id = :ended)").Val(":ended", s(ended))
+	} else {
+		u.If("attribute_not_exists(#turn_id)")
 	}
-	_, err := st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression:                    aws.String("REMOVE #cancel_at, #cancel_at_reason"),
-		ConditionExpression:                 aws.String(cond),
-		ExpressionAttributeNames:            names("cancel_at", "cancel_at_reason", attrTurnID),
-		ExpressionAttributeValues:           vals,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in := u.input()
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	_, err := st.update(ctx, agentID, in)
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		cur, derr := decodeState(item)
 		if derr != nil {
@@ -330,14 +264,11 @@ func (st *store) forgo(ctx context.Context, agentID, key, ended string) (bool, e
 // key or later by seq. Otherwise it writes nothing and returns the state holding the
 // newer claim (claimed false). Cost: 1 write unit.
 func (st *store) claimPolicy(ctx context.Context, agentID, key string, seq int64) (old state, claimed bool, err error) {
-	_, err = st.update(ctx, agentID, &dynamodb.UpdateItemInput{
-		UpdateExpression: aws.String("SET #policy_at = :k, #policy_seq = :s ADD #pending :one"),
-		ConditionExpression: aws.String("(attribute_not_exists(#policy_at) OR #policy_at <= :k) AND " +
-			"(attribute_not_exists(#policy_seq) OR #policy_seq <= :s)"),
-		ExpressionAttributeNames:            names("policy_at", "policy_seq", attrPending),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":k": s(key), ":s": n(seq), ":one": n(1)},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	in := newUpdate().Set(attrPolicyAt, ":k").Set(attrPolicySeq, ":s").Add(attrPending, ":one").
+		If("(attribute_not_exists(#policy_at) OR #policy_at <= :k)").If("(attribute_not_exists(#policy_seq) OR #policy_seq <= :s)").
+		Val(":k", s(key)).Val(":s", n(seq)).Val(":one", n(1)).input()
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	_, err = st.update(ctx, agentID, in)
 	if item, ok := dynamoerr.CondFailedItem(err); ok {
 		old, err := decodeState(item)
 		return old, false, err
