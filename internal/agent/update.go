@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,7 +14,9 @@ import (
 // clauses in the order they are added, its conditions (all must hold), and its values.
 // The attribute names are not listed by hand: input maps every #name its expressions
 // hold to the state attribute of that name (attrs.go), or to a map key named with Key,
-// and panics on any other — a misspelled attribute fails the first test that writes it.
+// and leaves any other unnamed, so that DynamoDB refuses the write (a ValidationException
+// naming the placeholder; nothing written) — a misspelled attribute fails the first test
+// that writes it, and never panics a running function.
 type update struct {
 	c    clauses
 	cond []string
@@ -84,10 +85,9 @@ func (u *update) input() *dynamodb.UpdateItemInput {
 				names[p] = k
 				continue
 			}
-			if !slices.Contains(stateAttrs, p[1:]) {
-				panic(fmt.Sprintf("agent: unknown state attribute %s in %q", p, aws.ToString(e)))
+			if slices.Contains(stateAttrs, p[1:]) {
+				names[p] = p[1:]
 			}
-			names[p] = p[1:]
 		}
 	}
 	if len(names) > 0 {

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"context"
 	"reflect"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/terret/terret-ws/internal/dynamotest"
 )
 
 // TestUpdateBuilder: an update writes its actions in the order added, by clause, its
@@ -68,13 +72,23 @@ func TestUpdateBuilder(t *testing.T) {
 }
 
 // TestUpdateUnknownAttribute: an expression naming no state attribute (a misspelling)
-// panics when the update is built, before anything is sent.
+// leaves its placeholder unnamed, so DynamoDB refuses the write and nothing is written:
+// it fails the first test that sends it, and never panics a running function.
 func TestUpdateUnknownAttribute(t *testing.T) {
 	t.Parallel()
-	defer func() {
-		if recover() == nil {
-			t.Error("an update naming #lease_untl did not panic")
-		}
-	}()
-	newUpdate().If("#lease_untl < :now").input()
+	u := newUpdate().Set(attrPending, ":one").If("attribute_not_exists(#lease_untl)").Val(":one", n(1))
+	in := u.input()
+	if _, named := in.ExpressionAttributeNames["#lease_untl"]; named {
+		t.Fatalf("names %v: #lease_untl named", in.ExpressionAttributeNames)
+	}
+	names := dynamotest.CreateTables(t)
+	st := &store{db: dynamotest.Client(t), table: names["AgentsTable"]}
+	ctx := context.Background()
+	if _, err := st.update(ctx, "misspelt", in); err == nil {
+		t.Fatal("an update naming #lease_untl was sent and not refused")
+	}
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.table), Key: key("misspelt", skState), ConsistentRead: aws.Bool(true)})
+	if err != nil || len(out.Item) != 0 {
+		t.Fatalf("state item after the refused update = %v, %v; want none", out.Item, err)
+	}
 }
