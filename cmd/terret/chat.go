@@ -31,6 +31,7 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	tf := addTargetFlags(fs, env)
 	from := fs.Int64("from", 0, "first seq of the history to show")
+	dialTimeout := addDialTimeout(fs)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -43,12 +44,15 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *from < 0 {
 		return fmt.Errorf("%w: --from must be ≥ 0", errUsage)
 	}
+	if *dialTimeout <= 0 {
+		return fmt.Errorf("%w: --dial-timeout must be > 0", errUsage)
+	}
 	tgt, err := tf.resolve(ctx, env)
 	if err != nil {
 		return err
 	}
 	v := newChatView(stdout, isTerminal(stdout), isTerminal(os.Stdin), tgt.agent)
-	c, err := client.Dial(ctx, tgt.url, tgt.token, client.Options{OnEvent: v.event, OnNotice: v.notice, OnStatus: v.status})
+	c, err := client.Dial(ctx, tgt.url, tgt.token, client.Options{DialTimeout: *dialTimeout, OnEvent: v.event, OnNotice: v.notice, OnStatus: v.status})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

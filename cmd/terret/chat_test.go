@@ -31,7 +31,7 @@ func init() {
 // the end of input waits for the turn it started before exiting.
 func testChatPiped(t *testing.T, e *e2e) {
 	agent := dynamotest.UniqueName("chat")
-	cmd := e.command(t, nil, "chat", "--agent", agent, "--url", e.url(agent), "--token", e.token(t, agent))
+	cmd := e.command(t, nil, "chat", dialFlag(), "--agent", agent, "--url", e.url(agent), "--token", e.token(t, agent))
 	cmd.Stdin = strings.NewReader("hello from a pipe\n/bogus\n")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -72,7 +72,7 @@ func testChatPipedParked(t *testing.T, e *e2e) {
 	agent := dynamotest.UniqueName("chat")
 	tok := e.token(t, agent)
 	script := `{"script":[{"call":[{"tool":"guarded_echo","args":{"text":"hi"}}]},{"say":"done"}]}`
-	cmd := e.command(t, nil, "chat", "--agent", agent, "--url", e.url(agent), "--token", tok)
+	cmd := e.command(t, nil, "chat", dialFlag(), "--agent", agent, "--url", e.url(agent), "--token", tok)
 	cmd.Stdin = strings.NewReader(script + "\n")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -113,7 +113,7 @@ func testChatPipedParked(t *testing.T, e *e2e) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*wait())
 	defer cancel()
 	ends := make(chan string, 10)
-	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{OnEvent: func(ev client.Event) error {
+	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{DialTimeout: dialTimeout(), OnEvent: func(ev client.Event) error {
 		if ev.Type == "turn/end" || ev.Type == "approval/resolved" {
 			ends <- ev.Type + " " + string(ev.Payload)
 		}
@@ -284,7 +284,7 @@ func testChatSuperseded(t *testing.T, e *e2e) {
 		t.Fatal(err)
 	}
 	defer keep.Close()
-	cmd := e.command(t, nil, "chat", "--agent", agent, "--url", e.url(agent), "--token", tok)
+	cmd := e.command(t, nil, "chat", dialFlag(), "--agent", agent, "--url", e.url(agent), "--token", tok)
 	cmd.Stdin = in
 	p := start(t, cmd)
 	in.Close()
@@ -293,7 +293,7 @@ func testChatSuperseded(t *testing.T, e *e2e) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
-	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{})
+	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{DialTimeout: dialTimeout()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	tf := addTargetFlags(fs, env)
 	from := fs.Int64("from", 0, "first seq to print: replay from it, then follow live")
+	dialTimeout := addDialTimeout(fs)
 	observe := fs.Bool("observe", false, "connect as an observer: beside the agent's driver (terret chat, the web page) instead of taking its connection; "+
 		"with the running terret dev and no --token, takes a new observer token (else pass one: terret token create --role observer)")
 	if err := fs.Parse(args); err != nil {
@@ -40,12 +41,16 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *from < 0 {
 		return fmt.Errorf("%w: --from must be ≥ 0", errUsage)
 	}
+	if *dialTimeout <= 0 {
+		return fmt.Errorf("%w: --dial-timeout must be > 0", errUsage)
+	}
 	tf.observe = *observe
 	tgt, err := tf.resolve(ctx, env)
 	if err != nil {
 		return err
 	}
 	c, err := client.Dial(ctx, tgt.url, tgt.token, client.Options{
+		DialTimeout: *dialTimeout,
 		OnEvent: func(ev client.Event) error {
 			// The event as sent, with any DEL, C1 control or override its strings hold
 			// raw escaped as JSON escapes them (termtext): still the same JSON.
@@ -106,6 +111,12 @@ func explainEnd(err error, tgt target) error {
 			"Get a new one (%s token create --agent %s), or leave --token out while terret dev runs", agent, invokedAs(), agent)}
 	}
 	return err
+}
+
+// addDialTimeout adds --dial-timeout, the bound on one connection attempt of chat and
+// tail: its handshake (the gateway's $connect) and hello.
+func addDialTimeout(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("dial-timeout", 15*time.Second, "how long one connection attempt may take, handshake and hello (a slow network or gateway: raise it)")
 }
 
 // targetFlags say which agent socket chat and tail open, and with what token.

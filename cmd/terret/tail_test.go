@@ -36,6 +36,13 @@ import (
 // can take seconds per request.
 func wait() time.Duration { return hang.Bound() }
 
+// dialTimeout is the client's default bound on one connection attempt, scaled by the
+// machine's load: a loaded machine's $connect is given the room an idle one's has.
+func dialTimeout() time.Duration { return hang.Scaled(15 * time.Second) }
+
+// dialFlag passes dialTimeout to a terret chat or tail.
+func dialFlag() string { return "--dial-timeout=" + dialTimeout().String() }
+
 // e2e is the built terret binary and an in-process `terret dev` (approvals mounted)
 // for it to talk to.
 type e2e struct {
@@ -234,7 +241,7 @@ func (p *proc) exit(t *testing.T) int {
 func testTail(t *testing.T, e *e2e) {
 	agent := dynamotest.UniqueName("t")
 	// A server root as --url: the command builds the agent's URL from it.
-	p := start(t, e.command(t, nil, "tail", "--agent", agent, "--url", e.st.WebSocketURL(), "--token", e.token(t, agent)))
+	p := start(t, e.command(t, nil, "tail", dialFlag(), "--agent", agent, "--url", e.st.WebSocketURL(), "--token", e.token(t, agent)))
 	lines := []string{p.line(t)}
 	for i := range 3 {
 		if _, err := e.log.Append(context.Background(), agent, "test/event", map[string]int{"i": i}); err != nil {
@@ -283,6 +290,8 @@ func testTailRefused(t *testing.T, e *e2e) {
 		{"url without token", []string{"tail", "--agent", agent, "--url", e.url(agent)}, 2,
 			"terret tail: --token is required with --url (env TERRET_TOKEN, or --token-file)\n"},
 		{"url of another agent", []string{"tail", "--agent", "other", "--url", e.url(agent), "--token", "x"}, 2, ""},
+		{"dial timeout 0", []string{"tail", "--agent", agent, "--url", e.url(agent), "--token", "x", "--dial-timeout", "0"}, 2,
+			"terret tail: --dial-timeout must be > 0\n"},
 	} {
 		p := start(t, e.command(t, nil, tc.args...))
 		code := p.exit(t)
@@ -301,11 +310,11 @@ func testTailRefused(t *testing.T, e *e2e) {
 func testTailSuperseded(t *testing.T, e *e2e) {
 	agent := dynamotest.UniqueName("t")
 	tok := e.token(t, agent)
-	p := start(t, e.command(t, nil, "tail", "--agent", agent, "--url", e.url(agent), "--token", tok))
+	p := start(t, e.command(t, nil, "tail", dialFlag(), "--agent", agent, "--url", e.url(agent), "--token", tok))
 	p.line(t)
 	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
-	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{})
+	c, err := client.Dial(ctx, e.url(agent), tok, client.Options{DialTimeout: dialTimeout()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +341,7 @@ func testTailObserve(t *testing.T, e *e2e) {
 	agent := dynamotest.UniqueName("t")
 	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
-	drv, err := client.Dial(ctx, e.url(agent), e.token(t, agent), client.Options{})
+	drv, err := client.Dial(ctx, e.url(agent), e.token(t, agent), client.Options{DialTimeout: dialTimeout()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +349,7 @@ func testTailObserve(t *testing.T, e *e2e) {
 	if r := drv.Hello().Role; r != client.RoleDriver {
 		t.Fatalf("driver's hello role %q", r)
 	}
-	p := start(t, e.command(t, []string{"TERRET_STATE_DIR=" + dir}, "tail", "--observe", "--agent", agent))
+	p := start(t, e.command(t, []string{"TERRET_STATE_DIR=" + dir}, "tail", dialFlag(), "--observe", "--agent", agent))
 	if l := p.line(t); !strings.Contains(l, `"seq":0,`) {
 		t.Fatalf("first line %s", l)
 	}
@@ -399,8 +408,8 @@ func testTailFindsDev(t *testing.T, e *e2e) {
 		t.Fatal(err)
 	}
 	agent, agent2 := dynamotest.UniqueName("t"), dynamotest.UniqueName("t")
-	p := start(t, e.command(t, []string{"TERRET_STATE_DIR=" + dir}, "tail", "--agent", agent))
-	p2 := start(t, e.command(t, []string{"TERRET_URL=" + e.url(agent2), "TERRET_TOKEN=" + e.token(t, agent2)}, "tail"))
+	p := start(t, e.command(t, []string{"TERRET_STATE_DIR=" + dir}, "tail", dialFlag(), "--agent", agent))
+	p2 := start(t, e.command(t, []string{"TERRET_URL=" + e.url(agent2), "TERRET_TOKEN=" + e.token(t, agent2)}, "tail", dialFlag()))
 	if l := p.line(t); !strings.Contains(l, `"seq":0,`) || !strings.Contains(l, `"session_id":"`+agent+`"`) {
 		t.Fatalf("first line %s", l)
 	}
@@ -414,7 +423,7 @@ func testTailFindsDev(t *testing.T, e *e2e) {
 func testTailReconnects(t *testing.T, e *e2e) {
 	agent := dynamotest.UniqueName("t")
 	cut := cuttableProxy(t, strings.TrimPrefix(e.st.WebSocketURL(), "ws://"))
-	p := start(t, e.command(t, nil, "tail", "--agent", agent, "--url", "ws://"+cut.addr, "--token", e.token(t, agent)))
+	p := start(t, e.command(t, nil, "tail", dialFlag(), "--agent", agent, "--url", "ws://"+cut.addr, "--token", e.token(t, agent)))
 	p.line(t)
 	cut.cut()
 	for i := range 2 {
@@ -490,7 +499,7 @@ func testTailTokenFile(t *testing.T, e *e2e) {
 	if err := os.WriteFile(file, []byte(e.token(t, agent)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, e.command(t, nil, "tail", "--agent", agent, "--url", e.url(agent), "--token-file", file))
+	p := start(t, e.command(t, nil, "tail", dialFlag(), "--agent", agent, "--url", e.url(agent), "--token-file", file))
 	if l := p.line(t); !strings.Contains(l, `"seq":0,`) || !strings.Contains(l, `"session_id":"`+agent+`"`) {
 		t.Fatalf("first line %s", l)
 	}
