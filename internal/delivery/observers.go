@@ -22,8 +22,8 @@ import (
 // that index.
 
 // ObserverIndex lists an agent's observer connections (connections.Store.Observers)
-// and reads seats together (Seats). A Records without it (the in-memory double) serves
-// drivers only.
+// and reads seats together (Seats). connections.Store and the contract suite's
+// in-memory double implement it; a Records without it serves drivers only.
 type ObserverIndex interface {
 	Observers(ctx context.Context, agentID string) ([]connections.Observer, error)
 	Seats(ctx context.Context, seats []string) (map[string]connections.Owner, error)
