@@ -35,10 +35,18 @@ func TestDevProgressWhileStepsWait(t *testing.T) {
 		lines := startSlowDev(t, bin, []string{"PATH=" + stubs + string(os.PathListSeparator) + os.Getenv("PATH")}, "--in-memory")
 		want := []string{"terret dev: starting DynamoDB Local on port ", "terret dev: still starting DynamoDB Local: waiting for its JVM to answer on port ", "terret dev: still starting DynamoDB Local: "}
 		lines.expect(t, want)
-		// The JVM starts for a quick start (dynamolocal.Options.QuickStart).
-		b, err := os.ReadFile(filepath.Join(stubs, "java.args"))
-		if err != nil {
-			t.Fatal(err)
+		// The JVM starts for a quick start (dynamolocal.Options.QuickStart). The progress
+		// lines run on their own timer, so on a loaded machine they can come before the
+		// stub has written its arguments: wait for the file, bounded.
+		var b []byte
+		for deadline := time.Now().Add(wait()); ; time.Sleep(20 * time.Millisecond) {
+			var err error
+			if b, err = os.ReadFile(filepath.Join(stubs, "java.args")); err == nil && len(b) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the java stub never wrote its arguments within %s: %v", wait(), err)
+			}
 		}
 		if args := string(b); !strings.HasPrefix(args, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData ") || !strings.Contains(args, " -jar DynamoDBLocal.jar ") {
 			t.Errorf("java ran with %q, want the quick-start flags before -jar", args)
