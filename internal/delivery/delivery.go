@@ -66,12 +66,12 @@ var _ InvokeAPI = (*lambda.Client)(nil)
 
 // LogReader is the part of the session log delivery reads.
 type LogReader interface {
-	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
-	Tip(ctx context.Context, sessionID string) (int64, error)
-	Epoch(ctx context.Context, sessionID string) (string, error)
+	Read(ctx context.Context, agentID string, from int64, limit int) ([]sessionlog.Event, error)
+	Tip(ctx context.Context, agentID string) (int64, error)
+	Epoch(ctx context.Context, agentID string) (string, error)
 	// Retained is where a reader from seq from finds the retained log (from itself
 	// unless retention expired events there).
-	Retained(ctx context.Context, sessionID string, from int64) (int64, error)
+	Retained(ctx context.Context, agentID string, from int64) (int64, error)
 }
 
 var _ LogReader = (*sessionlog.Log)(nil)
