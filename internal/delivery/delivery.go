@@ -161,7 +161,7 @@ type Records interface {
 	OweReply(ctx context.Context, agentID, connID string, r connections.Reply) error
 	TakeReplies(ctx context.Context, agentID, connID string) ([]connections.Reply, error)
 	TakeClose(ctx context.Context, connID, holder string, ttl time.Duration, helloPosted bool) (connections.Conn, bool, error)
-	Settle(ctx context.Context, connID, holder string) error
+	ClearOwed(ctx context.Context, connID, holder string) error
 	// Now is the clock the records' lease rules read (connections.NewWithClock): every
 	// lease this package tests itself (lease.Live, covered) is tested at this time, so
 	// that it agrees with the store's conditional writes to the millisecond.
