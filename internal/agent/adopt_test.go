@@ -23,7 +23,7 @@ import (
 type stateWatch struct {
 	DB
 	t      *testing.T
-	inv    *invocation
+	rn     *activeRun
 	after  *state // the state item right after the last write, not checked yet
 	what   string // that write's update expression
 	writes int    // writes of the state item so far
@@ -74,8 +74,8 @@ func (w *stateWatch) check() {
 	if w.after == nil {
 		return
 	}
-	if !reflect.DeepEqual(w.inv.st, *w.after) {
-		w.t.Errorf("after the write %q the invocation holds\n  %+v\nbut the state item is\n  %+v", w.what, w.inv.st, *w.after)
+	if !reflect.DeepEqual(w.rn.st, *w.after) {
+		w.t.Errorf("after the write %q the run holds\n  %+v\nbut the state item is\n  %+v", w.what, w.rn.st, *w.after)
 	}
 	w.after = nil
 }
@@ -116,8 +116,8 @@ func TestAdoptEveryStateWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := r.invocation(agentID)
-	w.inv = inv
+	rn := r.newRun(agentID)
+	w.rn = rn
 	other := &store{db: db, table: table} // the service's writes, and a dead runner's: not the invocation's
 	raw := func(expr string, vals map[string]types.AttributeValue) error {
 		_, err := other.update(ctx, agentID, &dynamodb.UpdateItemInput{UpdateExpression: aws.String(expr),
@@ -134,29 +134,29 @@ func TestAdoptEveryStateWrite(t *testing.T) {
 		run  func() error
 	}{
 		{"the lease", func() error {
-			st, ok, err := inv.acquire(ctx)
+			st, ok, err := rn.acquire(ctx)
 			if err != nil || !ok {
 				return fmt.Errorf("acquire: %t, %v", ok, err)
 			}
-			return inv.apply(ctx, st)
+			return rn.apply(ctx, st)
 		}},
 		{"the quota's roll-over", func() error {
-			_, err := inv.quotaReason(ctx)
+			_, err := rn.quotaReason(ctx)
 			return err
 		}},
 		{"a claim, cancelled at its start", func() error {
 			if err := other.owe(ctx, agentID, "stop", "k2"); err != nil {
 				return err
 			}
-			it := inv.nextWake()
+			it := rn.nextWake()
 			if it == nil {
 				return errors.New("no wake queued")
 			}
-			if err := inv.startTurn(ctx, *it); err != nil {
+			if err := rn.startTurn(ctx, *it); err != nil {
 				return err
 			}
-			if turnID = inv.st.TurnID; turnID == "" || inv.st.CancelTurn != turnID {
-				return fmt.Errorf("turn %q, cancel_turn %q: want the claimed turn cancelled", turnID, inv.st.CancelTurn)
+			if turnID = rn.st.TurnID; turnID == "" || rn.st.CancelTurn != turnID {
+				return fmt.Errorf("turn %q, cancel_turn %q: want the claimed turn cancelled", turnID, rn.st.CancelTurn)
 			}
 			return nil
 		}},
@@ -164,29 +164,29 @@ func TestAdoptEveryStateWrite(t *testing.T) {
 			if err := raw("REMOVE #turn_id", nil); err != nil {
 				return err
 			}
-			if err := inv.boundary(ctx); err != nil {
+			if err := rn.boundary(ctx); err != nil {
 				return err
 			}
-			return inv.reconcile(ctx)
+			return rn.reconcile(ctx)
 		}},
 		{"a drain", func() error {
 			if _, err := other.putInbox(ctx, agentID, inboxItem{ID: "k3-0001", Text: "steer", At: "k3"}); err != nil {
 				return err
 			}
-			if err := inv.boundary(ctx); err != nil {
+			if err := rn.boundary(ctx); err != nil {
 				return err
 			}
-			return inv.drain(ctx)
+			return rn.drain(ctx)
 		}},
 		{"the turn's end metered, and the titler's usage", func() error {
-			if _, err := inv.endTurn(ctx, inv.log.turn, StatusCompleted, "", nil); err != nil {
+			if _, err := rn.endTurn(ctx, rn.log.turn, StatusCompleted, "", nil); err != nil {
 				return err
 			}
-			if err := inv.reconcile(ctx); err != nil {
+			if err := rn.reconcile(ctx); err != nil {
 				return err
 			}
-			if inv.st.TurnID != "" || inv.st.QuotaTurns != 1 || inv.st.QuotaTokens != 7 {
-				return fmt.Errorf("turn %q, quota turns %d, quota tokens %d: want none, 1, 7", inv.st.TurnID, inv.st.QuotaTurns, inv.st.QuotaTokens)
+			if rn.st.TurnID != "" || rn.st.QuotaTurns != 1 || rn.st.QuotaTokens != 7 {
+				return fmt.Errorf("turn %q, quota turns %d, quota tokens %d: want none, 1, 7", rn.st.TurnID, rn.st.QuotaTurns, rn.st.QuotaTokens)
 			}
 			return nil
 		}},
@@ -194,32 +194,32 @@ func TestAdoptEveryStateWrite(t *testing.T) {
 			if err := other.bump(ctx, agentID); err != nil {
 				return err
 			}
-			return inv.finishTurn(ctx, turnID, TurnUsage{})
+			return rn.finishTurn(ctx, turnID, TurnUsage{})
 		}},
 		{"a claim that logged nothing, cleared", func() error {
 			if err := raw("SET #turn_id = :t", map[string]types.AttributeValue{":t": s("turn_dead")}); err != nil {
 				return err
 			}
-			if err := inv.boundary(ctx); err != nil {
+			if err := rn.boundary(ctx); err != nil {
 				return err
 			}
-			return inv.reconcile(ctx)
+			return rn.reconcile(ctx)
 		}},
 		{"a release refused by a stimulus", func() error {
 			if err := other.bump(ctx, agentID); err != nil {
 				return err
 			}
-			released, _, err := inv.release(ctx, inv.seenPending, nil, nil)
+			released, _, err := rn.release(ctx, rn.seenPending, nil, nil)
 			if err == nil && released {
 				return errors.New("released despite a stimulus")
 			}
 			return err
 		}},
 		{"the release", func() error {
-			if err := inv.apply(ctx, inv.st); err != nil {
+			if err := rn.apply(ctx, rn.st); err != nil {
 				return err
 			}
-			released, _, err := inv.release(ctx, inv.seenPending, nil, nil)
+			released, _, err := rn.release(ctx, rn.seenPending, nil, nil)
 			if err == nil && !released {
 				return errors.New("not released")
 			}

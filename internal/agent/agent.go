@@ -40,17 +40,17 @@ type Log interface {
 	// AppendIn and AppendInAt append fenced by the epoch the writer read
 	// (sessionlog.Fence): the runner under its lease, the message route's set_policy
 	// and verdicts with a transaction's check of seq 0.
-	AppendIn(ctx context.Context, sessionID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error)
-	AppendInAt(ctx context.Context, sessionID string, f sessionlog.Fence, seq int64, typ string, payload any) (sessionlog.Event, error)
-	Epoch(ctx context.Context, sessionID string) (string, error)
+	AppendIn(ctx context.Context, agentID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error)
+	AppendInAt(ctx context.Context, agentID string, f sessionlog.Fence, seq int64, typ string, payload any) (sessionlog.Event, error)
+	Epoch(ctx context.Context, agentID string) (string, error)
 	// AppendInAtStamped puts an event at exactly seq of the log of f.Epoch, stamped
 	// (sessionlog.ErrConflict if seq is taken, ErrEpoch if the log is another one):
 	// set_policy's compare-and-append under expect_seq.
-	AppendInAtStamped(ctx context.Context, sessionID string, f sessionlog.Fence, seq int64, typ string, payload any, stamp string) (sessionlog.Event, error)
-	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
-	Tip(ctx context.Context, sessionID string) (int64, error)
+	AppendInAtStamped(ctx context.Context, agentID string, f sessionlog.Fence, seq int64, typ string, payload any, stamp string) (sessionlog.Event, error)
+	Read(ctx context.Context, agentID string, from int64, limit int) ([]sessionlog.Event, error)
+	Tip(ctx context.Context, agentID string) (int64, error)
 	// Expire sets an event's TTL (retention: only for events the checkpoint passed).
-	Expire(ctx context.Context, sessionID string, seq, expiresAt int64) error
+	Expire(ctx context.Context, agentID string, seq, expiresAt int64) error
 }
 
 var _ Log = (*sessionlog.Log)(nil)

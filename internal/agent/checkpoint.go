@@ -30,7 +30,7 @@ type checkpoint struct {
 	Hist *ckHist `dynamodbav:"hist,omitempty"`
 	// Epoch is the epoch of the log the checkpoint is of (seq 0's id): a runner that
 	// read the log before it took the lease compares it with the one the lease write
-	// returns (invocation.fenceEpoch). "" on a checkpoint from before it was kept.
+	// returns (activeRun.fenceEpoch). "" on a checkpoint from before it was kept.
 	Epoch string `dynamodbav:"epoch,omitempty"`
 
 	put []foldPiece // the fold items the release writes before the checkpoint
@@ -124,19 +124,19 @@ func (w *logWindow) foldAt(seq int64) fold {
 // seq, the recorded or open turn's first seq, the seq after the newest compaction
 // (0 while there is none) and the seq of any logged inject still queued. nil when the
 // window never began.
-func (inv *invocation) checkpoint(ended *endedTurn) *checkpoint {
-	w := inv.log
+func (rn *activeRun) checkpoint(ended *endedTurn) *checkpoint {
+	w := rn.log
 	if !w.begun {
 		return nil
 	}
 	seq := w.last + 1
-	if id := inv.st.TurnID; id != "" && (ended == nil || ended.id != id) {
-		seq = min(seq, inv.st.TurnSeq)
+	if id := rn.st.TurnID; id != "" && (ended == nil || ended.id != id) {
+		seq = min(seq, rn.st.TurnSeq)
 	}
 	if w.turn != nil {
 		seq = min(seq, w.turn.seq)
 	}
-	for _, it := range inv.inbox {
+	for _, it := range rn.inbox {
 		if at, ok := w.logged[it.ID]; ok {
 			seq = min(seq, at)
 		}

@@ -161,16 +161,16 @@ func stepStart(evs []sessionlog.Event) int64 {
 // protect is the first seq compaction keeps: the open turn's first event while the
 // turn takes at most half the budget (so the turn's own messages, its waking text
 // above all, stay whole), else the start of its current step (stepStart).
-func (inv *invocation) protect(v contextView, limit int64) int64 {
+func (rn *activeRun) protect(v contextView, limit int64) int64 {
 	evs := v.evs
 	step := stepStart(evs)
-	t := inv.log.turn
+	t := rn.log.turn
 	if t == nil {
 		return step
 	}
 	start := t.seq
-	if inv.st.TurnID == t.turnID && inv.st.TurnSeq < start {
-		start = inv.st.TurnSeq
+	if rn.st.TurnID == t.turnID && rn.st.TurnSeq < start {
+		start = rn.st.TurnSeq
 	}
 	var turn int64
 	for _, ev := range evs {
@@ -238,10 +238,10 @@ func budget(prof tools.Profile, spec string) int64 {
 // the estimate of the system prompt and tools. It returns errNothingToCompact when no
 // cut can shrink it. Cost per compactor call: the call's tokens (counted in the turn's
 // usage), and one append of context/compacted (1 write unit per KB of summary).
-func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit, fixed int64, force bool) error {
-	v := inv.log.view()
+func (rn *activeRun) fitContext(ctx context.Context, prof tools.Profile, limit, fixed int64, force bool) error {
+	v := rn.log.view()
 	compactedSeq := int64(-1)
-	if c := inv.log.compacted; c != nil {
+	if c := rn.log.compacted; c != nil {
 		compactedSeq = c.seq
 	}
 	size := v.tokens(fixed, compactedSeq)
@@ -254,7 +254,7 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 		limit = min(limit, max(size/2, 256))
 	}
 	tail := limit / 2
-	cs := cuts(v.evs, inv.protect(v, limit))
+	cs := cuts(v.evs, rn.protect(v, limit))
 	if len(cs) == 0 {
 		return errNothingToCompact
 	}
@@ -287,24 +287,24 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 		if end < 0 {
 			break // cannot happen: target is a cut
 		}
-		if inv.c.modelSpec(inv.st, prof, RoleCompactor) != model.SpecScripted {
+		if rn.c.modelSpec(rn.st, prof, RoleCompactor) != model.SpecScripted {
 			// The compactor's call is the turn's too: it may not pass a quota.
 			var est int64
 			for _, ev := range part {
 				est += eventTokens(ev)
 			}
 			est = min(est, limit) + model.EstimateTokens(len(summary))
-			if reason := inv.spendReason(prof, usage, calls, est); reason != "" {
+			if reason := rn.spendReason(prof, usage, calls, est); reason != "" {
 				if calls > 0 {
 					// The summaries made so far are kept, and their calls counted.
-					if _, err := inv.append(ctx, TypeContextCompacted, contextCompacted{ThroughSeq: from - 1, Summary: summary, FromSeq: logFrom, Model: spec, Usage: usage, Calls: calls}); err != nil {
+					if _, err := rn.append(ctx, TypeContextCompacted, contextCompacted{ThroughSeq: from - 1, Summary: summary, FromSeq: logFrom, Model: spec, Usage: usage, Calls: calls}); err != nil {
 						return err
 					}
 				}
 				return &quotaError{reason: reason}
 			}
 		}
-		text, u, sp, err := inv.summarise(ctx, prof, summary, part, limit)
+		text, u, sp, err := rn.summarise(ctx, prof, summary, part, limit)
 		if err != nil {
 			return err
 		}
@@ -317,11 +317,11 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 		// until the next compaction — or early when the invocation's deadline nears, so
 		// that a history too long for one invocation (an agent from before compaction)
 		// still gets through, an invocation at a time.
-		if end == target || inv.closeToDeadline(ctx) {
-			if _, err := inv.append(ctx, TypeContextCompacted, contextCompacted{ThroughSeq: end, Summary: summary, FromSeq: logFrom, Model: spec, Usage: usage, Calls: calls}); err != nil {
+		if end == target || rn.closeToDeadline(ctx) {
+			if _, err := rn.append(ctx, TypeContextCompacted, contextCompacted{ThroughSeq: end, Summary: summary, FromSeq: logFrom, Model: spec, Usage: usage, Calls: calls}); err != nil {
 				return err
 			}
-			if err := inv.crash(CrashCompacted); err != nil {
+			if err := rn.crash(CrashCompacted); err != nil {
 				return err
 			}
 			usage, calls, logFrom = nil, 0, end+1
@@ -332,9 +332,9 @@ func (inv *invocation) fitContext(ctx context.Context, prof tools.Profile, limit
 }
 
 // closeToDeadline reports whether less than the handover margin is left.
-func (inv *invocation) closeToDeadline(ctx context.Context) bool {
+func (rn *activeRun) closeToDeadline(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
-	return ok && time.Until(dl) < min(inv.c.cfg.DeadlineMargin, inv.budget/2)
+	return ok && time.Until(dl) < min(rn.c.cfg.DeadlineMargin, rn.budget/2)
 }
 
 func addModelUsage(a, b *modelUsage) *modelUsage {
@@ -376,14 +376,14 @@ func slice(v contextView, idx *int, isCut map[int64]bool, target, room int64) ([
 // summarise asks the compactor model (role compactor, else the main model) for the
 // summary of prev followed by slice, at most about a quarter of the budget. The
 // scripted compactor writes a deterministic summary without a model call.
-func (inv *invocation) summarise(ctx context.Context, prof tools.Profile, prev string, slice []sessionlog.Event, limit int64) (string, *modelUsage, string, error) {
+func (rn *activeRun) summarise(ctx context.Context, prof tools.Profile, prev string, slice []sessionlog.Event, limit int64) (string, *modelUsage, string, error) {
 	maxBytes := int(max(limit, 256)) // about limit/4 tokens
-	spec := inv.c.modelSpec(inv.st, prof, RoleCompactor)
+	spec := rn.c.modelSpec(rn.st, prof, RoleCompactor)
 	transcript := render(slice, maxBytes*3)
 	if spec == model.SpecScripted {
 		return scriptedSummary(prev, slice, maxBytes), nil, spec, nil
 	}
-	models, err := inv.c.modelsOf(prof)
+	models, err := rn.c.modelsOf(prof)
 	if err != nil {
 		return "", nil, spec, fmt.Errorf("%w: compactor %s: %v", errCompaction, spec, err)
 	}
@@ -400,9 +400,9 @@ func (inv *invocation) summarise(ctx context.Context, prof tools.Profile, prev s
 	}
 	in.WriteString("\nNext part of the conversation:\n" + transcript)
 	req := model.Request{System: fmt.Sprintf(compactorSystem, maxBytes/6), Messages: []model.Message{{Role: model.RoleUser, Text: in.String()}}}
-	began := inv.c.now()
+	began := rn.c.now()
 	resp, err := m.Stream(ctx, req, func(model.Delta) error { return nil })
-	meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+	meterModel(rn.c.modelDims(prof, spec), rn.c.now().Sub(began), resp.Usage, err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", nil, spec, ctx.Err()

@@ -483,8 +483,8 @@ type holdingLog struct {
 	release  chan struct{}
 }
 
-func (h *holdingLog) AppendIn(ctx context.Context, sessionID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error) {
-	ev, err := h.Log.AppendIn(ctx, sessionID, f, typ, payload, stamp)
+func (h *holdingLog) AppendIn(ctx context.Context, agentID string, f sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error) {
+	ev, err := h.Log.AppendIn(ctx, agentID, f, typ, payload, stamp)
 	if err == nil && typ == h.typ {
 		h.once.Do(func() {
 			close(h.appended)

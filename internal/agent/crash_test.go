@@ -154,11 +154,11 @@ type failingLog struct {
 	broken atomic.Bool
 }
 
-func (f *failingLog) AppendIn(ctx context.Context, sessionID string, fence sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error) {
+func (f *failingLog) AppendIn(ctx context.Context, agentID string, fence sessionlog.Fence, typ string, payload any, stamp string) (sessionlog.Event, error) {
 	if f.broken.Load() && typ == f.typ {
 		return sessionlog.Event{}, errors.New("store unavailable")
 	}
-	return f.Log.AppendIn(ctx, sessionID, fence, typ, payload, stamp)
+	return f.Log.AppendIn(ctx, agentID, fence, typ, payload, stamp)
 }
 
 func TestFailedResumeLeavesTurnOpen(t *testing.T) {

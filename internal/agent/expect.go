@@ -304,15 +304,15 @@ func verdictFrame(verdictText string) string {
 // log up to its tip. The runner calls it under its lease, before it logs the inject:
 // it alone appends turn/start and turn/end, so none can come between the check and
 // the inject's event.
-func (inv *invocation) staleInject(ctx context.Context, it inboxItem) (*control.StaleError, error) {
+func (rn *activeRun) staleInject(ctx context.Context, it inboxItem) (*control.StaleError, error) {
 	if it.ExpectSeq == nil {
 		return nil, nil
 	}
-	tip, err := inv.c.log.Tip(ctx, inv.agent)
+	tip, err := rn.c.log.Tip(ctx, rn.agent)
 	if err != nil {
-		return nil, fmt.Errorf("agent: read tip of %s: %w", inv.agent, err)
+		return nil, fmt.Errorf("agent: read tip of %s: %w", rn.agent, err)
 	}
-	err = inv.c.scanAfter(ctx, inv.agent, protocol.TypeInject, *it.ExpectSeq, *it.ExpectSeq+1, tip, isTurnEdge)
+	err = rn.c.scanAfter(ctx, rn.agent, protocol.TypeInject, *it.ExpectSeq, *it.ExpectSeq+1, tip, isTurnEdge)
 	var se *control.StaleError
 	if errors.As(err, &se) {
 		return se, nil
@@ -323,13 +323,13 @@ func (inv *invocation) staleInject(ctx context.Context, it inboxItem) (*control.
 // answerStale tells the connection that sent a queued inject that it was found stale
 // and dropped. A connection gone or superseded meanwhile gets nothing; a failure is
 // logged: the inject is dropped either way.
-func (inv *invocation) answerStale(ctx context.Context, it inboxItem, se *control.StaleError) {
-	inv.c.logger.InfoContext(ctx, "stale inject dropped", "agent_id", inv.agent, "inbox_id", it.ID,
+func (rn *activeRun) answerStale(ctx context.Context, it inboxItem, se *control.StaleError) {
+	rn.c.logger.InfoContext(ctx, "stale inject dropped", "agent_id", rn.agent, "inbox_id", it.ID,
 		"expect_seq", se.Expect, "conflict_seq", se.Seq)
-	if inv.c.cfg.Answer == nil || it.Conn == "" {
+	if rn.c.cfg.Answer == nil || it.Conn == "" {
 		return
 	}
-	if err := inv.c.cfg.Answer.Answer(ctx, inv.agent, it.Conn, protocol.NewError(protocol.CodeStale, se.Message())); err != nil {
-		inv.c.logger.WarnContext(ctx, "answer stale inject", "agent_id", inv.agent, "connection_id", it.Conn, "error", err.Error())
+	if err := rn.c.cfg.Answer.Answer(ctx, rn.agent, it.Conn, protocol.NewError(protocol.CodeStale, se.Message())); err != nil {
+		rn.c.logger.WarnContext(ctx, "answer stale inject", "agent_id", rn.agent, "connection_id", it.Conn, "error", err.Error())
 	}
 }

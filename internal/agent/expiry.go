@@ -37,17 +37,17 @@ type Timer interface {
 // expiring after d; it returns the request's expires_at ("" when d is 0). Armed before
 // the request is logged: a runner that dies in between leaves a timer that finds no
 // request (a no-op), and the retry arms again.
-func (inv *invocation) armExpiry(ctx context.Context, callID string, d time.Duration) (string, error) {
+func (rn *activeRun) armExpiry(ctx context.Context, callID string, d time.Duration) (string, error) {
 	if d <= 0 {
 		return "", nil
 	}
-	if inv.c.cfg.Timer == nil {
-		inv.c.logger.WarnContext(ctx, "approval expiry without a timer: the request waits for a verdict", "agent_id", inv.agent, "call_id", callID)
+	if rn.c.cfg.Timer == nil {
+		rn.c.logger.WarnContext(ctx, "approval expiry without a timer: the request waits for a verdict", "agent_id", rn.agent, "call_id", callID)
 		return "", nil
 	}
-	at := inv.c.now().Add(d).UTC()
-	if err := inv.c.cfg.Timer.Arm(ctx, inv.agent, callID, at); err != nil {
-		return "", fmt.Errorf("agent: arm expiry of %s for %s: %w", callID, inv.agent, err)
+	at := rn.c.now().Add(d).UTC()
+	if err := rn.c.cfg.Timer.Arm(ctx, rn.agent, callID, at); err != nil {
+		return "", fmt.Errorf("agent: arm expiry of %s for %s: %w", callID, rn.agent, err)
 	}
 	return at.Format(sessionlog.TimeFormat), nil
 }

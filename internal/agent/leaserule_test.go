@@ -72,9 +72,9 @@ func TestAcquireWaitRule(t *testing.T) {
 				clock = clock.Add(ttl / 2)
 			}
 			c := &core{cfg: Config{LeaseDuration: ttl}, now: func() time.Time { return clock }}
-			inv := &invocation{c: c, rs: l, agent: "a", me: "run_new"}
-			inv.log = inv.newWindow()
-			_, ok, err := inv.acquire(context.Background())
+			rn := &activeRun{c: c, rs: l, agent: "a", me: "run_new"}
+			rn.log = rn.newWindow()
+			_, ok, err := rn.acquire(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -43,10 +43,10 @@ func (c *core) pause(point, agentID string) {
 }
 
 // pauseAfter returns write, followed by a pause at point.
-func (inv *invocation) pauseAfter(point string, write func(assistantChunk) error) func(assistantChunk) error {
+func (rn *activeRun) pauseAfter(point string, write func(assistantChunk) error) func(assistantChunk) error {
 	return func(c assistantChunk) error {
 		err := write(c)
-		inv.c.pause(point, inv.agent)
+		rn.c.pause(point, rn.agent)
 		return err
 	}
 }

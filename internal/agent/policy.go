@@ -26,7 +26,7 @@ import (
 // "the last one appended wins", is kept by repeating the policy in force, with its
 // stamp, after any policy/updated stamped below it (a stale tail). The set_policy
 // handlers do that as they race (SetPolicy), and the runner does it before it applies
-// a policy (invocation.policy), so that a handler killed half-way never leaves a stale
+// a policy (activeRun.policy), so that a handler killed half-way never leaves a stale
 // tail where a tool call reads it.
 
 // maxPolicyRepeats bounds the repeats one SetPolicy or one policy check makes: each one
@@ -166,20 +166,20 @@ func policyOf(events []sessionlog.Event) tools.Policy {
 // starts from the checkpoint's. A stale tail — left by a set_policy killed between its
 // append and its claim — is repeated over first, so the last policy/updated before a
 // tool call is always the one it ran under.
-func (inv *invocation) policy(ctx context.Context) (tools.Policy, error) {
+func (rn *activeRun) policy(ctx context.Context) (tools.Policy, error) {
 	for range maxPolicyRepeats {
-		f := inv.log.fold
+		f := rn.log.fold
 		if f.policy == nil {
 			return tools.Policy{}, nil
 		}
 		if !f.stale() {
 			return tools.Policy{Patterns: f.policy.patterns, Set: true}, nil
 		}
-		if _, err := inv.log.appendStamped(ctx, TypePolicyUpdated, policyUpdated{Patterns: f.policy.patterns}, f.policy.stamp); err != nil {
+		if _, err := rn.log.appendStamped(ctx, TypePolicyUpdated, policyUpdated{Patterns: f.policy.patterns}, f.policy.stamp); err != nil {
 			return tools.Policy{}, err
 		}
 	}
-	return tools.Policy{}, fmt.Errorf("agent: policy of %s: %w", inv.agent, errPolicyContended)
+	return tools.Policy{}, fmt.Errorf("agent: policy of %s: %w", rn.agent, errPolicyContended)
 }
 
 // seePolicy records key as the newest set_policy received, reporting false — writing

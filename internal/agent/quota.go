@@ -28,21 +28,21 @@ const quotaTurnPrefix = "turn_quota_"
 
 // quotaReason returns why a turn may not start now ("" when it may), rolling the
 // quota counters over to the current day and month first.
-func (inv *invocation) quotaReason(ctx context.Context) (string, error) {
-	now := inv.c.now().UTC()
+func (rn *activeRun) quotaReason(ctx context.Context) (string, error) {
+	now := rn.c.now().UTC()
 	day, month := now.Format(time.DateOnly), now.Format("2006-01")
-	if inv.st.QuotaDay != day || inv.st.QuotaMonth != month {
-		st, err := inv.c.store.rollQuota(ctx, inv.agent, inv.me, inv.st, day, month)
+	if rn.st.QuotaDay != day || rn.st.QuotaMonth != month {
+		st, err := rn.c.store.rollQuota(ctx, rn.agent, rn.me, rn.st, day, month)
 		if err != nil {
 			return "", err
 		}
-		inv.adopt(st)
+		rn.adopt(st)
 	}
-	prof, err := inv.c.agentProfile(inv.profileJSON)
+	prof, err := rn.c.agentProfile(rn.profileJSON)
 	if err != nil {
 		return "", nil // the turn fails on its profile, with that reason
 	}
-	return quotaText(prof.Quotas.TurnsPerDay, prof.Quotas.TokensPerMonth, inv.st.QuotaTurns, inv.st.QuotaTokens, now), nil
+	return quotaText(prof.Quotas.TurnsPerDay, prof.Quotas.TokensPerMonth, rn.st.QuotaTurns, rn.st.QuotaTokens, now), nil
 }
 
 // quotaAllows reports whether counters c leave room for a turn under prof's caps at
@@ -84,37 +84,37 @@ func quotaText(turnsPerDay, tokensPerMonth, turns, tokens int64, now time.Time) 
 // invocation that takes the lease over after the one that refused) repeats it: the
 // stimulus count of the refusal is kept on the state item (quota_refused, 1 write
 // unit per refusal).
-func (inv *invocation) refuseForQuota(ctx context.Context, reason string) error {
-	if inv.quotaRefused.ok && inv.quotaRefused == inv.seenPending {
+func (rn *activeRun) refuseForQuota(ctx context.Context, reason string) error {
+	if rn.quotaRefused.ok && rn.quotaRefused == rn.seenPending {
 		return nil
 	}
-	if r := inv.st.QuotaRefused; r != nil && inv.seenPending.is(*r) {
-		inv.quotaRefused = inv.seenPending
+	if r := rn.st.QuotaRefused; r != nil && rn.seenPending.is(*r) {
+		rn.quotaRefused = rn.seenPending
 		return nil
 	}
 	// The marker first: a runner that dies after it leaves at worst a wake the sweep
 	// finds nothing to do for; one that dies before it logged nothing.
-	if err := inv.c.store.deferWake(ctx, inv.agent, inv.c.now()); err != nil {
+	if err := rn.c.store.deferWake(ctx, rn.agent, rn.c.now()); err != nil {
 		return err
 	}
 	id := quotaTurnPrefix + randomHex(8)
-	if _, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id}); err != nil {
+	if _, err := rn.append(ctx, TypeTurnStart, turnStart{TurnID: id}); err != nil {
 		return err
 	}
-	if err := inv.crash(CrashQuotaStarted); err != nil {
+	if err := rn.crash(CrashQuotaStarted); err != nil {
 		return err
 	}
-	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: id, Status: StatusRejected, Reason: reason, Usage: &TurnUsage{}}); err != nil {
+	if _, err := rn.append(ctx, TypeTurnEnd, turnEnd{TurnID: id, Status: StatusRejected, Reason: reason, Usage: &TurnUsage{}}); err != nil {
 		return err
 	}
-	inv.quotaRefused = inv.seenPending
+	rn.quotaRefused = rn.seenPending
 	meterTurn(StatusRejected)
-	if inv.seenPending.ok {
-		st, err := inv.c.store.markQuotaRefused(ctx, inv.agent, inv.me, inv.seenPending.v)
+	if rn.seenPending.ok {
+		st, err := rn.c.store.markQuotaRefused(ctx, rn.agent, rn.me, rn.seenPending.v)
 		if err != nil {
 			return err
 		}
-		inv.adopt(st)
+		rn.adopt(st)
 	}
 	return nil
 }
@@ -141,15 +141,15 @@ func (st *store) markQuotaRefused(ctx context.Context, agentID, me string, pendi
 
 // endRefused ends a quota-refused turn left open by a runner that died after its
 // turn/start.
-func (inv *invocation) endRefused(ctx context.Context, turnID string) error {
-	reason, err := inv.quotaReason(ctx)
+func (rn *activeRun) endRefused(ctx context.Context, turnID string) error {
+	reason, err := rn.quotaReason(ctx)
 	if err != nil {
 		return err
 	}
 	if reason == "" {
 		reason = "quota"
 	}
-	_, err = inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: turnID, Status: StatusRejected, Reason: reason, Usage: &TurnUsage{}})
+	_, err = rn.append(ctx, TypeTurnEnd, turnEnd{TurnID: turnID, Status: StatusRejected, Reason: reason, Usage: &TurnUsage{}})
 	return err
 }
 
@@ -204,10 +204,10 @@ func (e *quotaError) Is(target error) bool { return target == errQuota }
 // turn used so far) and the turn's own budget (quotas.turn_tokens, turn_model_calls).
 // pending is usage of compactor calls not yet logged; estimate is the estimate of the
 // call's input tokens, so a call that would pass a token cap is not made.
-func (inv *invocation) spendReason(prof tools.Profile, pending *modelUsage, pendingCalls, estimate int64) string {
+func (rn *activeRun) spendReason(prof tools.Profile, pending *modelUsage, pendingCalls, estimate int64) string {
 	q := prof.Quotas
 	var used TurnUsage
-	if t := inv.log.turn; t != nil {
+	if t := rn.log.turn; t != nil {
 		used = t.usage
 	}
 	if pending != nil {
@@ -216,9 +216,9 @@ func (inv *invocation) spendReason(prof tools.Profile, pending *modelUsage, pend
 	}
 	used.ModelCalls += pendingCalls
 	tokens := used.InputTokens + used.OutputTokens
-	now := inv.c.now().UTC()
-	month := inv.st.QuotaTokens
-	if inv.st.QuotaMonth != now.Format("2006-01") {
+	now := rn.c.now().UTC()
+	month := rn.st.QuotaTokens
+	if rn.st.QuotaMonth != now.Format("2006-01") {
 		month = 0
 	}
 	switch {

@@ -86,11 +86,11 @@ func TestSweepQuotasOnceEach(t *testing.T) {
 	setCounters(t, st, allowed[0], `{"quotas":{"turns_per_day":1}}`, now.UTC().AddDate(0, 0, -1).Format(time.DateOnly), 1)
 	setCounters(t, st, allowed[1], `{"quotas":{"turns_per_day":2}}`, now.UTC().Format(time.DateOnly), 1)
 
-	inv := &wakeCounter{wakes: map[string]int{}}
+	rn := &wakeCounter{wakes: map[string]int{}}
 	barrier := &queryBarrier{DB: db, n: 2, all: make(chan struct{})}
 	newRunner := func() *Runner {
 		t.Helper()
-		r, err := NewRunner(Config{Log: sessionlog.New(db, names["LogTable"]), DB: barrier, AgentsTable: table, Invoker: inv, RunnerFunction: "runner"})
+		r, err := NewRunner(Config{Log: sessionlog.New(db, names["LogTable"]), DB: barrier, AgentsTable: table, Invoker: rn, RunnerFunction: "runner"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,11 +115,11 @@ func TestSweepQuotasOnceEach(t *testing.T) {
 		t.Errorf("sweeps woke %v agents, want %d in all", woken, len(allowed))
 	}
 	for _, id := range allowed {
-		if got := inv.wakes[id]; got != 1 {
+		if got := rn.wakes[id]; got != 1 {
 			t.Errorf("agent %s woken %d times, want 1", id, got)
 		}
 	}
-	if got := inv.wakes[capped]; got != 0 {
+	if got := rn.wakes[capped]; got != 0 {
 		t.Errorf("agent over quota woken %d times, want 0", got)
 	}
 	left, err := st.deferredWakes(ctx)

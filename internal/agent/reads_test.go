@@ -36,11 +36,11 @@ type countedLog struct {
 	r *readLog
 }
 
-func (l countedLog) Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error) {
+func (l countedLog) Read(ctx context.Context, agentID string, from int64, limit int) ([]sessionlog.Event, error) {
 	l.r.mu.Lock()
 	l.r.events++
 	l.r.mu.Unlock()
-	return l.Log.Read(ctx, sessionID, from, limit)
+	return l.Log.Read(ctx, agentID, from, limit)
 }
 
 func (r *readLog) take() (inbox, events int) {

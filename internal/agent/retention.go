@@ -49,25 +49,25 @@ func (c *core) retentionDays(prof tools.Profile) int64 {
 // when a compaction moves the history's floor past it, and one per fold item then; a
 // plain turn's release moves the floor past nothing (it stays at the newest
 // through_seq + 1), so a plain turn gives nothing a TTL. TTL's deletes are free.
-func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Logger) {
-	w := inv.log
+func (rn *activeRun) expire(ctx context.Context, ck *checkpoint, log *slog.Logger) {
+	w := rn.log
 	if ck == nil || !w.begun {
 		return
 	}
-	from := max(w.start, inv.expiredTo, 1)
-	to := min(ck.floor(), w.last)        // seqs [from, to): below the history's floor, below the tip
-	lo := max(w.floor, inv.expiredTo, 1) // the folded events below the window from here to `to` get a TTL
-	below := inv.foldedBelow(lo, to)     // the fold items holding them
+	from := max(w.start, rn.expiredTo, 1)
+	to := min(ck.floor(), w.last)       // seqs [from, to): below the history's floor, below the tip
+	lo := max(w.floor, rn.expiredTo, 1) // the folded events below the window from here to `to` get a TTL
+	below := rn.foldedBelow(lo, to)     // the fold items holding them
 	if to <= from && len(below) == 0 {
 		return
 	}
-	prof, err := inv.c.agentProfile(inv.profileJSON)
+	prof, err := rn.c.agentProfile(rn.profileJSON)
 	if err != nil {
 		log.WarnContext(ctx, "retention: no profile; events kept", "error", err.Error())
 		return
 	}
-	inv.expiredTo = max(inv.expiredTo, to)
-	days := inv.c.retentionDays(prof)
+	rn.expiredTo = max(rn.expiredTo, to)
+	days := rn.c.retentionDays(prof)
 	if days <= 0 {
 		return
 	}
@@ -84,9 +84,9 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 			for ev := range jobs {
 				at, perr := time.Parse(sessionlog.TimeFormat, ev.At)
 				if perr != nil {
-					at = inv.c.now()
+					at = rn.c.now()
 				}
-				if err := inv.c.log.Expire(ctx, inv.agent, ev.Seq, at.Add(keep).Unix()); err != nil {
+				if err := rn.c.log.Expire(ctx, rn.agent, ev.Seq, at.Add(keep).Unix()); err != nil {
 					mu.Lock()
 					failed++
 					if first == nil {
@@ -103,16 +103,16 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 		// window's own are expired below): each at retention days after its newest.
 		at, perr := time.Parse(sessionlog.TimeFormat, p.at)
 		if perr != nil {
-			at = inv.c.now()
+			at = rn.c.now()
 		}
 		exp := at.Add(keep).Unix()
 		var errs []error
 		if p.to < to { // wholly below the floor: the item too
-			errs = append(errs, inv.c.store.expireFold(ctx, inv.agent, p.from, exp))
+			errs = append(errs, rn.c.store.expireFold(ctx, rn.agent, p.from, exp))
 			p.expired = errs[0] == nil
 		}
 		for seq := max(p.from, lo); seq <= p.to && seq < min(to, w.start); seq++ {
-			errs = append(errs, inv.c.log.Expire(ctx, inv.agent, seq, exp))
+			errs = append(errs, rn.c.log.Expire(ctx, rn.agent, seq, exp))
 			n++
 		}
 		mu.Lock()
@@ -128,7 +128,7 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 		if ev.Seq < from || ev.Seq >= to || ev.Expires != 0 {
 			continue
 		}
-		if skipped > 0 || inv.closeToDeadline(ctx) {
+		if skipped > 0 || rn.closeToDeadline(ctx) {
 			skipped++ // the invocation's end is near: these keep no TTL
 			continue
 		}
@@ -150,10 +150,10 @@ func (inv *invocation) expire(ctx context.Context, ck *checkpoint, log *slog.Log
 
 // foldedBelow returns the fold items the window holds that fold events in [lo, to)
 // and have no TTL from this invocation yet.
-func (inv *invocation) foldedBelow(lo, to int64) []*pieceMeta {
+func (rn *activeRun) foldedBelow(lo, to int64) []*pieceMeta {
 	var out []*pieceMeta
-	for i := range inv.log.pieces {
-		if p := &inv.log.pieces[i]; !p.expired && p.from < to && p.to >= lo {
+	for i := range rn.log.pieces {
+		if p := &rn.log.pieces[i]; !p.expired && p.from < to && p.to >= lo {
 			out = append(out, p)
 		}
 	}

@@ -71,12 +71,12 @@ func pinnedRules(prof tools.Profile) string {
 
 // turnRules is prof with the open turn's pinned rules in place of its own, when the
 // turn pinned them.
-func (inv *invocation) turnRules(prof tools.Profile) tools.Profile {
-	if inv.st.TurnRules == "" {
+func (rn *activeRun) turnRules(prof tools.Profile) tools.Profile {
+	if rn.st.TurnRules == "" {
 		return prof
 	}
 	var rs []tools.Rule
-	if err := json.Unmarshal([]byte(inv.st.TurnRules), &rs); err != nil {
+	if err := json.Unmarshal([]byte(rn.st.TurnRules), &rs); err != nil {
 		return prof
 	}
 	prof.Rules = rs

@@ -70,20 +70,20 @@ func (r *Runner) Handle(ctx context.Context, ev RunnerEvent) error {
 // next stimulus. Model and tool failures are not errors: they end the turn failed.
 func (r *Runner) Run(ctx context.Context, agentID string) error {
 	defer r.c.pause(PauseReturned, agentID)
-	return r.invocation(agentID).run(ctx)
+	return r.newRun(agentID).run(ctx)
 }
 
-// invocation returns a new invocation of r for agentID, with a lease owner id of its
+// newRun returns a new activeRun of r for agentID, with a lease owner id of its
 // own.
-func (r *Runner) invocation(agentID string) *invocation {
-	inv := &invocation{r: r, c: r.c, rs: r.c.store, agent: agentID, me: "run_" + randomHex(8)}
-	inv.log = inv.newWindow()
-	return inv
+func (r *Runner) newRun(agentID string) *activeRun {
+	rn := &activeRun{r: r, c: r.c, rs: r.c.store, agent: agentID, me: "run_" + randomHex(8)}
+	rn.log = rn.newWindow()
+	return rn
 }
 
-// newWindow is a window on the agent's log not yet begun, appending under inv's lease.
-func (inv *invocation) newWindow() *logWindow {
-	return &logWindow{log: inv.c.log, agentID: inv.agent, last: -1, logged: map[string]int64{}, fired: map[string]bool{}, fence: inv.fence}
+// newWindow is a window on the agent's log not yet begun, appending under rn's lease.
+func (rn *activeRun) newWindow() *logWindow {
+	return &logWindow{log: rn.c.log, agentID: rn.agent, last: -1, logged: map[string]int64{}, fired: map[string]bool{}, fence: rn.fence}
 }
 
 // set returns the built tool set of a profile, building it once per Runner.
@@ -115,12 +115,12 @@ const (
 	outCancel                  // a cancel was observed
 )
 
-// invocation is one Run. It holds the agent as it last read it: the state item, the
+// activeRun is one Run. It holds the agent as it last read it: the state item, the
 // log from its checkpoint on and the inbox. The state is read at the start of each pass (the lease
-// write returns it) and at each step boundary, and every write of the invocation's own
+// write returns it) and at each step boundary, and every write of the run's own
 // returns it (adopt); the log and the inbox are read again only when the state's
 // stimulus count moved since they were last read.
-type invocation struct {
+type activeRun struct {
 	r      *Runner
 	c      *core
 	rs     runnerState // the lease and claim rules acquire takes the lease by: c.store
@@ -165,37 +165,37 @@ func (o optional[T]) is(v T) bool { return o.ok && o.v == v }
 
 // adopt makes st the invocation's state: the item as a read found it, or as one of the
 // invocation's own writes left it (each asks for the item back, at no cost: see
-// store.update). It is the only way inv.st changes.
-func (inv *invocation) adopt(st state) { inv.st = st }
+// store.update). It is the only way rn.st changes.
+func (rn *activeRun) adopt(st state) { rn.st = st }
 
-func (inv *invocation) run(ctx context.Context) error {
+func (rn *activeRun) run(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
-		inv.budget = time.Until(dl)
+		rn.budget = time.Until(dl)
 	}
-	st, ok, err := inv.acquire(ctx)
+	st, ok, err := rn.acquire(ctx)
 	if err != nil || !ok {
 		return err
 	}
-	if err := inv.crash(CrashAfterAcquire); err != nil {
+	if err := rn.crash(CrashAfterAcquire); err != nil {
 		return err
 	}
-	if err := inv.fenceEpoch(ctx, st); err != nil {
-		_, _, _ = inv.release(ctx, optional[int64]{}, nil, nil)
+	if err := rn.fenceEpoch(ctx, st); err != nil {
+		_, _, _ = rn.release(ctx, optional[int64]{}, nil, nil)
 		return err
 	}
-	log := inv.c.logger.With("agent_id", inv.agent, "runner", inv.me)
+	log := rn.c.logger.With("agent_id", rn.agent, "runner", rn.me)
 	runCtx, cancel := context.WithCancel(ctx)
 	var lost atomic.Bool
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		inv.heartbeat(runCtx, func() { lost.Store(true); cancel() })
+		rn.heartbeat(runCtx, func() { lost.Store(true); cancel() })
 	}()
 	stopHeartbeat := func() { cancel(); <-hbDone }
 	defer stopHeartbeat()
 
 	for {
-		out, err := inv.work(runCtx, st)
+		out, err := rn.work(runCtx, st)
 		switch {
 		case errors.Is(err, ErrCrashed):
 			return err
@@ -207,46 +207,46 @@ func (inv *invocation) run(ctx context.Context) error {
 			// a log that is gone, and none of it is appended to the next one.
 			log.WarnContext(ctx, "the log was reset or deleted; the runner's work on it is dropped", "error", err.Error())
 			stopHeartbeat()
-			if _, _, rerr := inv.release(ctx, optional[int64]{}, nil, nil); rerr != nil {
+			if _, _, rerr := rn.release(ctx, optional[int64]{}, nil, nil); rerr != nil {
 				log.ErrorContext(ctx, "release lease after the log was reset", "error", rerr.Error())
 			}
 			return nil
 		case err != nil:
 			stopHeartbeat()
-			if _, _, rerr := inv.release(ctx, optional[int64]{}, nil, nil); rerr != nil {
+			if _, _, rerr := rn.release(ctx, optional[int64]{}, nil, nil); rerr != nil {
 				log.ErrorContext(ctx, "release lease after failure", "error", rerr.Error())
 			}
 			return err
 		}
 		if out == outHandover {
 			stopHeartbeat()
-			ck := inv.checkpoint(inv.ended)
-			_, wrote, err := inv.release(ctx, optional[int64]{}, inv.ended, ck)
+			ck := rn.checkpoint(rn.ended)
+			_, wrote, err := rn.release(ctx, optional[int64]{}, rn.ended, ck)
 			if err != nil {
 				return err
 			}
 			if wrote {
-				inv.expire(ctx, ck, log)
+				rn.expire(ctx, ck, log)
 			}
 			log.InfoContext(ctx, "handing over before the deadline")
 			metrics.Add("RunnerHandovers", metrics.Count, 1)
-			return inv.c.invoke(ctx, inv.agent)
+			return rn.c.invoke(ctx, rn.agent)
 		}
-		if err := inv.crash(CrashBeforeRelease); err != nil {
+		if err := rn.crash(CrashBeforeRelease); err != nil {
 			return err
 		}
-		ck := inv.checkpoint(inv.ended)
-		released, wrote, err := inv.release(ctx, inv.seenPending, inv.ended, ck)
+		ck := rn.checkpoint(rn.ended)
+		released, wrote, err := rn.release(ctx, rn.seenPending, rn.ended, ck)
 		if err != nil {
 			return err
 		}
 		if wrote {
-			inv.expire(ctx, ck, log)
+			rn.expire(ctx, ck, log)
 		}
 		if released {
 			return nil
 		}
-		st = inv.st // a stimulus arrived meanwhile: go round again
+		st = rn.st // a stimulus arrived meanwhile: go round again
 	}
 }
 
@@ -254,19 +254,19 @@ func (inv *invocation) run(ctx context.Context) error {
 // or as it was found when the write did not happen.
 // The fold items of the events ck moves past are written first (histfold.go): a
 // checkpoint never points above history that is not folded.
-func (inv *invocation) release(ctx context.Context, pending optional[int64], ended *endedTurn, ck *checkpoint) (released, wrote bool, err error) {
+func (rn *activeRun) release(ctx context.Context, pending optional[int64], ended *endedTurn, ck *checkpoint) (released, wrote bool, err error) {
 	if ck != nil && len(ck.put) > 0 {
-		if err := inv.c.store.putFolds(ctx, inv.agent, ck.put); err != nil {
+		if err := rn.c.store.putFolds(ctx, rn.agent, ck.put); err != nil {
 			return false, false, err
 		}
 	}
-	cur, released, wrote, err := inv.c.store.release(ctx, inv.agent, inv.me, pending, ended, ck)
+	cur, released, wrote, err := rn.c.store.release(ctx, rn.agent, rn.me, pending, ended, ck)
 	if err != nil {
 		return false, false, err
 	}
-	inv.adopt(cur)
+	rn.adopt(cur)
 	if wrote {
-		inv.log.wrote(ck)
+		rn.log.wrote(ck)
 	}
 	return released, wrote, nil
 }
@@ -275,31 +275,31 @@ func (inv *invocation) release(ctx context.Context, pending optional[int64], end
 // lease to expire, and returns the state item as the lease write left it. It reports
 // false when a live holder will see this stimulus. When planClaim finds a turn to
 // start, the lease write claims it too.
-func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
-	ttl := inv.c.cfg.LeaseDuration
-	c, pre, err := inv.planClaim(ctx)
+func (rn *activeRun) acquire(ctx context.Context) (state, bool, error) {
+	ttl := rn.c.cfg.LeaseDuration
+	c, pre, err := rn.planClaim(ctx)
 	if err != nil {
 		return state{}, false, err
 	}
 	var seen *state
 	var first time.Time // the first attempt, which found the lease held
 	for {
-		now, sent := inv.c.now(), time.Now()
-		st, ok, err := inv.rs.acquire(ctx, inv.agent, inv.me, now, now.Add(ttl), c)
+		now, sent := rn.c.now(), time.Now()
+		st, ok, err := rn.rs.acquire(ctx, rn.agent, rn.me, now, now.Add(ttl), c)
 		if err != nil {
 			return state{}, false, err
 		}
 		if ok {
-			inv.extendLease(sent.Add(ttl))
-			inv.profileJSON = st.Profile
+			rn.extendLease(sent.Add(ttl))
+			rn.profileJSON = st.Profile
 			if c != nil {
-				inv.pre = pre
+				rn.pre = pre
 			}
 			return st, true, nil
 		}
 		if c != nil {
 			c = nil
-			if st.Runner == "" || st.Runner == inv.me || !lease.LiveMs(st.LeaseUntil, now.UnixMilli()) {
+			if st.Runner == "" || st.Runner == rn.me || !lease.LiveMs(st.LeaseUntil, now.UnixMilli()) {
 				continue // the lease is free, but the claim no longer holds: take the lease alone
 			}
 		}
@@ -334,34 +334,34 @@ func (inv *invocation) acquire(ctx context.Context) (state, bool, error) {
 // it. Cost: one strongly consistent Query (usually 1 read unit) and the log read the
 // runner makes anyway: when the lease write claims the turn, the first pass takes both
 // reads as they are (preRead) instead of making them again.
-func (inv *invocation) planClaim(ctx context.Context) (*claim, *preRead, error) {
-	own, pre, err := inv.rs.inboxRead(ctx, inv.agent)
+func (rn *activeRun) planClaim(ctx context.Context) (*claim, *preRead, error) {
+	own, pre, err := rn.rs.inboxRead(ctx, rn.agent)
 	if err != nil {
 		return nil, nil, err
 	}
-	now := inv.c.now()
-	if pre.Runner != "" && pre.Runner != inv.me && lease.LiveMs(pre.LeaseUntil, now.UnixMilli()) {
+	now := rn.c.now()
+	if pre.Runner != "" && pre.Runner != rn.me && lease.LiveMs(pre.LeaseUntil, now.UnixMilli()) {
 		return nil, nil, nil
 	}
 	if pre.TurnID != "" || pre.QuotaDay != now.UTC().Format(time.DateOnly) || pre.QuotaMonth != now.UTC().Format("2006-01") {
 		return nil, nil, nil
 	}
-	prof, err := inv.c.agentProfile(pre.Profile)
+	prof, err := rn.c.agentProfile(pre.Profile)
 	if err != nil || !quotaAllows(prof, pre.Counters, now) {
 		return nil, nil, nil // the runner refuses the turn, or fails it on its profile
 	}
-	if err := inv.log.begin(ctx, inv.c.store, pre); err != nil {
+	if err := rn.log.begin(ctx, rn.c.store, pre); err != nil {
 		return nil, nil, err
 	}
-	if err := inv.log.refresh(ctx); err != nil {
+	if err := rn.log.refresh(ctx); err != nil {
 		return nil, nil, err
 	}
-	if inv.log.turn != nil {
+	if rn.log.turn != nil {
 		return nil, nil, nil
 	}
 	for _, it := range queued(own, pre) {
-		if it.Wake && !inv.log.isLogged(it.ID) {
-			c := &claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it, rules: pinnedRules(prof)}
+		if it.Wake && !rn.log.isLogged(it.ID) {
+			c := &claim{turnID: newTurnID(), seq: rn.log.last + 1, wake: it, rules: pinnedRules(prof)}
 			return c, &preRead{own: own, st: pre}, nil
 		}
 	}
@@ -394,8 +394,8 @@ func newTurnID() string { return "turn_" + randomHex(8) }
 
 // heartbeat renews the lease every third of its duration until ctx ends; lost is
 // called if the lease turns out to be someone else's.
-func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
-	ttl := inv.c.cfg.LeaseDuration
+func (rn *activeRun) heartbeat(ctx context.Context, lost func()) {
+	ttl := rn.c.cfg.LeaseDuration
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	for {
@@ -405,34 +405,34 @@ func (inv *invocation) heartbeat(ctx context.Context, lost func()) {
 		case <-t.C:
 		}
 		sent := time.Now()
-		err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(ttl))
+		err := rn.c.store.renew(ctx, rn.agent, rn.me, rn.c.now().Add(ttl))
 		if errors.Is(err, errLeaseLost) {
 			lost()
 			return
 		}
 		if err == nil {
-			inv.extendLease(sent.Add(ttl))
+			rn.extendLease(sent.Add(ttl))
 		}
 		if err != nil && ctx.Err() == nil {
-			inv.c.logger.WarnContext(ctx, "renew runner lease", "agent_id", inv.agent, "error", err.Error())
+			rn.c.logger.WarnContext(ctx, "renew runner lease", "agent_id", rn.agent, "error", err.Error())
 		}
 	}
 }
 
 // extendLease records that the lease lasts at least until end (the time a write that
 // took or renewed it was sent, plus its term): it only moves forward.
-func (inv *invocation) extendLease(end time.Time) {
-	inv.leaseMu.Lock()
-	defer inv.leaseMu.Unlock()
-	if end.After(inv.leaseEnd) {
-		inv.leaseEnd = end
+func (rn *activeRun) extendLease(end time.Time) {
+	rn.leaseMu.Lock()
+	defer rn.leaseMu.Unlock()
+	if end.After(rn.leaseEnd) {
+		rn.leaseEnd = end
 	}
 }
 
-func (inv *invocation) leaseEnds() time.Time {
-	inv.leaseMu.Lock()
-	defer inv.leaseMu.Unlock()
-	return inv.leaseEnd
+func (rn *activeRun) leaseEnds() time.Time {
+	rn.leaseMu.Lock()
+	defer rn.leaseMu.Unlock()
+	return rn.leaseEnd
 }
 
 // fence is what the runner's appends are fenced by (sessionlog.Fence): the epoch of
@@ -446,18 +446,18 @@ func (inv *invocation) leaseEnds() time.Time {
 // lease allows), the lease cannot fence the put, and the append is checked by
 // DynamoDB instead: a transaction with the check of seq 0 (4 write units), never a
 // put the lease might not cover.
-func (inv *invocation) fence(ctx context.Context) (sessionlog.Fence, error) {
-	ttl := inv.c.cfg.LeaseDuration
-	until := inv.leaseEnds().Add(-ttl / 10)
+func (rn *activeRun) fence(ctx context.Context) (sessionlog.Fence, error) {
+	ttl := rn.c.cfg.LeaseDuration
+	until := rn.leaseEnds().Add(-ttl / 10)
 	if time.Until(until) < ttl/2 {
 		sent := time.Now()
-		if err := inv.c.store.renew(ctx, inv.agent, inv.me, inv.c.now().Add(ttl)); err != nil {
+		if err := rn.c.store.renew(ctx, rn.agent, rn.me, rn.c.now().Add(ttl)); err != nil {
 			return sessionlog.Fence{}, err
 		}
-		inv.extendLease(sent.Add(ttl))
-		until = inv.leaseEnds().Add(-ttl / 10)
+		rn.extendLease(sent.Add(ttl))
+		until = rn.leaseEnds().Add(-ttl / 10)
 	}
-	epoch, err := inv.log.epochOf(ctx)
+	epoch, err := rn.log.epochOf(ctx)
 	if err != nil {
 		return sessionlog.Fence{}, err
 	}
@@ -473,8 +473,8 @@ func (inv *invocation) fence(ctx context.Context) (sessionlog.Fence, error) {
 // st: its checkpoint names the epoch it was written in (a reset strips it); without
 // one, seq 0 is read (1 read unit: a session's first turn). A window that is not
 // surely of that log is dropped, and read again under the lease.
-func (inv *invocation) fenceEpoch(ctx context.Context, st state) error {
-	if !inv.log.begun {
+func (rn *activeRun) fenceEpoch(ctx context.Context, st state) error {
+	if !rn.log.begun {
 		return nil // it begins under the lease
 	}
 	want := ""
@@ -482,18 +482,18 @@ func (inv *invocation) fenceEpoch(ctx context.Context, st state) error {
 		want = st.Ck.Epoch
 	}
 	if want == "" {
-		e, err := inv.c.log.Epoch(ctx, inv.agent)
+		e, err := rn.c.log.Epoch(ctx, rn.agent)
 		if err != nil && !errors.Is(err, sessionlog.ErrNotFound) {
-			return fmt.Errorf("agent: epoch of %s: %w", inv.agent, err)
+			return fmt.Errorf("agent: epoch of %s: %w", rn.agent, err)
 		}
 		want = e
 	}
-	if want != "" && inv.log.epoch == want {
+	if want != "" && rn.log.epoch == want {
 		return nil
 	}
-	inv.log = inv.newWindow()
-	inv.seenPending = optional[int64]{}
-	inv.pre = nil
+	rn.log = rn.newWindow()
+	rn.seenPending = optional[int64]{}
+	rn.pre = nil
 	return nil
 }
 
@@ -502,8 +502,8 @@ func (c *core) crashed(point string) bool {
 	return c.cfg.Crash != nil && c.cfg.Crash(point)
 }
 
-func (inv *invocation) crash(point string) error {
-	if inv.c.cfg.Crash != nil && inv.c.cfg.Crash(point) {
+func (rn *activeRun) crash(point string) error {
+	if rn.c.cfg.Crash != nil && rn.c.cfg.Crash(point) {
 		return ErrCrashed
 	}
 	return nil
@@ -513,15 +513,15 @@ func (inv *invocation) crash(point string) error {
 // and has less than its margin left. The margin is DeadlineMargin, but at most half
 // the time the invocation started with, so a function configured with a short
 // timeout still does several steps per invocation instead of one.
-func (inv *invocation) deadlineNear(ctx context.Context) bool {
-	if !inv.progressed {
+func (rn *activeRun) deadlineNear(ctx context.Context) bool {
+	if !rn.progressed {
 		return false
 	}
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return false
 	}
-	margin := min(inv.c.cfg.DeadlineMargin, inv.budget/2)
+	margin := min(rn.c.cfg.DeadlineMargin, rn.budget/2)
 	return time.Until(dl) < margin
 }
 
@@ -529,76 +529,76 @@ func (inv *invocation) deadlineNear(ctx context.Context) bool {
 // invocation read the log tail and the inbox. The first apply reads both (no count
 // seen yet), unless the lease write claimed the turn planClaim read for and the agent
 // is as planClaim read it (preRead.current).
-func (inv *invocation) apply(ctx context.Context, st state) error {
-	if st.Runner != inv.me {
+func (rn *activeRun) apply(ctx context.Context, st state) error {
+	if st.Runner != rn.me {
 		return errLeaseLost
 	}
-	inv.adopt(st)
-	if inv.seenPending.is(st.Stimuli) {
+	rn.adopt(st)
+	if rn.seenPending.is(st.Stimuli) {
 		return nil
 	}
-	if pre := inv.pre; pre != nil {
-		inv.pre = nil
-		if inv.log.begun && pre.current(st) {
+	if pre := rn.pre; pre != nil {
+		rn.pre = nil
+		if rn.log.begun && pre.current(st) {
 			// The first pass, which planClaim read for: its log and inbox are current.
-			inv.seenPending = some(st.Stimuli)
-			inv.setInbox(queued(pre.own, st))
+			rn.seenPending = some(st.Stimuli)
+			rn.setInbox(queued(pre.own, st))
 			return nil
 		}
 	}
-	if err := inv.log.begin(ctx, inv.c.store, st); err != nil {
+	if err := rn.log.begin(ctx, rn.c.store, st); err != nil {
 		return err
 	}
-	if err := inv.log.refresh(ctx); err != nil {
+	if err := rn.log.refresh(ctx); err != nil {
 		return err
 	}
-	items, _, err := inv.c.store.inbox(ctx, inv.agent)
+	items, _, err := rn.c.store.inbox(ctx, rn.agent)
 	if err != nil {
 		return err
 	}
-	inv.seenPending = some(st.Stimuli)
-	inv.setInbox(items)
+	rn.seenPending = some(st.Stimuli)
+	rn.setInbox(items)
 	return nil
 }
 
 // boundary refreshes the state at a step boundary: one consistent read of the state
 // item, plus the log tail and inbox when a stimulus arrived.
-func (inv *invocation) boundary(ctx context.Context) error {
-	st, err := inv.c.store.getState(ctx, inv.agent, boundaryAttrs...)
+func (rn *activeRun) boundary(ctx context.Context) error {
+	st, err := rn.c.store.getState(ctx, rn.agent, boundaryAttrs...)
 	if err != nil {
 		return err
 	}
-	return inv.apply(ctx, st)
+	return rn.apply(ctx, st)
 }
 
 // append appends one event to the agent's log.
-func (inv *invocation) append(ctx context.Context, typ string, payload any) (sessionlog.Event, error) {
-	return inv.log.append(ctx, typ, payload)
+func (rn *activeRun) append(ctx context.Context, typ string, payload any) (sessionlog.Event, error) {
+	return rn.log.append(ctx, typ, payload)
 }
 
 // setInbox keeps items as the inbox, but for the recorded turn's inline wake once it
 // is logged: that one leaves the state item with the turn, and is not drained.
-func (inv *invocation) setInbox(items []inboxItem) {
-	inv.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == attrTurnWake && inv.log.isLogged(it.ID) })
+func (rn *activeRun) setInbox(items []inboxItem) {
+	rn.inbox = slices.DeleteFunc(items, func(it inboxItem) bool { return it.attr == attrTurnWake && rn.log.isLogged(it.ID) })
 }
 
 // nextWake is the waking inject the next turn starts with: the one a recorded claim
 // that logged nothing yet was made for (its key is turn_key), else the oldest.
-func (inv *invocation) nextWake() *inboxItem {
-	if inv.st.TurnID != "" && inv.st.TurnKey != "" {
-		for i := range inv.inbox {
-			if it := &inv.inbox[i]; it.Wake && !inv.log.isLogged(it.ID) && it.key() == inv.st.TurnKey {
+func (rn *activeRun) nextWake() *inboxItem {
+	if rn.st.TurnID != "" && rn.st.TurnKey != "" {
+		for i := range rn.inbox {
+			if it := &rn.inbox[i]; it.Wake && !rn.log.isLogged(it.ID) && it.key() == rn.st.TurnKey {
 				return it
 			}
 		}
 	}
-	return inv.oldestWake()
+	return rn.oldestWake()
 }
 
 // oldestWake is the first queued inject that asks for a turn and is not logged yet.
-func (inv *invocation) oldestWake() *inboxItem {
-	for i := range inv.inbox {
-		if it := &inv.inbox[i]; it.Wake && !inv.log.isLogged(it.ID) {
+func (rn *activeRun) oldestWake() *inboxItem {
+	for i := range rn.inbox {
+		if it := &rn.inbox[i]; it.Wake && !rn.log.isLogged(it.ID) {
 			return it
 		}
 	}
@@ -606,8 +606,8 @@ func (inv *invocation) oldestWake() *inboxItem {
 }
 
 // toolset is the agent's profile and its built tools.
-func (inv *invocation) toolset() (tools.Profile, *tools.Set, error) {
-	prof, err := inv.c.agentProfile(inv.profileJSON)
+func (rn *activeRun) toolset() (tools.Profile, *tools.Set, error) {
+	prof, err := rn.c.agentProfile(rn.profileJSON)
 	if err != nil {
 		return tools.Profile{}, nil, err
 	}
@@ -616,7 +616,7 @@ func (inv *invocation) toolset() (tools.Profile, *tools.Set, error) {
 	if err != nil {
 		return tools.Profile{}, nil, err
 	}
-	set, err := inv.r.set(string(key), prof)
+	set, err := rn.r.set(string(key), prof)
 	if err != nil {
 		return tools.Profile{}, nil, err
 	}

@@ -28,11 +28,11 @@ type scheduleFired struct {
 
 // logFire appends schedule/fired before the inject of a schedule's fire, unless a dead
 // invocation already did.
-func (inv *invocation) logFire(ctx context.Context, it inboxItem) error {
-	if it.ScheduleID == "" || inv.log.fired[it.ID] {
+func (rn *activeRun) logFire(ctx context.Context, it inboxItem) error {
+	if it.ScheduleID == "" || rn.log.fired[it.ID] {
 		return nil
 	}
-	_, err := inv.append(ctx, schedule.TypeFired, scheduleFired{ScheduleID: it.ScheduleID, FireAt: it.FireAt, InboxID: it.ID})
+	_, err := rn.append(ctx, schedule.TypeFired, scheduleFired{ScheduleID: it.ScheduleID, FireAt: it.FireAt, InboxID: it.ID})
 	return err
 }
 

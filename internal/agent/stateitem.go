@@ -54,7 +54,7 @@ type state struct {
 	QuotaRefused *int64 `dynamodbav:"quota_refused,omitempty"`
 	// InboxItems is the count of injects queued as items of their own (reserveInbox):
 	// it rises before such an inject is put, so a runner can tell that none was queued
-	// since it read the inbox (invocation.apply).
+	// since it read the inbox (activeRun.apply).
 	InboxItems int64 `dynamodbav:"inbox_items"`
 	Counters
 }

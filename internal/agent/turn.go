@@ -18,40 +18,40 @@ import (
 // work brings the agent to rest, starting from st, the state just read by the lease
 // write that began this pass: it finishes what a dead invocation left half done, runs
 // or resumes the open turn, and starts a turn for each waking inject queued.
-func (inv *invocation) work(ctx context.Context, st state) (outcome, error) {
-	if err := inv.apply(ctx, st); err != nil {
+func (rn *activeRun) work(ctx context.Context, st state) (outcome, error) {
+	if err := rn.apply(ctx, st); err != nil {
 		return 0, err
 	}
-	read := true // inv.st is as read, and no step ran since: the first boundary uses it
+	read := true // rn.st is as read, and no step ran since: the first boundary uses it
 	for {
-		if err := inv.reconcile(ctx); err != nil {
+		if err := rn.reconcile(ctx); err != nil {
 			return 0, err
 		}
-		if inv.log.turn != nil {
-			out, err := inv.runTurn(ctx, read)
+		if rn.log.turn != nil {
+			out, err := rn.runTurn(ctx, read)
 			if err != nil || out != outEnded {
 				return out, err
 			}
 			read = false
 			continue
 		}
-		if inv.deadlineNear(ctx) {
+		if rn.deadlineNear(ctx) {
 			return outHandover, nil
 		}
-		it := inv.nextWake()
+		it := rn.nextWake()
 		if it == nil {
 			return outIdle, nil
 		}
-		if inv.st.TurnID == "" { // a turn claimed by a dead invocation was counted already
-			reason, err := inv.quotaReason(ctx)
+		if rn.st.TurnID == "" { // a turn claimed by a dead invocation was counted already
+			reason, err := rn.quotaReason(ctx)
 			if err != nil {
 				return 0, err
 			}
 			if reason != "" {
-				return outIdle, inv.refuseForQuota(ctx, reason)
+				return outIdle, rn.refuseForQuota(ctx, reason)
 			}
 		}
-		if err := inv.startTurn(ctx, *it); err != nil {
+		if err := rn.startTurn(ctx, *it); err != nil {
 			return 0, err
 		}
 	}
@@ -62,50 +62,50 @@ func (inv *invocation) work(ctx context.Context, st state) (outcome, error) {
 // cleared; a recorded turn whose user/message is logged but not its turn/start gets
 // its turn/start. An ended turn after which the agent is idle (no wake queued, no
 // title to ask for) is left to the lease release, which finishes it in its own write.
-func (inv *invocation) reconcile(ctx context.Context) error {
-	inv.ended = nil
-	if t := inv.log.turn; t != nil {
+func (rn *activeRun) reconcile(ctx context.Context) error {
+	rn.ended = nil
+	if t := rn.log.turn; t != nil {
 		if isQuotaTurn(t.turnID) {
-			return inv.endRefused(ctx, t.turnID)
+			return rn.endRefused(ctx, t.turnID)
 		}
-		if inv.st.TurnID != t.turnID {
-			st, err := inv.c.store.setTurn(ctx, inv.agent, inv.me, t.turnID, t.seq)
+		if rn.st.TurnID != t.turnID {
+			st, err := rn.c.store.setTurn(ctx, rn.agent, rn.me, t.turnID, t.seq)
 			if err != nil {
 				return err
 			}
-			inv.adopt(st)
+			rn.adopt(st)
 		}
 		return nil
 	}
-	id := inv.st.TurnID
+	id := rn.st.TurnID
 	if id == "" {
 		return nil
 	}
-	if te, ok := turnEndOf(inv.log.evs, id); ok {
+	if te, ok := turnEndOf(rn.log.evs, id); ok {
 		var u TurnUsage
 		if te.Usage != nil {
 			u = *te.Usage
 		}
-		_, titled, err := inv.log.firstMessage(ctx)
+		_, titled, err := rn.log.firstMessage(ctx)
 		if err != nil {
 			return err
 		}
-		if titled && inv.oldestWake() == nil {
-			inv.ended = &endedTurn{id: id, usage: u}
+		if titled && rn.oldestWake() == nil {
+			rn.ended = &endedTurn{id: id, usage: u}
 			return nil
 		}
-		return inv.finishTurn(ctx, id, u)
+		return rn.finishTurn(ctx, id, u)
 	}
-	if userMessageOf(inv.log.evs, id) {
-		_, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id})
+	if userMessageOf(rn.log.evs, id) {
+		_, err := rn.append(ctx, TypeTurnStart, turnStart{TurnID: id})
 		return err
 	}
-	if inv.oldestWake() == nil {
-		st, err := inv.c.store.clearTurn(ctx, inv.agent, inv.me, id)
+	if rn.oldestWake() == nil {
+		st, err := rn.c.store.clearTurn(ctx, rn.agent, rn.me, id)
 		if err != nil {
 			return err
 		}
-		inv.adopt(st)
+		rn.adopt(st)
 	}
 	return nil
 }
@@ -115,50 +115,50 @@ func (inv *invocation) reconcile(ctx context.Context) error {
 // invocation's claim, or here — so a cancel racing the start finds it. An inject
 // queued on the state item left the queue with that claim; an inbox item of its own
 // is deleted once its user/message is logged.
-func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
-	if se, err := inv.staleInject(ctx, it); err != nil {
+func (rn *activeRun) startTurn(ctx context.Context, it inboxItem) error {
+	if se, err := rn.staleInject(ctx, it); err != nil {
 		return err
 	} else if se != nil {
-		return inv.dropStale(ctx, it, se)
+		return rn.dropStale(ctx, it, se)
 	}
-	id := inv.st.TurnID // claimed with the lease, or by an invocation that died before logging anything
+	id := rn.st.TurnID // claimed with the lease, or by an invocation that died before logging anything
 	if id == "" {
-		c := claim{turnID: newTurnID(), seq: inv.log.last + 1, wake: it}
-		if prof, err := inv.c.agentProfile(inv.profileJSON); err == nil {
+		c := claim{turnID: newTurnID(), seq: rn.log.last + 1, wake: it}
+		if prof, err := rn.c.agentProfile(rn.profileJSON); err == nil {
 			c.rules = pinnedRules(prof)
 		}
-		st, err := inv.c.store.claimTurn(ctx, inv.agent, inv.me, c)
+		st, err := rn.c.store.claimTurn(ctx, rn.agent, rn.me, c)
 		if err != nil {
 			return err
 		}
-		inv.adopt(st)
+		rn.adopt(st)
 		id = c.turnID
 	}
-	if inv.st.CancelAt != "" && it.key() <= inv.st.CancelAt && inv.st.CancelTurn != id {
+	if rn.st.CancelAt != "" && it.key() <= rn.st.CancelAt && rn.st.CancelTurn != id {
 		// A cancel sent after this wake was served before the claim: the turn the wake
 		// starts is the one that cancel stops.
-		st, err := inv.c.store.cancelClaimed(ctx, inv.agent, inv.me, id, inv.st.CancelAtReason)
+		st, err := rn.c.store.cancelClaimed(ctx, rn.agent, rn.me, id, rn.st.CancelAtReason)
 		if err != nil {
 			return err
 		}
-		inv.adopt(st)
+		rn.adopt(st)
 	}
-	if err := inv.logFire(ctx, it); err != nil {
+	if err := rn.logFire(ctx, it); err != nil {
 		return err
 	}
-	if _, err := inv.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, ScheduleID: it.ScheduleID, ClientID: it.ClientID}); err != nil {
+	if _, err := rn.append(ctx, TypeUserMessage, userMessage{Text: it.Text, InboxID: it.ID, TurnID: id, ScheduleID: it.ScheduleID, ClientID: it.ClientID}); err != nil {
 		return err
 	}
-	if err := inv.crash(CrashUserMessage); err != nil {
+	if err := rn.crash(CrashUserMessage); err != nil {
 		return err
 	}
 	if it.attr == "" {
-		if err := inv.deleteInbox(ctx, []inboxItem{it}); err != nil {
+		if err := rn.deleteInbox(ctx, []inboxItem{it}); err != nil {
 			return err
 		}
 	}
-	inv.dropInbox(it.ID)
-	_, err := inv.append(ctx, TypeTurnStart, turnStart{TurnID: id})
+	rn.dropInbox(it.ID)
+	_, err := rn.append(ctx, TypeTurnStart, turnStart{TurnID: id})
 	return err
 }
 
@@ -167,37 +167,37 @@ func (inv *invocation) startTurn(ctx context.Context, it inboxItem) error {
 // any, is forgotten and the inject taken off the inbox, logging nothing. A runner that
 // dies in between finds it stale again (a turn/start or turn/end stays logged) and
 // drops it then: the answer may come twice, the inject is never logged.
-func (inv *invocation) dropStale(ctx context.Context, it inboxItem, se *control.StaleError) error {
-	inv.answerStale(ctx, it, se)
-	if inv.st.TurnID != "" && inv.st.TurnKey == it.key() && !inv.log.isLogged(it.ID) {
-		st, err := inv.c.store.clearTurn(ctx, inv.agent, inv.me, inv.st.TurnID)
+func (rn *activeRun) dropStale(ctx context.Context, it inboxItem, se *control.StaleError) error {
+	rn.answerStale(ctx, it, se)
+	if rn.st.TurnID != "" && rn.st.TurnKey == it.key() && !rn.log.isLogged(it.ID) {
+		st, err := rn.c.store.clearTurn(ctx, rn.agent, rn.me, rn.st.TurnID)
 		if err != nil {
 			return err
 		}
-		inv.adopt(st)
+		rn.adopt(st)
 	}
 	if it.attr != attrTurnWake {
-		if err := inv.deleteInbox(ctx, []inboxItem{it}); err != nil {
+		if err := rn.deleteInbox(ctx, []inboxItem{it}); err != nil {
 			return err
 		}
 	}
-	inv.dropInbox(it.ID)
+	rn.dropInbox(it.ID)
 	return nil
 }
 
-func (inv *invocation) dropInbox(id string) {
-	kept := inv.inbox[:0]
-	for _, it := range inv.inbox {
+func (rn *activeRun) dropInbox(id string) {
+	kept := rn.inbox[:0]
+	for _, it := range rn.inbox {
 		if it.ID != id {
 			kept = append(kept, it)
 		}
 	}
-	inv.inbox = kept
+	rn.inbox = kept
 }
 
 // cancelled reports whether a cancel is recorded for turnID.
-func (inv *invocation) cancelled(turnID string) bool {
-	return inv.st.CancelTurn != "" && inv.st.CancelTurn == turnID
+func (rn *activeRun) cancelled(turnID string) bool {
+	return rn.st.CancelTurn != "" && rn.st.CancelTurn == turnID
 }
 
 // runTurn runs the open turn step by step. Each step boundary reads the state (cancel,
@@ -205,25 +205,25 @@ func (inv *invocation) cancelled(turnID string) bool {
 // the step either runs the tool calls the log owes, or drains the inbox and calls the
 // model — or ends the turn after a final reply. A step reads the turn from the
 // window's turnView, which each appended event keeps current.
-func (inv *invocation) runTurn(ctx context.Context, read bool) (outcome, error) {
+func (rn *activeRun) runTurn(ctx context.Context, read bool) (outcome, error) {
 	for ; ; read = false {
 		if !read {
-			if err := inv.boundary(ctx); err != nil {
+			if err := rn.boundary(ctx); err != nil {
 				return 0, err
 			}
 		}
-		t := inv.log.turn
+		t := rn.log.turn
 		if t == nil {
 			return outEnded, nil
 		}
-		if inv.cancelled(t.turnID) {
-			return inv.cancelTurn(ctx, inv.st.CancelReason)
+		if rn.cancelled(t.turnID) {
+			return rn.cancelTurn(ctx, rn.st.CancelReason)
 		}
-		if inv.deadlineNear(ctx) {
+		if rn.deadlineNear(ctx) {
 			return outHandover, nil
 		}
 		if owed := t.owed(); len(owed) > 0 {
-			out, err := inv.runBatch(ctx, t, owed)
+			out, err := rn.runBatch(ctx, t, owed)
 			if err != nil {
 				return 0, err
 			}
@@ -231,75 +231,75 @@ func (inv *invocation) runTurn(ctx context.Context, read bool) (outcome, error) 
 			case outContinue:
 				continue
 			case outCancel:
-				return inv.cancelTurn(ctx, inv.st.CancelReason)
+				return rn.cancelTurn(ctx, rn.st.CancelReason)
 			default:
 				return out, nil
 			}
 		}
-		if err := inv.drain(ctx); err != nil {
+		if err := rn.drain(ctx); err != nil {
 			return 0, err
 		}
 		if t.last == lastFinal {
-			return inv.endTurn(ctx, t, StatusCompleted, "", nil)
+			return rn.endTurn(ctx, t, StatusCompleted, "", nil)
 		}
-		out, err := inv.modelStep(ctx, t)
+		out, err := rn.modelStep(ctx, t)
 		if err != nil || out != outContinue {
 			return out, err
 		}
-		inv.progressed = true
+		rn.progressed = true
 	}
 }
 
 // drain logs every queued inject as context/injected (unless a dead invocation
 // already did) and then deletes them. Logging before deleting, and skipping ids the
 // log holds, makes each inject land exactly once.
-func (inv *invocation) drain(ctx context.Context) error {
-	if len(inv.inbox) == 0 {
+func (rn *activeRun) drain(ctx context.Context) error {
+	if len(rn.inbox) == 0 {
 		return nil
 	}
-	if err := inv.settle(ctx); err != nil {
+	if err := rn.settle(ctx); err != nil {
 		return err
 	}
-	if err := inv.crash(CrashInboxRead); err != nil {
+	if err := rn.crash(CrashInboxRead); err != nil {
 		return err
 	}
-	for _, it := range inv.inbox {
-		if !inv.log.isLogged(it.ID) {
-			se, err := inv.staleInject(ctx, it)
+	for _, it := range rn.inbox {
+		if !rn.log.isLogged(it.ID) {
+			se, err := rn.staleInject(ctx, it)
 			if err != nil {
 				return err
 			}
 			if se != nil {
-				inv.answerStale(ctx, it, se) // and deleted with the others, never logged
+				rn.answerStale(ctx, it, se) // and deleted with the others, never logged
 				continue
 			}
-			if err := inv.logFire(ctx, it); err != nil {
+			if err := rn.logFire(ctx, it); err != nil {
 				return err
 			}
-			if _, err := inv.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, ScheduleID: it.ScheduleID, ClientID: it.ClientID}); err != nil {
+			if _, err := rn.append(ctx, TypeContextInjected, contextInjected{Text: it.Text, InboxID: it.ID, ScheduleID: it.ScheduleID, ClientID: it.ClientID}); err != nil {
 				return err
 			}
 		}
 	}
-	if err := inv.crash(CrashInboxLogged); err != nil {
+	if err := rn.crash(CrashInboxLogged); err != nil {
 		return err
 	}
-	if err := inv.deleteInbox(ctx, inv.inbox); err != nil {
+	if err := rn.deleteInbox(ctx, rn.inbox); err != nil {
 		return err
 	}
-	inv.inbox = nil
+	rn.inbox = nil
 	return nil
 }
 
 // deleteInbox takes items off the inbox (store.deleteInbox) and adopts the state item
 // when that wrote it.
-func (inv *invocation) deleteInbox(ctx context.Context, items []inboxItem) error {
-	st, wrote, err := inv.c.store.deleteInbox(ctx, inv.agent, items)
+func (rn *activeRun) deleteInbox(ctx context.Context, items []inboxItem) error {
+	st, wrote, err := rn.c.store.deleteInbox(ctx, rn.agent, items)
 	if err != nil {
 		return err
 	}
 	if wrote {
-		inv.adopt(st)
+		rn.adopt(st)
 	}
 	return nil
 }
@@ -314,9 +314,9 @@ const DrainSettle = 300 * time.Millisecond
 // settle waits until the newest queued inject is DrainSettle old, then reads the inbox
 // again, so that injects received before it and still being handled are drained with it,
 // in receive order.
-func (inv *invocation) settle(ctx context.Context) error {
+func (rn *activeRun) settle(ctx context.Context) error {
 	var newest int64
-	for _, it := range inv.inbox {
+	for _, it := range rn.inbox {
 		if ms, err := strconv.ParseInt(strings.SplitN(it.ID, "-", 2)[0], 10, 64); err == nil && ms < 1e13 {
 			newest = max(newest, ms)
 		}
@@ -328,23 +328,23 @@ func (inv *invocation) settle(ctx context.Context) error {
 	if err := sleep(ctx, wait); err != nil {
 		return err
 	}
-	items, _, err := inv.c.store.inbox(ctx, inv.agent)
+	items, _, err := rn.c.store.inbox(ctx, rn.agent)
 	if err != nil {
 		return err
 	}
-	inv.setInbox(items)
+	rn.setInbox(items)
 	return nil
 }
 
 // modelStep makes one model call: its text streams into assistant/chunk events, its
 // tool calls become tool/call events (their results are owed to the next boundary),
 // and a refusal, an empty answer or a failure ends the turn.
-func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, error) {
-	sm, reason := inv.resolveModel()
+func (rn *activeRun) modelStep(ctx context.Context, t *turnView) (outcome, error) {
+	sm, reason := rn.resolveModel()
 	if reason != "" {
-		return inv.endTurn(ctx, t, StatusFailed, reason, nil)
+		return rn.endTurn(ctx, t, StatusFailed, reason, nil)
 	}
-	s, out, err := inv.streamStep(ctx, t, sm)
+	s, out, err := rn.streamStep(ctx, t, sm)
 	if s == nil {
 		return out, err
 	}
@@ -359,7 +359,7 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 	if err := ch.finish(usage); err != nil {
 		return 0, err
 	}
-	usageLogged, err := inv.logToolCalls(ctx, t, calls, usage, hasText)
+	usageLogged, err := rn.logToolCalls(ctx, t, calls, usage, hasText)
 	if err != nil {
 		return 0, err
 	}
@@ -368,7 +368,7 @@ func (inv *invocation) modelStep(ctx context.Context, t *turnView) (outcome, err
 		extra = usage
 	}
 	if status, reason := stepEnding(resp, refused, hasText, len(calls)); status != "" {
-		return inv.endTurn(ctx, t, status, reason, extra)
+		return rn.endTurn(ctx, t, status, reason, extra)
 	}
 	return outContinue, nil
 }
@@ -384,13 +384,13 @@ type stepModel struct {
 
 // resolveModel resolves the agent's main model and its tools; when that fails, it
 // returns the reason the turn fails with.
-func (inv *invocation) resolveModel() (stepModel, string) {
-	prof, set, err := inv.toolset()
+func (rn *activeRun) resolveModel() (stepModel, string) {
+	prof, set, err := rn.toolset()
 	if err != nil {
 		return stepModel{}, err.Error()
 	}
-	spec := inv.c.modelSpec(inv.st, prof, RoleMain)
-	models, err := inv.c.modelsOf(prof)
+	spec := rn.c.modelSpec(rn.st, prof, RoleMain)
+	models, err := rn.c.modelsOf(prof)
 	if err != nil {
 		return stepModel{}, "model " + spec + ": " + err.Error()
 	}
@@ -417,9 +417,9 @@ type streamed struct {
 // call refused as too long, before it streamed anything, is retried once after
 // compacting. It returns the answer, or nil and the step's outcome when the turn ended
 // instead (failed, rejected by the budget or the quota, or ended meanwhile).
-func (inv *invocation) streamStep(ctx context.Context, t *turnView, sm stepModel) (*streamed, outcome, error) {
+func (rn *activeRun) streamStep(ctx context.Context, t *turnView, sm stepModel) (*streamed, outcome, error) {
 	end := func(status, reason string) (*streamed, outcome, error) {
-		out, err := inv.endTurn(ctx, t, status, reason, nil)
+		out, err := rn.endTurn(ctx, t, status, reason, nil)
 		return nil, out, err
 	}
 	prof, spec := sm.prof, sm.spec
@@ -432,7 +432,7 @@ func (inv *invocation) streamStep(ctx context.Context, t *turnView, sm stepModel
 	for attempt := 0; ; attempt++ {
 		// Over the budget — or, on the retry, refused as too long — the history is
 		// compacted first.
-		if err := inv.fitContext(ctx, prof, limit, fixed, attempt > 0); err != nil {
+		if err := rn.fitContext(ctx, prof, limit, fixed, attempt > 0); err != nil {
 			switch {
 			case errors.Is(err, errNothingToCompact) && attempt == 0:
 				// All of it is the current step: send it, the provider decides.
@@ -441,7 +441,7 @@ func (inv *invocation) streamStep(ctx context.Context, t *turnView, sm stepModel
 			case errors.Is(err, errCompaction):
 				return end(StatusFailed, err.Error())
 			case errors.Is(err, errQuota):
-				if t = inv.log.turn; t == nil {
+				if t = rn.log.turn; t == nil {
 					return nil, outEnded, nil
 				}
 				return end(StatusRejected, err.Error())
@@ -449,28 +449,28 @@ func (inv *invocation) streamStep(ctx context.Context, t *turnView, sm stepModel
 				return nil, 0, err
 			}
 		}
-		if t = inv.log.turn; t == nil {
+		if t = rn.log.turn; t == nil {
 			return nil, outEnded, nil
 		}
-		v := inv.log.view()
+		v := rn.log.view()
 		compactedSeq := int64(-1)
-		if c := inv.log.compacted; c != nil {
+		if c := rn.log.compacted; c != nil {
 			compactedSeq = c.seq
 		}
-		if reason := inv.spendReason(prof, nil, 0, fixed+v.tokens(fixed, compactedSeq)); reason != "" {
+		if reason := rn.spendReason(prof, nil, 0, fixed+v.tokens(fixed, compactedSeq)); reason != "" {
 			return end(StatusRejected, reason)
 		}
 		req := model.Request{System: withSummary(prof.System, v.summary), Messages: history(v.evs), Tools: sm.tools}
 		ch = &chunker{
-			write:      inv.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := inv.append(ctx, TypeAssistantChunk, c); return err }),
-			now:        inv.c.now,
-			flushBytes: inv.c.cfg.ChunkBytes,
-			flushAge:   inv.c.cfg.ChunkInterval,
+			write:      rn.pauseAfter(PauseChunk, func(c assistantChunk) error { _, err := rn.append(ctx, TypeAssistantChunk, c); return err }),
+			now:        rn.c.now,
+			flushBytes: rn.c.cfg.ChunkBytes,
+			flushAge:   rn.c.cfg.ChunkInterval,
 		}
-		began := inv.c.now()
+		began := rn.c.now()
 		resp, err = sm.m.Stream(ctx, req, ch.delta)
 		if ctx.Err() == nil {
-			meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+			meterModel(rn.c.modelDims(prof, spec), rn.c.now().Sub(began), resp.Usage, err)
 		}
 		if ch.err != nil {
 			return nil, 0, ch.err
@@ -504,7 +504,7 @@ func (inv *invocation) streamStep(ctx context.Context, t *turnView, sm stepModel
 // logToolCalls logs a step's tool calls as tool/call events, each with an id unique in
 // the turn t, the step's usage on the first when the step's text did not carry it
 // (usageLogged). It reports whether the usage is logged now.
-func (inv *invocation) logToolCalls(ctx context.Context, t *turnView, calls []model.ToolCall, usage *modelUsage, usageLogged bool) (bool, error) {
+func (rn *activeRun) logToolCalls(ctx context.Context, t *turnView, calls []model.ToolCall, usage *modelUsage, usageLogged bool) (bool, error) {
 	ids := map[string]bool{}
 	for _, c := range t.calls {
 		ids[c.ID] = true
@@ -521,12 +521,12 @@ func (inv *invocation) logToolCalls(ctx context.Context, t *turnView, calls []mo
 		if !usageLogged {
 			ev.Usage, usageLogged = usage, true
 		}
-		if _, err := inv.append(ctx, TypeToolCall, ev); err != nil {
+		if _, err := rn.append(ctx, TypeToolCall, ev); err != nil {
 			return false, err
 		}
 	}
 	if len(calls) > 0 {
-		if err := inv.crash(CrashToolCalls); err != nil {
+		if err := rn.crash(CrashToolCalls); err != nil {
 			return false, err
 		}
 	}
@@ -564,74 +564,74 @@ type plan struct {
 // parallel tools form one run and execute concurrently under one barrier; any other
 // call is a run alone. Between runs the state is read again, so a cancel (or the
 // deadline) is observed between runs, never inside one.
-func (inv *invocation) runBatch(ctx context.Context, t *turnView, owed []callInfo) (outcome, error) {
-	prof, set, err := inv.toolset()
+func (rn *activeRun) runBatch(ctx context.Context, t *turnView, owed []callInfo) (outcome, error) {
+	prof, set, err := rn.toolset()
 	var rules tools.RuleSet
 	if err == nil {
-		rules, err = inv.c.rulesOf(inv.turnRules(prof))
+		rules, err = rn.c.rulesOf(rn.turnRules(prof))
 	}
 	if err != nil {
 		for _, c := range owed {
-			if _, aerr := inv.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: "tools unavailable"}); aerr != nil {
+			if _, aerr := rn.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: "tools unavailable"}); aerr != nil {
 				return 0, aerr
 			}
 		}
-		return inv.endTurn(ctx, t, StatusFailed, err.Error(), nil)
+		return rn.endTurn(ctx, t, StatusFailed, err.Error(), nil)
 	}
 	for i, run := range splitRuns(owed, set) {
 		if i > 0 {
-			if err := inv.boundary(ctx); err != nil {
+			if err := rn.boundary(ctx); err != nil {
 				return 0, err
 			}
-			if inv.cancelled(t.turnID) {
+			if rn.cancelled(t.turnID) {
 				return outCancel, nil
 			}
-			if inv.deadlineNear(ctx) {
+			if rn.deadlineNear(ctx) {
 				return outHandover, nil
 			}
 		}
-		policy, err := inv.policy(ctx)
+		policy, err := rn.policy(ctx)
 		if err != nil {
 			return 0, err
 		}
 		plans := make([]plan, len(run))
 		park := false
 		for j, c := range run {
-			plans[j] = inv.plan(c, set, policy, rules, t)
+			plans[j] = rn.plan(c, set, policy, rules, t)
 			park = park || plans[j].park
 		}
 		if park {
 			for _, pl := range plans {
 				if pl.park && !t.requested[pl.call.ID] {
-					expires, err := inv.armExpiry(ctx, pl.call.ID, set.ApprovalExpiry(pl.call.Name))
+					expires, err := rn.armExpiry(ctx, pl.call.ID, set.ApprovalExpiry(pl.call.Name))
 					if err != nil {
 						return 0, err
 					}
-					if _, err := inv.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args, Rule: pl.rule, ExpiresAt: expires}); err != nil {
+					if _, err := rn.append(ctx, TypeApprovalRequested, approvalRequested{CallID: pl.call.ID, Name: pl.call.Name, Args: pl.call.Args, Rule: pl.rule, ExpiresAt: expires}); err != nil {
 						return 0, err
 					}
 				}
 			}
-			if err := inv.crash(CrashParked); err != nil {
+			if err := rn.crash(CrashParked); err != nil {
 				return 0, err
 			}
 			return outParked, nil
 		}
-		inv.c.pause(PauseRun, inv.agent)
-		execute(tools.WithAgent(ctx, inv.agent), plans)
+		rn.c.pause(PauseRun, rn.agent)
+		execute(tools.WithAgent(ctx, rn.agent), plans)
 		if ctx.Err() != nil {
 			return 0, ctx.Err() // abandoned mid-run: the calls stay owed and run again on resume
 		}
 		meterTools(plans)
-		if err := inv.crash(CrashToolRun); err != nil {
+		if err := rn.crash(CrashToolRun); err != nil {
 			return 0, err
 		}
 		for _, pl := range plans {
-			if _, err := inv.append(ctx, TypeToolResult, resultOf(pl)); err != nil {
+			if _, err := rn.append(ctx, TypeToolResult, resultOf(pl)); err != nil {
 				return 0, err
 			}
 		}
-		inv.progressed = true
+		rn.progressed = true
 	}
 	return outContinue, nil
 }
@@ -660,7 +660,7 @@ func splitRuns(calls []callInfo, set *tools.Set) [][]callInfo {
 // denied by a rule, denied), parked for a verdict, or executed. After the allow list
 // the first matching rule decides, else the tool entry's default_effect, else the
 // tool's needs_approval: an allow runs the call without asking.
-func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, rules tools.RuleSet, turn *turnView) plan {
+func (rn *activeRun) plan(c callInfo, set *tools.Set, policy tools.Policy, rules tools.RuleSet, turn *turnView) plan {
 	pl := plan{call: c}
 	t, ok := set.Lookup(c.Name)
 	if c.ArgsError == "" && ok && policy.Allows(c.Name) {
@@ -671,11 +671,11 @@ func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, rul
 			pl.errText = ruleDeniedText(d)
 			return pl
 		case tools.EffectAsk:
-			if !inv.c.cfg.Approvals {
+			if !rn.c.cfg.Approvals {
 				pl.errText = ruleDeniedText(d) + ": " + ErrTextRuleAsk
 				return pl
 			}
-			return inv.verdict(pl, t, turn)
+			return rn.verdict(pl, t, turn)
 		case tools.EffectAllow:
 			pl.tool = t
 			return pl
@@ -688,8 +688,8 @@ func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, rul
 		pl.errText = ErrTextUnknown + ": " + c.Name
 	case !policy.Allows(c.Name):
 		pl.errText = ErrTextPolicy
-	case inv.c.cfg.Approvals && t.Definition().NeedsApproval:
-		return inv.verdict(pl, t, turn)
+	case rn.c.cfg.Approvals && t.Definition().NeedsApproval:
+		return rn.verdict(pl, t, turn)
 	default:
 		pl.tool = t
 	}
@@ -698,7 +698,7 @@ func (inv *invocation) plan(c callInfo, set *tools.Set, policy tools.Policy, rul
 
 // verdict plans a call that needs a verdict: parked until one is logged, then run or
 // denied.
-func (inv *invocation) verdict(pl plan, t tools.Tool, turn *turnView) plan {
+func (rn *activeRun) verdict(pl plan, t tools.Tool, turn *turnView) plan {
 	v, decided := turn.verdicts[pl.call.ID]
 	switch {
 	case !decided:
@@ -761,14 +761,14 @@ func resultOf(pl plan) toolResult {
 
 // cancelTurn stops the open turn: standing approval requests are denied with reason,
 // every owed call gets an error result (it never runs), and turn/end is cancelled.
-func (inv *invocation) cancelTurn(ctx context.Context, reason string) (outcome, error) {
-	t := inv.log.turn
+func (rn *activeRun) cancelTurn(ctx context.Context, reason string) (outcome, error) {
+	t := rn.log.turn
 	for _, id := range t.standing() {
-		if err := inv.c.resolveVerdict(ctx, inv.agent, inv.log, id, VerdictDenied, reason); err != nil && !errors.Is(err, ErrStaleCall) {
+		if err := rn.c.resolveVerdict(ctx, rn.agent, rn.log, id, VerdictDenied, reason); err != nil && !errors.Is(err, ErrStaleCall) {
 			return 0, err
 		}
 	}
-	if t = inv.log.turn; t == nil { // a verdict read in an event that ended it
+	if t = rn.log.turn; t == nil { // a verdict read in an event that ended it
 		return outEnded, nil
 	}
 	for _, c := range t.owed() {
@@ -776,16 +776,16 @@ func (inv *invocation) cancelTurn(ctx context.Context, reason string) (outcome, 
 		if v, ok := t.verdicts[c.ID]; ok && v.Verdict == VerdictDenied {
 			text = deniedText(v.Reason)
 		}
-		if _, err := inv.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: text}); err != nil {
+		if _, err := rn.append(ctx, TypeToolResult, toolResult{CallID: c.ID, Error: text}); err != nil {
 			return 0, err
 		}
 	}
-	return inv.endTurn(ctx, t, StatusCancelled, reason, nil)
+	return rn.endTurn(ctx, t, StatusCancelled, reason, nil)
 }
 
 // endTurn appends turn/end with the turn's usage — summed from the log, plus extra
 // for a model call no event carries — then meters and clears the turn.
-func (inv *invocation) endTurn(ctx context.Context, p *turnView, status, reason string, extra *modelUsage) (outcome, error) {
+func (rn *activeRun) endTurn(ctx context.Context, p *turnView, status, reason string, extra *modelUsage) (outcome, error) {
 	u := p.usage
 	if extra != nil {
 		u.InputTokens += extra.InputTokens
@@ -793,19 +793,19 @@ func (inv *invocation) endTurn(ctx context.Context, p *turnView, status, reason 
 		u.ModelCalls++
 	}
 	if !p.startAt.IsZero() {
-		u.WallMS = max(0, inv.c.now().Sub(p.startAt).Milliseconds())
+		u.WallMS = max(0, rn.c.now().Sub(p.startAt).Milliseconds())
 	}
 	reason, _ = boundText(reason, MaxReasonBytes)
 	if status == StatusFailed {
 		// The console's (and CloudWatch's) one line about a failed turn; reason is
 		// safe to log (model and tool errors carry no credentials).
-		inv.c.logger.ErrorContext(ctx, "turn failed", "agent_id", inv.agent, "turn_id", p.turnID, "reason", reason)
+		rn.c.logger.ErrorContext(ctx, "turn failed", "agent_id", rn.agent, "turn_id", p.turnID, "reason", reason)
 	}
-	if _, err := inv.append(ctx, TypeTurnEnd, turnEnd{TurnID: p.turnID, Status: status, Reason: reason, Usage: &u}); err != nil {
+	if _, err := rn.append(ctx, TypeTurnEnd, turnEnd{TurnID: p.turnID, Status: status, Reason: reason, Usage: &u}); err != nil {
 		return 0, err
 	}
 	meterTurn(status)
-	if err := inv.crash(CrashTurnEnded); err != nil {
+	if err := rn.crash(CrashTurnEnded); err != nil {
 		return 0, err
 	}
 	return outEnded, nil // reconcile finishes the turn, from its turn/end
@@ -813,13 +813,13 @@ func (inv *invocation) endTurn(ctx context.Context, p *turnView, status, reason 
 
 // finishTurn meters the ended turn and clears it from the state item, then names the
 // session if it has no title yet.
-func (inv *invocation) finishTurn(ctx context.Context, turnID string, u TurnUsage) error {
-	st, err := inv.c.store.finishTurn(ctx, inv.agent, inv.me, turnID, u)
+func (rn *activeRun) finishTurn(ctx context.Context, turnID string, u TurnUsage) error {
+	st, err := rn.c.store.finishTurn(ctx, rn.agent, rn.me, turnID, u)
 	if err != nil {
 		return err
 	}
-	inv.adopt(st)
-	inv.title(ctx)
+	rn.adopt(st)
+	rn.title(ctx)
 	return nil
 }
 
@@ -827,9 +827,9 @@ const titlerSystem = "Reply with a short title, at most eight words, for a conve
 
 // title asks the titler model to name the session after its first turn and appends
 // session/titled. Naming is best effort: on failure it is tried after the next turn.
-func (inv *invocation) title(ctx context.Context) {
-	log := inv.c.logger.With("agent_id", inv.agent)
-	first, titled, err := inv.log.firstMessage(ctx)
+func (rn *activeRun) title(ctx context.Context) {
+	log := rn.c.logger.With("agent_id", rn.agent)
+	first, titled, err := rn.log.firstMessage(ctx)
 	if err != nil {
 		log.WarnContext(ctx, "titler input", "error", err.Error())
 		return
@@ -837,15 +837,15 @@ func (inv *invocation) title(ctx context.Context) {
 	if titled {
 		return
 	}
-	prof, err := inv.c.agentProfile(inv.profileJSON)
+	prof, err := rn.c.agentProfile(rn.profileJSON)
 	if err != nil {
 		log.WarnContext(ctx, "titler profile", "error", err.Error())
 		return
 	}
-	spec := inv.c.modelSpec(inv.st, prof, RoleTitler)
+	spec := rn.c.modelSpec(rn.st, prof, RoleTitler)
 	month := prof // the titler's call is no turn's: only the month's cap applies
 	month.Quotas.TurnTokens, month.Quotas.TurnModelCalls = 0, 0
-	if spec != model.SpecScripted && inv.spendReason(month, nil, 0, model.EstimateTokens(len(titlerSystem)+len(first))) != "" {
+	if spec != model.SpecScripted && rn.spendReason(month, nil, 0, model.EstimateTokens(len(titlerSystem)+len(first))) != "" {
 		// Over the month's tokens: the session is named after its first message, with
 		// no model call.
 		spec = model.SpecScripted
@@ -853,12 +853,12 @@ func (inv *invocation) title(ctx context.Context) {
 	if spec == model.SpecScripted {
 		// The scripted titler names the session after its first message, without a
 		// model call: a script meant for the main model must not run here.
-		if _, err := inv.append(ctx, TypeSessionTitled, sessionTitled{Title: boundTitle(first)}); err != nil {
+		if _, err := rn.append(ctx, TypeSessionTitled, sessionTitled{Title: boundTitle(first)}); err != nil {
 			log.WarnContext(ctx, "append session/titled", "error", err.Error())
 		}
 		return
 	}
-	models, err := inv.c.modelsOf(prof)
+	models, err := rn.c.modelsOf(prof)
 	if err != nil {
 		log.WarnContext(ctx, "titler model", "spec", spec, "error", err.Error())
 		return
@@ -868,10 +868,10 @@ func (inv *invocation) title(ctx context.Context) {
 		log.WarnContext(ctx, "titler model", "spec", spec, "error", err.Error())
 		return
 	}
-	began := inv.c.now()
+	began := rn.c.now()
 	resp, err := m.Stream(ctx, model.Request{System: titlerSystem, Messages: []model.Message{{Role: model.RoleUser, Text: first}}},
 		func(model.Delta) error { return nil })
-	meterModel(inv.c.modelDims(prof, spec), inv.c.now().Sub(began), resp.Usage, err)
+	meterModel(rn.c.modelDims(prof, spec), rn.c.now().Sub(began), resp.Usage, err)
 	if err != nil {
 		log.WarnContext(ctx, "titler call failed", "spec", spec, "error", err.Error())
 		return
@@ -880,14 +880,14 @@ func (inv *invocation) title(ctx context.Context) {
 	if t == "" {
 		t = boundTitle(first)
 	}
-	if _, err := inv.append(ctx, TypeSessionTitled, sessionTitled{Title: t}); err != nil {
+	if _, err := rn.append(ctx, TypeSessionTitled, sessionTitled{Title: t}); err != nil {
 		log.WarnContext(ctx, "append session/titled", "error", err.Error())
 		return
 	}
-	st, err := inv.c.store.addUsage(ctx, inv.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens)
+	st, err := rn.c.store.addUsage(ctx, rn.agent, resp.Usage.InputTokens, resp.Usage.OutputTokens)
 	if err != nil {
 		log.WarnContext(ctx, "meter titler call", "error", err.Error())
 		return
 	}
-	inv.adopt(st)
+	rn.adopt(st)
 }

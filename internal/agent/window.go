@@ -18,7 +18,7 @@ type logWindow struct {
 	log     Log
 	agentID string
 	epoch   string // the epoch of the log the window reads (seq 0's id); "": not known yet
-	// fence is the runner's lease as its appends need it (invocation.fence); nil for a
+	// fence is the runner's lease as its appends need it (activeRun.fence); nil for a
 	// window that never appends (a verdict's).
 	fence  func(context.Context) (sessionlog.Fence, error)
 	evs    []sessionlog.Event

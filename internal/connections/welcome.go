@@ -198,9 +198,9 @@ func (st *Store) TakeClose(ctx context.Context, connID, holder string, ttl time.
 	return decodeConn(old), false, nil
 }
 
-// Settle records that connID, closed by holder (TakeClose), is owed nothing more. It
+// ClearOwed records that connID, closed by holder (TakeClose), is owed nothing more. It
 // returns ErrLeaseLost if holder no longer holds the closing lease. Cost: 1 write unit.
-func (st *Store) Settle(ctx context.Context, connID, holder string) error {
+func (st *Store) ClearOwed(ctx context.Context, connID, holder string) error {
 	_, err := st.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.table),
 		Key:                       connKey(connID),
@@ -212,7 +212,7 @@ func (st *Store) Settle(ctx context.Context, connID, holder string) error {
 		return fmt.Errorf("%w: closing %s", ErrLeaseLost, connID)
 	}
 	if err != nil {
-		return fmt.Errorf("connections: settle %s: %w", connID, err)
+		return fmt.Errorf("connections: clear owed %s: %w", connID, err)
 	}
 	return nil
 }

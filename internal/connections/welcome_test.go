@@ -86,7 +86,7 @@ func strs(rs []connections.Reply) []string {
 // TestClaimUnwelcomed: a claim that supersedes a connection before its hello was
 // recorded makes closing it owed and hands the replaced record's sender lease over as
 // the closing lease; TakeClose then admits that holder (or anyone once the lease ran
-// out) and one closer at a time, and Settle ends what is owed. A connection superseded
+// out) and one closer at a time, and ClearOwed ends what is owed. A connection superseded
 // after hello owes nothing of the kind.
 func TestClaimUnwelcomed(t *testing.T) {
 	t.Parallel()
@@ -123,14 +123,14 @@ func TestClaimUnwelcomed(t *testing.T) {
 		t.Fatalf("after h1 posted hello: %+v, want hello posted", c)
 	}
 	take("w1", false, false)
-	if err := f.conns.Settle(ctx, "c1", "w1"); !errors.Is(err, connections.ErrLeaseLost) {
-		t.Fatalf("settle by w1 = %v, want %v", err, connections.ErrLeaseLost)
+	if err := f.conns.ClearOwed(ctx, "c1", "w1"); !errors.Is(err, connections.ErrLeaseLost) {
+		t.Fatalf("clear owed by w1 = %v, want %v", err, connections.ErrLeaseLost)
 	}
-	if err := f.conns.Settle(ctx, "c1", "h1"); err != nil {
+	if err := f.conns.ClearOwed(ctx, "c1", "h1"); err != nil {
 		t.Fatal(err)
 	}
 	if c := take("w1", false, false); c.Unwelcomed {
-		t.Fatalf("after settle: %+v, want nothing owed", c)
+		t.Fatalf("after ClearOwed: %+v, want nothing owed", c)
 	}
 
 	// c2 gets hello; c3 supersedes it: nothing of the kind is owed to c2.

@@ -280,7 +280,7 @@ var observerScenarios = []struct {
 			t.Fatalf("taken = %+v\nwant %+v", got, want)
 		}
 		e.takeClose(t, e.obsConn(0), "h3", false, false)
-		wantErr(t, "settle by h2", e.Settle(context.Background(), e.obsConn(0), "h2"), nil)
+		wantErr(t, "clear owed by h2", e.ClearOwed(context.Background(), e.obsConn(0), "h2"), nil)
 		e.wantConn(t, e.obsConn(0), connections.RoleObserver, connView{State: connections.StateSuperseded})
 		e.wantObservers(t, entry(1, "t1", time.Millisecond))
 	}},

@@ -547,12 +547,12 @@ var contractScenarios = []struct {
 		if got := e.takeClose(t, e.C1, "h1", true, true); got != want {
 			t.Fatalf("taken = %+v\nwant %+v", got, want)
 		}
-		wantErr(t, "settle by h2", e.Settle(context.Background(), e.C1, "h2"), connections.ErrLeaseLost)
-		wantErr(t, "settle by h1", e.Settle(context.Background(), e.C1, "h1"), nil)
+		wantErr(t, "clear owed by h2", e.ClearOwed(context.Background(), e.C1, "h2"), connections.ErrLeaseLost)
+		wantErr(t, "clear owed by h1", e.ClearOwed(context.Background(), e.C1, "h1"), nil)
 		if got := e.takeClose(t, e.C1, "h1", false, false); got != (connView{State: connections.StateSuperseded}) {
 			t.Fatalf("after settling: %+v; want nothing owed", got)
 		}
-		wantErr(t, "settle again", e.Settle(context.Background(), e.C1, "h1"), connections.ErrLeaseLost)
+		wantErr(t, "clear owed again", e.ClearOwed(context.Background(), e.C1, "h1"), connections.ErrLeaseLost)
 		_, _, err := e.TakeClose(context.Background(), e.C1+"-none", "h1", contractTTL, false)
 		wantErr(t, "take close with no record", err, connections.ErrNotFound)
 	}},

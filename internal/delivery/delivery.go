@@ -66,12 +66,12 @@ var _ InvokeAPI = (*lambda.Client)(nil)
 
 // LogReader is the part of the session log delivery reads.
 type LogReader interface {
-	Read(ctx context.Context, sessionID string, from int64, limit int) ([]sessionlog.Event, error)
-	Tip(ctx context.Context, sessionID string) (int64, error)
-	Epoch(ctx context.Context, sessionID string) (string, error)
+	Read(ctx context.Context, agentID string, from int64, limit int) ([]sessionlog.Event, error)
+	Tip(ctx context.Context, agentID string) (int64, error)
+	Epoch(ctx context.Context, agentID string) (string, error)
 	// Retained is where a reader from seq from finds the retained log (from itself
 	// unless retention expired events there).
-	Retained(ctx context.Context, sessionID string, from int64) (int64, error)
+	Retained(ctx context.Context, agentID string, from int64) (int64, error)
 }
 
 var _ LogReader = (*sessionlog.Log)(nil)
@@ -161,7 +161,7 @@ type Records interface {
 	OweReply(ctx context.Context, agentID, connID string, r connections.Reply) error
 	TakeReplies(ctx context.Context, agentID, connID string) ([]connections.Reply, error)
 	TakeClose(ctx context.Context, connID, holder string, ttl time.Duration, helloPosted bool) (connections.Conn, bool, error)
-	Settle(ctx context.Context, connID, holder string) error
+	ClearOwed(ctx context.Context, connID, holder string) error
 	// Now is the clock the records' lease rules read (connections.NewWithClock): every
 	// lease this package tests itself (lease.Live, covered) is tested at this time, so
 	// that it agrees with the store's conditional writes to the millisecond.

@@ -20,7 +20,7 @@ import (
 //     bound.
 //
 // Either way a live post goes unanswered while the log's tip moves on, and the bound is
-// in events, not time: a sender that looked only between posts would let the appender
+// in events, not time: a sender that peeked only between posts would let the appender
 // run as far past the bound as it appends during one post (a write timeout of 2 s let
 // 200 events of a fast appender through with a bound of 16). So a live post that is
 // still unanswered after watchAfter is watched (postWatched): the sender reads the
@@ -29,12 +29,12 @@ import (
 // connection's state, the ownership), the lagged frame and the delete once the post
 // under way has answered, so that the frame goes behind it.
 //
-// The looks after the first are paced by the appends: each look sees how many events
+// The peeks after the first are paced by the appends: each peek sees how many events
 // came since the one before, and the next comes once half the room left under the
 // bound would be used at that rate (watchPause), every watchEvery at most and
 // watchMin at least. A fixed 100 ms let an appender that writes an event every few
 // milliseconds (DynamoDB's own latency) put 20 or more events past a bound of 16
-// between two looks; paced, the overshoot stays within about half the bound.
+// between two peeks; paced, the overshoot stays within about half the bound.
 //
 // A post on API Gateway takes tens of milliseconds whatever the client does, so the
 // watch costs reads (1 read unit each) only for a post that waits or is being retried.
@@ -44,8 +44,8 @@ const (
 	watchMin   = 10 * time.Millisecond
 )
 
-// watchPause is the pause before the next look at the tip of a watch whose last look
-// found tip, n events more than the look before it, made since that look; behind is
+// watchPause is the pause before the next peek at the tip of a watch whose last peek
+// found tip, n events more than the peek before it, made since that peek; behind is
 // how many events tip is past the cursor, queue the bound.
 func watchPause(n int64, since time.Duration, behind, queue int64) time.Duration {
 	room := queue - behind
@@ -79,9 +79,9 @@ func (s *sender) postWatched(b []byte) error {
 	t := time.NewTimer(watchAfter)
 	defer t.Stop()
 	queue := int64(s.d.cfg.OutboundQueue)
-	// The last look: the tip it found and when. Before the first, the tip is taken to
-	// be the cursor's last event, so the first look's rate counts the batch under way
-	// too: its next look comes no later than it should.
+	// The last peek: the tip it found and when. Before the first, the tip is taken to
+	// be the cursor's last event, so the first peek's rate counts the batch under way
+	// too: its next peek comes no later than it should.
 	seen, seenAt := s.p.Next-1, time.Now()
 	for {
 		select {
@@ -91,7 +91,7 @@ func (s *sender) postWatched(b []byte) error {
 		}
 		tip, err := s.d.log.Tip(s.ctx, s.o.AgentID)
 		if err != nil {
-			t.Reset(watchEvery) // a failed read: the next look, or the post's answer, decides
+			t.Reset(watchEvery) // a failed read: the next peek, or the post's answer, decides
 			continue
 		}
 		behind := tip - s.p.Next + 1

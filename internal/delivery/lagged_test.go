@@ -76,7 +76,7 @@ func (r *tipReads) count(tip int64) int {
 // reader behind. With outbound_queue 4 and 5 events received:
 //
 //   - a post held while the tip is 4 events past the cursor (seqs 6–9, seq 6 the frame
-//     held): two looks at that tip drop nothing, and once the client reads again it
+//     held): two peeks at that tip drop nothing, and once the client reads again it
 //     gets every event, with no lagged;
 //   - one more event (seq 10, 5 past the cursor) and the connection is lagged while the
 //     post is still held: the record says so before the post answers, never more than
@@ -121,7 +121,7 @@ func TestPausedReaderLaggedWhilePostWaits(t *testing.T) {
 		}
 		return cn.State
 	}
-	appendQuiet := func(n int) { // no wake-up: only the sender's own looks see these
+	appendQuiet := func(n int) { // no wake-up: only the sender's own peeks see these
 		t.Helper()
 		for i := range n {
 			if _, err := r.log.Append(ctx, agent, "test/event", map[string]any{"tag": "unseen", "i": i}); err != nil {
@@ -129,11 +129,11 @@ func TestPausedReaderLaggedWhilePostWaits(t *testing.T) {
 			}
 		}
 	}
-	looked := func(tip int64, n int) {
+	peeked := func(tip int64, n int) {
 		t.Helper()
-		hang.UntilNil(t, fmt.Sprintf("%d looks at tip %d while the post waits", n, tip), func() error {
+		hang.UntilNil(t, fmt.Sprintf("%d peeks at tip %d while the post waits", n, tip), func() error {
 			if got := tips.count(tip); got < n {
-				return fmt.Errorf("%d looks", got)
+				return fmt.Errorf("%d peeks", got)
 			}
 			return nil
 		})
@@ -144,7 +144,7 @@ func TestPausedReaderLaggedWhilePostWaits(t *testing.T) {
 	r.appendN(t, r.log, agent, 1, "held") // seq 6
 	<-waiting
 	appendQuiet(3) // seqs 7–9
-	looked(9, 2)   // the second look follows a first that dropped nothing
+	peeked(9, 2)   // the second peek follows a first that dropped nothing
 	if st := state(); st == connections.StateLagged {
 		t.Fatalf("state %s with the tip %d events past the cursor, want the bound (%d) kept", st, queue, queue)
 	}
@@ -166,7 +166,7 @@ func TestPausedReaderLaggedWhilePostWaits(t *testing.T) {
 	r.appendN(t, r.log, agent, 1, "held") // seq 11
 	<-waiting
 	appendQuiet(3) // seqs 12–14: 4 past the cursor
-	looked(14, 2)
+	peeked(14, 2)
 	if st := state(); st == connections.StateLagged {
 		t.Fatalf("state %s with the tip %d events past the cursor, want the bound (%d) kept", st, queue, queue)
 	}

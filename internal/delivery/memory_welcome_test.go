@@ -15,7 +15,7 @@ import (
 )
 
 // The hello-first records of memRecords (connections.Store's OweReply, TakeReplies,
-// TakeClose and Settle). A connection is owed closing when claim supersedes it before
+// TakeClose and ClearOwed). A connection is owed closing when claim supersedes it before
 // its hello was recorded.
 
 func (m *memRecords) OweReply(_ context.Context, agentID, connID string, r connections.Reply) error {
@@ -65,7 +65,7 @@ func (m *memRecords) TakeClose(_ context.Context, connID, holder string, ttl tim
 	return c, true, nil
 }
 
-func (m *memRecords) Settle(_ context.Context, connID, holder string) error {
+func (m *memRecords) ClearOwed(_ context.Context, connID, holder string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, ok := m.conns[connID]

@@ -209,7 +209,7 @@ func (s *sender) await() ([]sessionlog.Event, error) {
 		case r = <-a.handoff:
 		case r = <-a.done:
 		case c := <-s.inflight: // nil when no write is under way: never ready
-			if err := s.settle(c); err != nil {
+			if err := s.takeCheckpoint(c); err != nil {
 				return nil, err
 			}
 			continue

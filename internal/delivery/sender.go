@@ -237,7 +237,7 @@ func (s *sender) join() error {
 	if s.inflight == nil {
 		return nil
 	}
-	return s.settle(<-s.inflight)
+	return s.takeCheckpoint(<-s.inflight)
 }
 
 // poll adopts the outcome of the cursor write under way if it has answered, without
@@ -248,14 +248,14 @@ func (s *sender) poll() error {
 	}
 	select {
 	case r := <-s.inflight:
-		return s.settle(r)
+		return s.takeCheckpoint(r)
 	default:
 		return nil
 	}
 }
 
-// settle takes the outcome of a cursor write made in the background.
-func (s *sender) settle(r checkpointDone) error {
+// takeCheckpoint takes the outcome of a cursor write made in the background.
+func (s *sender) takeCheckpoint(r checkpointDone) error {
 	s.inflight = nil
 	if r.err != nil {
 		return s.lost(r.err)

@@ -183,7 +183,7 @@ func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, 
 		// The connection may still be finishing $connect: postHello allows for it.
 		err = d.postHello(ctx, connID, hello, true)
 		if errors.Is(err, ErrGone) {
-			return time.Time{}, d.settle(ctx, connID, holder)
+			return time.Time{}, d.clearOwed(ctx, connID, holder)
 		}
 		if err != nil {
 			return time.Time{}, err
@@ -204,13 +204,13 @@ func (d *Deliverer) closeUnwelcomed(ctx context.Context, connID, holder string, 
 	if err := d.drop(ctx, connID, protocol.CodeSuperseded, message(protocol.CodeSuperseded)); err != nil {
 		return time.Time{}, err
 	}
-	return time.Time{}, d.settle(ctx, connID, holder)
+	return time.Time{}, d.clearOwed(ctx, connID, holder)
 }
 
-// settle records that nothing more is owed to connID; a closer that lost the lease
+// clearOwed records that nothing more is owed to connID; a closer that lost the lease
 // meanwhile leaves it to the next one.
-func (d *Deliverer) settle(ctx context.Context, connID, holder string) error {
-	if err := d.store.Settle(ctx, connID, holder); err != nil && !errors.Is(err, connections.ErrLeaseLost) {
+func (d *Deliverer) clearOwed(ctx context.Context, connID, holder string) error {
+	if err := d.store.ClearOwed(ctx, connID, holder); err != nil && !errors.Is(err, connections.ErrLeaseLost) {
 		return err
 	}
 	return nil

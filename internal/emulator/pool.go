@@ -94,7 +94,7 @@ func (p *pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	attempt := time.Now()
 	e, started, err := p.acquire(ctx)
 	if err != nil {
-		p.settle(reqID, attempt, err)
+		p.recordAttempt(reqID, attempt, err)
 		return nil, err
 	}
 	if !e.invoked {
@@ -104,7 +104,7 @@ func (p *pool) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 	elapsed := time.Since(started)
 	p.release(e, res.healthy)
 	p.record(e, res, elapsed)
-	p.settle(reqID, attempt, res.err)
+	p.recordAttempt(reqID, attempt, res.err)
 	return res.out, res.err
 }
 
@@ -133,9 +133,9 @@ func (p *pool) admit(reqID string) error {
 		&localgw.FunctionError{Type: "EventDropped", Message: "dropped by the function's EventInvokeConfig: " + why})
 }
 
-// settle records the outcome of an attempt for the retry policy. Only failed events
+// recordAttempt records the outcome of an attempt for the retry policy. Only failed events
 // are kept, and only as long as they could still be retried.
-func (p *pool) settle(reqID string, attempt time.Time, err error) {
+func (p *pool) recordAttempt(reqID string, attempt time.Time, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err == nil {

@@ -3,9 +3,9 @@ package httpapi
 import "sync"
 
 // Bell tells the readers of an agent's log in this process that it may have grown: a
-// waiting long-poll or Server-Sent Events stream looks at once instead of at its next
-// backoff look. terret dev rings it from its log stream poller for every record; on
-// AWS nothing rings it and the readers' looks alone find new events (events.go). A
+// waiting long-poll or Server-Sent Events stream peeks at once instead of at its next
+// backoff peek. terret dev rings it from its log stream poller for every record; on
+// AWS nothing rings it and the readers' peeks alone find new events (events.go). A
 // ring is a hint, never the event itself: a reader reads the log after it.
 type Bell struct {
 	mu        sync.Mutex

@@ -25,10 +25,10 @@ import (
 //
 // A waiting reader learns of new events in two ways. In terret dev the log stream
 // poller rings the server's Bell for every record, and the reader reads at once. On
-// AWS nothing rings it: the reader looks at the log's tip (one strongly consistent
-// read of one item, 1 read unit) with a growing pause — FirstLook, doubled up to
-// MaxLook, back to FirstLook after each event found — so a 20 s long-poll costs at
-// most 8 reads and an idle stream one read per MaxLook, never one a second
+// AWS nothing rings it: the reader peeks at the log's tip (one strongly consistent
+// read of one item, 1 read unit) with a growing pause — FirstPeek, doubled up to
+// MaxPeek, back to FirstPeek after each event found — so a 20 s long-poll costs at
+// most 8 reads and an idle stream one read per MaxPeek, never one a second
 // (docs/architecture.md, "The log over HTTP"; docs/cost.md).
 
 // Reader is the part of delivery's Deliverer the events path reads through.
@@ -50,9 +50,9 @@ const (
 	// the socket's ping interval: it keeps CloudFront (30 s without a byte ends the
 	// response) and proxies from closing it.
 	DefaultPing = 20 * time.Second
-	// FirstLook and MaxLook are the pauses of a waiting reader's looks at the tip.
-	FirstLook = 250 * time.Millisecond
-	MaxLook   = 4 * time.Second
+	// FirstPeek and MaxPeek are the pauses of a waiting reader's peeks at the tip.
+	FirstPeek = 250 * time.Millisecond
+	MaxPeek   = 4 * time.Second
 	// StreamMargin is how long before its invocation's deadline a stream ends, so
 	// that it ends cleanly and the client resumes with Last-Event-ID (Lambda's 15
 	// minutes).
@@ -64,8 +64,8 @@ type Events struct {
 	Log         Reader
 	ReplayLimit int           // limit's default and cap
 	Ping        time.Duration // default DefaultPing
-	FirstLook   time.Duration // default FirstLook
-	MaxLook     time.Duration // default MaxLook
+	FirstPeek   time.Duration // default FirstPeek
+	MaxPeek     time.Duration // default MaxPeek
 }
 
 // EventsPage is the JSON answer of the events path.
@@ -82,11 +82,11 @@ func (e Events) Route(s *Server) {
 	if e.Ping <= 0 {
 		e.Ping = DefaultPing
 	}
-	if e.FirstLook <= 0 {
-		e.FirstLook = FirstLook
+	if e.FirstPeek <= 0 {
+		e.FirstPeek = FirstPeek
 	}
-	if e.MaxLook <= 0 {
-		e.MaxLook = MaxLook
+	if e.MaxPeek <= 0 {
+		e.MaxPeek = MaxPeek
 	}
 	s.Route("GET /agents/{agent_id}/events", func(w http.ResponseWriter, r *http.Request, c Caller) {
 		q, err := e.parse(r)
@@ -172,13 +172,13 @@ func (e Events) page(w http.ResponseWriter, r *http.Request, s *Server, c Caller
 	defer stop()
 	p, err := e.Log.Page(ctx, agentID, q.from, q.limit)
 	if err == nil && len(p.Events) == 0 && q.wait > 0 {
-		l := e.looker(rang)
+		l := e.peeker(rang)
 		var found bool
 		found, err = l.until(ctx, time.Now().Add(q.wait), func(ctx context.Context) (bool, error) {
 			tip, err := e.Log.Tip(ctx, agentID)
 			if errors.Is(err, sessionlog.ErrNotFound) {
 				// Deleted (its tokens went first) or being reset: the new log's seq 0
-				// comes next, and a look finds it below the old tip.
+				// comes next, and a peek finds it below the old tip.
 				if s.revoked(ctx, r, agentID) {
 					return false, errRevoked
 				}
@@ -267,7 +267,7 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, c Call
 		return
 	}
 	flush()
-	l := e.looker(rang)
+	l := e.peeker(rang)
 	// The replay: pages as a subscribe replays them, each read under a replay slot,
 	// until one comes back short of the limit.
 	next, requested := q.from, q.from
@@ -295,12 +295,12 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, c Call
 			break
 		}
 	}
-	// The live tail: each look reads the tip, and from next when the tip is there (a
+	// The live tail: each peek reads the tip, and from next when the tip is there (a
 	// tail read takes no replay slot, as a connection's tail does not); a comment line
-	// when a ping interval passes with nothing. A look that finds the log gone or its
+	// when a ping interval passes with nothing. A peek that finds the log gone or its
 	// tip below what was sent, or events of another epoch, found a reset or a delete.
 	var tail []sessionlog.Event
-	look := func(ctx context.Context) (bool, error) {
+	peek := func(ctx context.Context) (bool, error) {
 		tip, err := e.Log.Tip(ctx, agentID)
 		switch {
 		case errors.Is(err, sessionlog.ErrNotFound):
@@ -324,7 +324,7 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, c Call
 	// revocation that drops it ends the stream with unauthorized, as it closes a socket.
 	checked := time.Now()
 	for {
-		found, err := l.until(ctx, time.Now().Add(e.Ping), look)
+		found, err := l.until(ctx, time.Now().Add(e.Ping), peek)
 		if errors.Is(err, errLogEnded) {
 			e.endedLog(w, r, s, agentID, flush)
 			return
@@ -356,8 +356,8 @@ func (e Events) stream(w http.ResponseWriter, r *http.Request, s *Server, c Call
 	}
 }
 
-// errLogEnded: a stream's look found the log its hello named gone (reset or deleted).
-// errRevoked: a long-poll's look found the agent's log gone with the caller's token.
+// errLogEnded: a stream's peek found the log its hello named gone (reset or deleted).
+// errRevoked: a long-poll's peek found the agent's log gone with the caller's token.
 var (
 	errLogEnded = errors.New("httpapi: the log was reset or deleted")
 	errRevoked  = errors.New("httpapi: the token was revoked")
@@ -435,24 +435,24 @@ func (e Events) streamFailed(ctx context.Context, s *Server, agentID string, err
 	}
 }
 
-// looker is a waiting reader's looks at one agent's tip: at each ring of the bell,
+// peeker is a waiting reader's peeks at one agent's tip: at each ring of the bell,
 // and otherwise after a pause that doubles from first to most.
-type looker struct {
+type peeker struct {
 	rang        <-chan struct{}
 	first, most time.Duration
 	pause       time.Duration
 }
 
-func (e Events) looker(rang <-chan struct{}) *looker {
-	return &looker{rang: rang, first: e.FirstLook, most: e.MaxLook, pause: e.FirstLook}
+func (e Events) peeker(rang <-chan struct{}) *peeker {
+	return &peeker{rang: rang, first: e.FirstPeek, most: e.MaxPeek, pause: e.FirstPeek}
 }
 
 // reset starts the pauses over, after an event was found.
-func (l *looker) reset() { l.pause = l.first }
+func (l *peeker) reset() { l.pause = l.first }
 
-// until looks (look) at each ring and after each pause until a look finds something,
-// deadline passes or ctx ends: it reports whether a look found something.
-func (l *looker) until(ctx context.Context, deadline time.Time, look func(context.Context) (bool, error)) (bool, error) {
+// until peeks (peek) at each ring and after each pause until a peek finds something,
+// deadline passes or ctx ends: it reports whether a peek found something.
+func (l *peeker) until(ctx context.Context, deadline time.Time, peek func(context.Context) (bool, error)) (bool, error) {
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -468,7 +468,7 @@ func (l *looker) until(ctx context.Context, deadline time.Time, look func(contex
 			l.pause = min(2*l.pause, l.most)
 		}
 		t.Stop()
-		if found, err := look(ctx); err != nil || found {
+		if found, err := peek(ctx); err != nil || found {
 			return found, err
 		}
 	}

@@ -127,13 +127,13 @@ func endOf(t *testing.T, recs <-chan sse, what string) (seqs []string, frame str
 // delete the error is unauthorized, and a reconnect is refused 401. A reset is found
 // whether the new log is shorter than what the stream sent (its tip went back) or
 // already longer (its events name the new epoch), and a delete by the log's absence.
-// The looks are an hour apart: the bell rung after the change makes the one look.
+// The peeks are an hour apart: the bell rung after the change makes the one peek.
 func TestEventsStreamEndsOnReset(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name      string
 		delete    bool
-		newEvents int // appended to the new log before the look
+		newEvents int // appended to the new log before the peek
 		code, msg string
 	}{
 		{"reset, new log shorter", false, 0, "internal", delivery.ResetMessage},
@@ -142,7 +142,7 @@ func TestEventsStreamEndsOnReset(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := newRig(t, delivery.Config{}, Events{FirstLook: time.Hour, MaxLook: time.Hour})
+			r := newRig(t, delivery.Config{}, Events{FirstPeek: time.Hour, MaxPeek: time.Hour})
 			r.append(3) // tip 3
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -195,8 +195,8 @@ func TestEventsStreamEndsOnReset(t *testing.T) {
 // TestEventsLongPollOnReset: a long-poll waiting at the tip when the log is reset
 // answers at once with the new log's page — its epoch the new one, so the reader
 // starts over from 0 — and one waiting when the session is deleted answers 401
-// unauthorized, as the socket is told. The looks are an hour apart: the bell rung
-// after the change makes the one look.
+// unauthorized, as the socket is told. The peeks are an hour apart: the bell rung
+// after the change makes the one peek.
 func TestEventsLongPollOnReset(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -208,14 +208,14 @@ func TestEventsLongPollOnReset(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := newRig(t, delivery.Config{}, Events{FirstLook: time.Hour, MaxLook: time.Hour})
+			r := newRig(t, delivery.Config{}, Events{FirstPeek: time.Hour, MaxPeek: time.Hour})
 			r.append(3)
 			old, err := r.log.Epoch(context.Background(), "a1")
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The change comes after the long-poll's page found nothing and before it
-			// waits: its one look, at the ring, finds the log changed.
+			// waits: its one peek, at the ring, finds the log changed.
 			ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 			defer cancel()
 			var epoch string
@@ -287,7 +287,7 @@ func TestEventsLongPollOnReset(t *testing.T) {
 // a stream whose token stays current is not ended by the checks.
 func TestEventsStreamEndsOnRevoke(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, delivery.Config{}, Events{Ping: 50 * time.Millisecond, FirstLook: 20 * time.Millisecond, MaxLook: 40 * time.Millisecond})
+	r := newRig(t, delivery.Config{}, Events{Ping: 50 * time.Millisecond, FirstPeek: 20 * time.Millisecond, MaxPeek: 40 * time.Millisecond})
 	observer, err := r.tokens.CreateRole(context.Background(), "a1", 0, auth.RoleObserver)
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ type rig struct {
 }
 
 // spy is the Deliverer, telling the test when a page was read and counting the tip's
-// reads (a waiting long-poll's looks).
+// reads (a waiting long-poll's peeks).
 type spy struct {
 	Reader
 	pages chan int64 // the From of each page read
@@ -214,8 +214,8 @@ func TestEventsBadQuery(t *testing.T) {
 }
 
 // TestEventsLongPoll: a long-poll with nothing at or after from_seq answers with the
-// next event appended after its first read — found by its own looks, or at once when
-// the bell rings (looks an hour apart: only the bell can wake it) — and one with
+// next event appended after its first read — found by its own peeks, or at once when
+// the bell rings (peeks an hour apart: only the bell can wake it) — and one with
 // nothing new answers an empty page at the end of its wait.
 func TestEventsLongPoll(t *testing.T) {
 	t.Parallel()
@@ -224,8 +224,8 @@ func TestEventsLongPoll(t *testing.T) {
 		ev   Events
 		ring bool
 	}{
-		{"looks", Events{FirstLook: 20 * time.Millisecond, MaxLook: 80 * time.Millisecond}, false},
-		{"bell", Events{FirstLook: time.Hour, MaxLook: time.Hour}, true},
+		{"peeks", Events{FirstPeek: 20 * time.Millisecond, MaxPeek: 80 * time.Millisecond}, false},
+		{"bell", Events{FirstPeek: time.Hour, MaxPeek: time.Hour}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -258,7 +258,7 @@ func TestEventsLongPoll(t *testing.T) {
 	}
 	t.Run("nothing new", func(t *testing.T) {
 		t.Parallel()
-		r := newRig(t, delivery.Config{}, Events{FirstLook: 20 * time.Millisecond})
+		r := newRig(t, delivery.Config{}, Events{FirstPeek: 20 * time.Millisecond})
 		r.append(2)
 		p := r.page("from_seq=3&wait=0.3")
 		if len(p.Events) != 0 || p.NextSeq != 3 || p.LastSeq != 2 {
@@ -267,32 +267,32 @@ func TestEventsLongPoll(t *testing.T) {
 	})
 }
 
-// TestLooksBackOff: a waiting reader's looks come at pauses doubling from FirstLook to
-// MaxLook — never one per FirstLook — at most 1 + log2(MaxLook/FirstLook) looks plus one
-// per MaxLook of the wait; a ring looks at once.
-func TestLooksBackOff(t *testing.T) {
+// TestPeeksBackOff: a waiting reader's peeks come at pauses doubling from FirstPeek to
+// MaxPeek — never one per FirstPeek — at most 1 + log2(MaxPeek/FirstPeek) peeks plus one
+// per MaxPeek of the wait; a ring peeks at once.
+func TestPeeksBackOff(t *testing.T) {
 	t.Parallel()
-	l := Events{FirstLook: 10 * time.Millisecond, MaxLook: 40 * time.Millisecond}.looker(nil)
-	looks := 0
+	l := Events{FirstPeek: 10 * time.Millisecond, MaxPeek: 40 * time.Millisecond}.peeker(nil)
+	peeks := 0
 	found, err := l.until(context.Background(), time.Now().Add(400*time.Millisecond), func(context.Context) (bool, error) {
-		looks++
+		peeks++
 		return false, nil
 	})
 	// At 10, 30, 70 ms, then every 40 ms to 400 ms (8 more), and at the deadline: 12 at
-	// most; looks every 10 ms would be 40. A loaded machine only makes fewer.
-	if found || err != nil || looks > 12 || looks < 3 {
-		t.Fatalf("a 400 ms wait looked %d times (found %v, %v), want 3 to 12", looks, found, err)
+	// most; peeks every 10 ms would be 40. A loaded machine only makes fewer.
+	if found || err != nil || peeks > 12 || peeks < 3 {
+		t.Fatalf("a 400 ms wait peeked %d times (found %v, %v), want 3 to 12", peeks, found, err)
 	}
 	rang := make(chan struct{}, 1)
-	l = Events{FirstLook: time.Hour, MaxLook: time.Hour}.looker(rang)
+	l = Events{FirstPeek: time.Hour, MaxPeek: time.Hour}.peeker(rang)
 	rang <- struct{}{}
-	looks = 0
+	peeks = 0
 	found, err = l.until(context.Background(), time.Now().Add(time.Hour), func(context.Context) (bool, error) {
-		looks++
+		peeks++
 		return true, nil
 	})
-	if !found || err != nil || looks != 1 {
-		t.Fatalf("a ring: found %v after %d looks (%v), want found after one", found, looks, err)
+	if !found || err != nil || peeks != 1 {
+		t.Fatalf("a ring: found %v after %d peeks (%v), want found after one", found, peeks, err)
 	}
 }
 
@@ -377,7 +377,7 @@ func expectSeqs(t *testing.T, recs <-chan sse, from, to int64) {
 // comment lines.
 func TestEventsStreamResume(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, delivery.Config{}, Events{Ping: 50 * time.Millisecond, FirstLook: 20 * time.Millisecond, MaxLook: 80 * time.Millisecond})
+	r := newRig(t, delivery.Config{}, Events{Ping: 50 * time.Millisecond, FirstPeek: 20 * time.Millisecond, MaxPeek: 80 * time.Millisecond})
 	r.append(3)
 	ctx, cut := context.WithCancel(context.Background())
 	resp := r.get(ctx, "from_seq=1", "Accept", "text/event-stream")

@@ -30,11 +30,11 @@ var _ Guards = (*auth.Store)(nil)
 // frame to the log it was read against.
 type Sessions interface {
 	// Create appends session/created at seq 0 unless the session exists.
-	Create(ctx context.Context, sessionID string) (bool, error)
+	Create(ctx context.Context, agentID string) (bool, error)
 	// Epoch is the log's epoch (seq 0's id), sessionlog.ErrNotFound without a log.
-	Epoch(ctx context.Context, sessionID string) (string, error)
+	Epoch(ctx context.Context, agentID string) (string, error)
 	// EpochCheck holds only while the log is still the one of epoch.
-	EpochCheck(sessionID, epoch string) types.TransactWriteItem
+	EpochCheck(agentID, epoch string) types.TransactWriteItem
 }
 
 var _ Sessions = (*sessionlog.Log)(nil)

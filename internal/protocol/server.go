@@ -49,10 +49,10 @@ type Hello struct {
 	Role string `json:"role,omitempty"`
 }
 
-// NewHello returns the hello frame for session sessionID whose log tip is lastSeq
+// NewHello returns the hello frame for session agentID whose log tip is lastSeq
 // and whose epoch is epoch.
-func NewHello(sessionID string, lastSeq int64, epoch string) Hello {
-	return Hello{Type: TypeHello, Proto: ProtoVersion, SessionID: sessionID, LastSeq: lastSeq, Epoch: epoch}
+func NewHello(agentID string, lastSeq int64, epoch string) Hello {
+	return Hello{Type: TypeHello, Proto: ProtoVersion, SessionID: agentID, LastSeq: lastSeq, Epoch: epoch}
 }
 
 // Roles a hello names (Hello.Role; docs/protocol.md, "Roles").

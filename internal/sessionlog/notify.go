@@ -22,33 +22,33 @@ func Notify(l *Log, notify func(ctx context.Context, ev Event)) *Notifying {
 }
 
 // Append is Log.Append, then the notification.
-func (n *Notifying) Append(ctx context.Context, sessionID, typ string, payload any) (Event, error) {
-	return n.notified(ctx)(n.Log.Append(ctx, sessionID, typ, payload))
+func (n *Notifying) Append(ctx context.Context, agentID, typ string, payload any) (Event, error) {
+	return n.notified(ctx)(n.Log.Append(ctx, agentID, typ, payload))
 }
 
 // AppendAt is Log.AppendAt, then the notification.
-func (n *Notifying) AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (Event, error) {
-	return n.notified(ctx)(n.Log.AppendAt(ctx, sessionID, seq, typ, payload))
+func (n *Notifying) AppendAt(ctx context.Context, agentID string, seq int64, typ string, payload any) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendAt(ctx, agentID, seq, typ, payload))
 }
 
 // AppendInAtStamped is Log.AppendInAtStamped, then the notification.
-func (n *Notifying) AppendInAtStamped(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
-	return n.notified(ctx)(n.Log.AppendInAtStamped(ctx, sessionID, f, seq, typ, payload, stamp))
+func (n *Notifying) AppendInAtStamped(ctx context.Context, agentID string, f Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendInAtStamped(ctx, agentID, f, seq, typ, payload, stamp))
 }
 
 // AppendStamped is Log.AppendStamped, then the notification.
-func (n *Notifying) AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
-	return n.notified(ctx)(n.Log.AppendStamped(ctx, sessionID, typ, payload, stamp))
+func (n *Notifying) AppendStamped(ctx context.Context, agentID, typ string, payload any, stamp string) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendStamped(ctx, agentID, typ, payload, stamp))
 }
 
 // AppendIn is Log.AppendIn, then the notification.
-func (n *Notifying) AppendIn(ctx context.Context, sessionID string, f Fence, typ string, payload any, stamp string) (Event, error) {
-	return n.notified(ctx)(n.Log.AppendIn(ctx, sessionID, f, typ, payload, stamp))
+func (n *Notifying) AppendIn(ctx context.Context, agentID string, f Fence, typ string, payload any, stamp string) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendIn(ctx, agentID, f, typ, payload, stamp))
 }
 
 // AppendInAt is Log.AppendInAt, then the notification.
-func (n *Notifying) AppendInAt(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any) (Event, error) {
-	return n.notified(ctx)(n.Log.AppendInAt(ctx, sessionID, f, seq, typ, payload))
+func (n *Notifying) AppendInAt(ctx context.Context, agentID string, f Fence, seq int64, typ string, payload any) (Event, error) {
+	return n.notified(ctx)(n.Log.AppendInAt(ctx, agentID, f, seq, typ, payload))
 }
 
 func (n *Notifying) notified(ctx context.Context) func(Event, error) (Event, error) {

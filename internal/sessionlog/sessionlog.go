@@ -158,8 +158,8 @@ func New(api API, table string) *Log {
 
 // Create appends session/created at seq 0 unless the session exists. It reports whether
 // this call created it; two racing first connects create it exactly once.
-func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err error) {
-	ev, err := l.newEvent(sessionID, 0, TypeSessionCreated, nil)
+func (l *Log) Create(ctx context.Context, agentID string) (created bool, err error) {
+	ev, err := l.newEvent(agentID, 0, TypeSessionCreated, nil)
 	if err != nil {
 		return false, err
 	}
@@ -167,13 +167,13 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 	err = l.put(ctx, ev)
 	switch {
 	case errors.Is(err, ErrConflict):
-		l.observe(sessionID, 0, "")
+		l.observe(agentID, 0, "")
 		return false, nil
 	case err != nil:
 		return false, err
 	}
 	l.mu.Lock() // a new log: whatever was cached is of a log since erased
-	l.tips[sessionID] = mark{seq: 0, epoch: ev.Epoch}
+	l.tips[agentID] = mark{seq: 0, epoch: ev.Epoch}
 	l.mu.Unlock()
 	appended()
 	return true, nil
@@ -187,14 +187,14 @@ func (l *Log) Create(ctx context.Context, sessionID string) (created bool, err e
 // Append is for a log's only writer (load tools, tests): its put is not fenced, so a
 // tip this Log cached from a log since reset or deleted would be appended on. The
 // runtime appends with AppendIn. Cost: 1 write unit.
-func (l *Log) Append(ctx context.Context, sessionID, typ string, payload any) (Event, error) {
-	return l.appendNext(ctx, sessionID, nil, typ, payload, "")
+func (l *Log) Append(ctx context.Context, agentID, typ string, payload any) (Event, error) {
+	return l.appendNext(ctx, agentID, nil, typ, payload, "")
 }
 
 // AppendStamped is Append with stamp kept on the event's item (Event.Stamp), read back
 // by Read, never part of the envelope. Cost: Append's.
-func (l *Log) AppendStamped(ctx context.Context, sessionID, typ string, payload any, stamp string) (Event, error) {
-	return l.appendNext(ctx, sessionID, nil, typ, payload, stamp)
+func (l *Log) AppendStamped(ctx context.Context, agentID, typ string, payload any, stamp string) (Event, error) {
+	return l.appendNext(ctx, agentID, nil, typ, payload, stamp)
 }
 
 // AppendIn is Append (with stamp, as AppendStamped; "" for none) fenced by f: the event
@@ -202,11 +202,11 @@ func (l *Log) AppendStamped(ctx context.Context, sessionID, typ string, payload 
 // read in — and ErrEpoch says the log is another one now (reset or deleted since):
 // nothing was appended, and the writer's work on the old log is to be dropped. See
 // Fence for the two ways, and their costs.
-func (l *Log) AppendIn(ctx context.Context, sessionID string, f Fence, typ string, payload any, stamp string) (Event, error) {
+func (l *Log) AppendIn(ctx context.Context, agentID string, f Fence, typ string, payload any, stamp string) (Event, error) {
 	if !f.Until.IsZero() && f.Epoch == "" {
 		return Event{}, fmt.Errorf("%w: an append under a lease needs its epoch", ErrInvalid)
 	}
-	return l.appendNext(ctx, sessionID, &f, typ, payload, stamp)
+	return l.appendNext(ctx, agentID, &f, typ, payload, stamp)
 }
 
 // appendNext puts an event at the tip's next seq until it succeeds. A put that finds
@@ -214,22 +214,22 @@ func (l *Log) AppendIn(ctx context.Context, sessionID string, f Fence, typ strin
 // colliding on each seq, reads the tip again and retries; any other error ends the
 // append. With f, the tip is the one of f's epoch (read again when the cached one is
 // of another), and a tip read that finds another epoch ends it with ErrEpoch.
-func (l *Log) appendNext(ctx context.Context, sessionID string, f *Fence, typ string, payload any, stamp string) (Event, error) {
+func (l *Log) appendNext(ctx context.Context, agentID string, f *Fence, typ string, payload any, stamp string) (Event, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
 		return Event{}, err
 	}
-	tip, ok := l.cached(sessionID)
+	tip, ok := l.cached(agentID)
 	if !ok || (f != nil && (tip.epoch == "" || (f.Epoch != "" && tip.epoch != f.Epoch))) {
-		if tip, err = l.tip(ctx, sessionID, f != nil); err != nil {
+		if tip, err = l.tip(ctx, agentID, f != nil); err != nil {
 			return Event{}, gone(f, err)
 		}
 	}
 	for attempt := 0; ; attempt++ {
 		if f != nil && f.Epoch != "" && tip.epoch != f.Epoch {
-			return Event{}, fmt.Errorf("%w: %s is at epoch %s, the writer's is %s", ErrEpoch, sessionID, tip.epoch, f.Epoch)
+			return Event{}, fmt.Errorf("%w: %s is at epoch %s, the writer's is %s", ErrEpoch, agentID, tip.epoch, f.Epoch)
 		}
-		ev, err := l.newEvent(sessionID, tip.seq+1, typ, raw)
+		ev, err := l.newEvent(agentID, tip.seq+1, typ, raw)
 		if err != nil {
 			return Event{}, err
 		}
@@ -239,7 +239,7 @@ func (l *Log) appendNext(ctx context.Context, sessionID string, f *Fence, typ st
 		}
 		err = l.putIn(ctx, ev, f)
 		if err == nil {
-			l.observe(sessionID, ev.Seq, ev.Epoch)
+			l.observe(agentID, ev.Seq, ev.Epoch)
 			appended()
 			return ev, nil
 		}
@@ -248,7 +248,7 @@ func (l *Log) appendNext(ctx context.Context, sessionID string, f *Fence, typ st
 		case moved:
 			// The tip was of an erased log: read the log as it is, its epoch from
 			// seq 0 itself. With the writer's own epoch, the check above refuses it.
-			l.Forget(sessionID)
+			l.Forget(agentID)
 		case errors.Is(err, ErrConflict), errors.Is(err, errBusy):
 			if err := backoff(ctx, attempt); err != nil {
 				return Event{}, err
@@ -256,11 +256,11 @@ func (l *Log) appendNext(ctx context.Context, sessionID string, f *Fence, typ st
 		default:
 			return Event{}, err
 		}
-		if tip, err = l.tip(ctx, sessionID, f != nil); err != nil {
+		if tip, err = l.tip(ctx, agentID, f != nil); err != nil {
 			return Event{}, gone(f, err)
 		}
 		if moved {
-			if tip.epoch, err = l.Epoch(ctx, sessionID); err != nil {
+			if tip.epoch, err = l.Epoch(ctx, agentID); err != nil {
 				return Event{}, gone(f, err)
 			}
 		}
@@ -280,32 +280,32 @@ func gone(f *Fence, err error) error {
 // caller must know seq-1 exists (it read or wrote it), or the log would get a gap; so
 // seq must be ≥ 1 — seq 0 is written only by Create. Like Append, it is not fenced:
 // the runtime uses AppendInAt.
-func (l *Log) AppendAt(ctx context.Context, sessionID string, seq int64, typ string, payload any) (Event, error) {
-	return l.appendAt(ctx, sessionID, nil, seq, typ, payload, "")
+func (l *Log) AppendAt(ctx context.Context, agentID string, seq int64, typ string, payload any) (Event, error) {
+	return l.appendAt(ctx, agentID, nil, seq, typ, payload, "")
 }
 
 // AppendInAtStamped is AppendInAt with stamp kept on the event's item, as
 // AppendStamped keeps it: a compare-and-append for a writer that read the log of
 // f.Epoch up to seq-1 and wants its event logged only if nothing came after what it
 // read (ErrConflict), and only in that log (ErrEpoch).
-func (l *Log) AppendInAtStamped(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
+func (l *Log) AppendInAtStamped(ctx context.Context, agentID string, f Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
 	if f.Epoch == "" {
 		return Event{}, fmt.Errorf("%w: AppendInAtStamped needs the writer's epoch", ErrInvalid)
 	}
-	return l.appendAt(ctx, sessionID, &f, seq, typ, payload, stamp)
+	return l.appendAt(ctx, agentID, &f, seq, typ, payload, stamp)
 }
 
 // AppendInAt is AppendAt fenced by f (AppendIn): seq-1 is an event the writer read in
 // the log of f.Epoch, which is required. It returns ErrEpoch when the log is another
 // one now, and ErrConflict when seq is taken in it.
-func (l *Log) AppendInAt(ctx context.Context, sessionID string, f Fence, seq int64, typ string, payload any) (Event, error) {
+func (l *Log) AppendInAt(ctx context.Context, agentID string, f Fence, seq int64, typ string, payload any) (Event, error) {
 	if f.Epoch == "" {
 		return Event{}, fmt.Errorf("%w: AppendInAt needs the writer's epoch", ErrInvalid)
 	}
-	return l.appendAt(ctx, sessionID, &f, seq, typ, payload, "")
+	return l.appendAt(ctx, agentID, &f, seq, typ, payload, "")
 }
 
-func (l *Log) appendAt(ctx context.Context, sessionID string, f *Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
+func (l *Log) appendAt(ctx context.Context, agentID string, f *Fence, seq int64, typ string, payload any, stamp string) (Event, error) {
 	if seq < 1 {
 		return Event{}, fmt.Errorf("%w: AppendAt seq %d", ErrInvalid, seq)
 	}
@@ -313,7 +313,7 @@ func (l *Log) appendAt(ctx context.Context, sessionID string, f *Fence, seq int6
 	if err != nil {
 		return Event{}, err
 	}
-	ev, err := l.newEvent(sessionID, seq, typ, raw)
+	ev, err := l.newEvent(agentID, seq, typ, raw)
 	if err != nil {
 		return Event{}, err
 	}
@@ -325,14 +325,14 @@ func (l *Log) appendAt(ctx context.Context, sessionID string, f *Fence, seq int6
 		err := l.putIn(ctx, ev, f)
 		switch {
 		case err == nil:
-			l.observe(sessionID, seq, ev.Epoch)
+			l.observe(agentID, seq, ev.Epoch)
 			appended()
 			return ev, nil
 		case errors.Is(err, errEpochMoved):
-			l.Forget(sessionID)
-			return Event{}, fmt.Errorf("%w: %s seq %d", ErrEpoch, sessionID, seq)
+			l.Forget(agentID)
+			return Event{}, fmt.Errorf("%w: %s seq %d", ErrEpoch, agentID, seq)
 		case errors.Is(err, ErrConflict):
-			l.observe(sessionID, seq, ev.Epoch)
+			l.observe(agentID, seq, ev.Epoch)
 			return Event{}, err
 		case errors.Is(err, errBusy):
 			if err := backoff(ctx, attempt); err != nil {
@@ -350,20 +350,20 @@ func appended() { metrics.Add("EventsAppended", metrics.Count, 1) }
 
 // Tip returns the highest seq of the session, read strongly consistent. It returns
 // ErrNotFound if the session has no events.
-func (l *Log) Tip(ctx context.Context, sessionID string) (int64, error) {
-	m, err := l.tip(ctx, sessionID, false)
+func (l *Log) Tip(ctx context.Context, agentID string) (int64, error) {
+	m, err := l.tip(ctx, agentID, false)
 	return m.seq, err
 }
 
 // tip reads the tip and its epoch (the tip item's; with needEpoch, seq 0's when the tip
 // item predates the attribute: one more read unit).
-func (l *Log) tip(ctx context.Context, sessionID string, needEpoch bool) (mark, error) {
-	before, had := l.cached(sessionID)
+func (l *Log) tip(ctx context.Context, agentID string, needEpoch bool) (mark, error) {
+	before, had := l.cached(agentID)
 	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
 		TableName:              aws.String(l.table),
 		KeyConditionExpression: aws.String("session_id = :s"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":s": &types.AttributeValueMemberS{Value: sessionID},
+			":s": &types.AttributeValueMemberS{Value: agentID},
 		},
 		ProjectionExpression:     aws.String("seq, #ep, id"),
 		ExpressionAttributeNames: map[string]string{"#ep": EpochAttr},
@@ -372,10 +372,10 @@ func (l *Log) tip(ctx context.Context, sessionID string, needEpoch bool) (mark, 
 		ConsistentRead:           aws.Bool(true),
 	})
 	if err != nil {
-		return mark{}, fmt.Errorf("sessionlog: tip of %s: %w", sessionID, err)
+		return mark{}, fmt.Errorf("sessionlog: tip of %s: %w", agentID, err)
 	}
 	if len(out.Items) == 0 {
-		return mark{}, fmt.Errorf("%w: %s", ErrNotFound, sessionID)
+		return mark{}, fmt.Errorf("%w: %s", ErrNotFound, agentID)
 	}
 	seq, err := numberAttr(out.Items[0], "seq")
 	if err != nil {
@@ -383,11 +383,11 @@ func (l *Log) tip(ctx context.Context, sessionID string, needEpoch bool) (mark, 
 	}
 	m := mark{seq: seq, epoch: epochOf(out.Items[0], seq)}
 	if m.epoch == "" && needEpoch {
-		if m.epoch, err = l.Epoch(ctx, sessionID); err != nil {
+		if m.epoch, err = l.Epoch(ctx, agentID); err != nil {
 			return mark{}, err
 		}
 	}
-	l.observeTip(sessionID, m, before, had)
+	l.observeTip(agentID, m, before, had)
 	return m, nil
 }
 
@@ -409,12 +409,12 @@ func epochOf(item map[string]types.AttributeValue, seq int64) string {
 // ErrNotFound if the session has no events. Cost: one strongly consistent Query of one
 // item, 1 read unit (a Query rather than a GetItem, so that every function that reads
 // the log may read it with the permissions it has).
-func (l *Log) Epoch(ctx context.Context, sessionID string) (string, error) {
+func (l *Log) Epoch(ctx context.Context, agentID string) (string, error) {
 	out, err := l.api.Query(ctx, &dynamodb.QueryInput{
 		TableName:              aws.String(l.table),
 		KeyConditionExpression: aws.String("session_id = :s AND seq = :z"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":s": &types.AttributeValueMemberS{Value: sessionID},
+			":s": &types.AttributeValueMemberS{Value: agentID},
 			":z": &types.AttributeValueMemberN{Value: "0"},
 		},
 		ProjectionExpression: aws.String("id"),
@@ -422,14 +422,14 @@ func (l *Log) Epoch(ctx context.Context, sessionID string) (string, error) {
 		ConsistentRead:       aws.Bool(true),
 	})
 	if err != nil {
-		return "", fmt.Errorf("sessionlog: epoch of %s: %w", sessionID, err)
+		return "", fmt.Errorf("sessionlog: epoch of %s: %w", agentID, err)
 	}
 	if len(out.Items) == 0 {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, sessionID)
+		return "", fmt.Errorf("%w: %s", ErrNotFound, agentID)
 	}
 	id, ok := out.Items[0]["id"].(*types.AttributeValueMemberS)
 	if !ok {
-		return "", fmt.Errorf("%w: %s seq 0 has no id", ErrInvalid, sessionID)
+		return "", fmt.Errorf("%w: %s seq 0 has no id", ErrInvalid, agentID)
 	}
 	return id.Value, nil
 }
@@ -437,29 +437,29 @@ func (l *Log) Epoch(ctx context.Context, sessionID string) (string, error) {
 // Forget drops what this Log remembers of the session (its cached tip): the next
 // append reads the tip again. A reset or delete of the session calls it in its own
 // process; other processes' caches are why a reset fences the runner first.
-func (l *Log) Forget(sessionID string) {
+func (l *Log) Forget(agentID string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.tips, sessionID)
+	delete(l.tips, agentID)
 }
 
 // Read returns up to limit events with seq ≥ from, in seq order, read strongly
 // consistent so an event whose append returned is always visible. It pages through
 // DynamoDB's 1 MB query pages internally. An empty result means from is past the tip.
-func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int) ([]Event, error) {
+func (l *Log) Read(ctx context.Context, agentID string, from int64, limit int) ([]Event, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	var out []Event
 	var start map[string]types.AttributeValue
 	end := false // the read reached the log's end
-	before, had := l.cached(sessionID)
+	before, had := l.cached(agentID)
 	for len(out) < limit {
 		page, err := l.api.Query(ctx, &dynamodb.QueryInput{
 			TableName:              aws.String(l.table),
 			KeyConditionExpression: aws.String("session_id = :s AND seq >= :f"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":s": &types.AttributeValueMemberS{Value: sessionID},
+				":s": &types.AttributeValueMemberS{Value: agentID},
 				":f": &types.AttributeValueMemberN{Value: strconv.FormatInt(from, 10)},
 			},
 			Limit:             aws.Int32(int32(min(limit-len(out), 1000))),
@@ -467,7 +467,7 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 			ExclusiveStartKey: start,
 		})
 		if err != nil {
-			return out, fmt.Errorf("sessionlog: read %s from %d: %w", sessionID, from, err)
+			return out, fmt.Errorf("sessionlog: read %s from %d: %w", agentID, from, err)
 		}
 		for _, item := range page.Items {
 			ev, err := FromItem(item)
@@ -484,9 +484,9 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 	}
 	switch n := len(out); {
 	case n > 0 && end:
-		l.observeTip(sessionID, mark{seq: out[n-1].Seq, epoch: out[n-1].Epoch}, before, had) // the tip when read
+		l.observeTip(agentID, mark{seq: out[n-1].Seq, epoch: out[n-1].Epoch}, before, had) // the tip when read
 	case n > 0:
-		l.observe(sessionID, out[n-1].Seq, out[n-1].Epoch)
+		l.observe(agentID, out[n-1].Seq, out[n-1].Epoch)
 	}
 	return out, nil
 }
@@ -502,7 +502,7 @@ func (l *Log) Read(ctx context.Context, sessionID string, from int64, limit int)
 // Cost: one strongly consistent Query of one item, 1 read unit, when nothing has
 // expired at from (the common case); else pages over the expired events still present
 // (at most the few days TTL takes to delete them), 1 read unit per 4 KB.
-func (l *Log) Retained(ctx context.Context, sessionID string, from int64) (int64, error) {
+func (l *Log) Retained(ctx context.Context, agentID string, from int64) (int64, error) {
 	first := max(from, 1)
 	var start map[string]types.AttributeValue
 	for limit := int32(1); ; limit = 100 {
@@ -510,7 +510,7 @@ func (l *Log) Retained(ctx context.Context, sessionID string, from int64) (int64
 			TableName:              aws.String(l.table),
 			KeyConditionExpression: aws.String("session_id = :s AND seq >= :f"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":s": &types.AttributeValueMemberS{Value: sessionID},
+				":s": &types.AttributeValueMemberS{Value: agentID},
 				":f": &types.AttributeValueMemberN{Value: strconv.FormatInt(first, 10)},
 			},
 			ProjectionExpression:     aws.String("seq, #e"),
@@ -520,7 +520,7 @@ func (l *Log) Retained(ctx context.Context, sessionID string, from int64) (int64
 			ExclusiveStartKey:        start,
 		})
 		if err != nil {
-			return 0, fmt.Errorf("sessionlog: retained %s from %d: %w", sessionID, from, err)
+			return 0, fmt.Errorf("sessionlog: retained %s from %d: %w", agentID, from, err)
 		}
 		now := l.now()
 		for _, item := range page.Items {
@@ -555,14 +555,14 @@ func (l *Log) Retained(ctx context.Context, sessionID string, from int64) (int64
 // the tip (docs/architecture.md, "Retention"); an event no longer there (a reset or
 // delete meanwhile) is left alone. Cost: one UpdateItem, 1 write unit per 1 KB of the
 // item, for free deletion later.
-func (l *Log) Expire(ctx context.Context, sessionID string, seq, expiresAt int64) error {
+func (l *Log) Expire(ctx context.Context, agentID string, seq, expiresAt int64) error {
 	if seq <= 0 {
-		return fmt.Errorf("%w: %s seq %d never expires", ErrInvalid, sessionID, seq)
+		return fmt.Errorf("%w: %s seq %d never expires", ErrInvalid, agentID, seq)
 	}
 	_, err := l.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(l.table),
 		Key: map[string]types.AttributeValue{
-			"session_id": &types.AttributeValueMemberS{Value: sessionID},
+			"session_id": &types.AttributeValueMemberS{Value: agentID},
 			"seq":        &types.AttributeValueMemberN{Value: strconv.FormatInt(seq, 10)},
 		},
 		UpdateExpression:         aws.String("SET #e = :e"),
@@ -577,7 +577,7 @@ func (l *Log) Expire(ctx context.Context, sessionID string, seq, expiresAt int64
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("sessionlog: expire %s seq %d: %w", sessionID, seq, err)
+		return fmt.Errorf("sessionlog: expire %s seq %d: %w", agentID, seq, err)
 	}
 	return nil
 }
@@ -680,17 +680,17 @@ func numberAttr(item map[string]types.AttributeValue, name string) (int64, error
 	return n, nil
 }
 
-// EpochCheck is a transaction's check that sessionID's log is still the one of epoch
+// EpochCheck is a transaction's check that agentID's log is still the one of epoch
 // (its seq 0's id is epoch): a write in the same transaction lands only while the log
 // has not been reset or deleted since the writer read epoch: a reset or delete erases
 // seq 0 (the log's last item it erases) before the agent's other items (its inbox), and
 // writes the new log's seq 0 only after, so such a write either precedes the erase of
 // the agent's items or is refused. Cost in a transaction: 2 write units.
-func (l *Log) EpochCheck(sessionID, epoch string) types.TransactWriteItem {
+func (l *Log) EpochCheck(agentID, epoch string) types.TransactWriteItem {
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName: aws.String(l.table),
 		Key: map[string]types.AttributeValue{
-			"session_id": &types.AttributeValueMemberS{Value: sessionID},
+			"session_id": &types.AttributeValueMemberS{Value: agentID},
 			"seq":        &types.AttributeValueMemberN{Value: "0"},
 		},
 		ConditionExpression:       aws.String("id = :e"),
@@ -753,20 +753,20 @@ func (l *Log) put(ctx context.Context, ev Event) error {
 	return nil
 }
 
-func (l *Log) newEvent(sessionID string, seq int64, typ string, payload json.RawMessage) (Event, error) {
-	if sessionID == "" || typ == "" {
+func (l *Log) newEvent(agentID string, seq int64, typ string, payload json.RawMessage) (Event, error) {
+	if agentID == "" || typ == "" {
 		return Event{}, fmt.Errorf("%w: empty session id or type", ErrInvalid)
 	}
 	if len(payload) == 0 {
 		payload = json.RawMessage("{}")
 	}
-	ev := Event{ID: newID(), SessionID: sessionID, Seq: seq, At: l.now().UTC().Format(TimeFormat), Type: typ, Payload: payload}
+	ev := Event{ID: newID(), SessionID: agentID, Seq: seq, At: l.now().UTC().Format(TimeFormat), Type: typ, Payload: payload}
 	b, err := ev.MarshalJSON()
 	if err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if len(b) > MaxEnvelopeBytes {
-		return Event{}, fmt.Errorf("%w: %s %s is %d bytes", ErrTooLarge, sessionID, typ, len(b))
+		return Event{}, fmt.Errorf("%w: %s %s is %d bytes", ErrTooLarge, agentID, typ, len(b))
 	}
 	return ev, nil
 }
@@ -796,10 +796,10 @@ func encodePayload(payload any) (json.RawMessage, error) {
 	return raw, nil
 }
 
-func (l *Log) cached(sessionID string) (mark, bool) {
+func (l *Log) cached(agentID string) (mark, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t, ok := l.tips[sessionID]
+	t, ok := l.tips[agentID]
 	return t, ok
 }
 
@@ -810,20 +810,20 @@ const maxCachedTips = 10000
 // observe records that seq exists in the log of epoch ("": not known). The cache only
 // moves forward within one epoch; a seq of another epoch replaces it (the cached one
 // is of a log since erased).
-func (l *Log) observe(sessionID string, seq int64, epoch string) {
+func (l *Log) observe(agentID string, seq int64, epoch string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.tips) >= maxCachedTips {
 		clear(l.tips)
 	}
-	t, ok := l.tips[sessionID]
+	t, ok := l.tips[agentID]
 	switch {
 	case !ok, epoch != "" && t.epoch != "" && epoch != t.epoch:
-		l.tips[sessionID] = mark{seq: seq, epoch: epoch}
+		l.tips[agentID] = mark{seq: seq, epoch: epoch}
 	case seq > t.seq:
-		l.tips[sessionID] = mark{seq: seq, epoch: cmp.Or(epoch, t.epoch)}
+		l.tips[agentID] = mark{seq: seq, epoch: cmp.Or(epoch, t.epoch)}
 	case t.epoch == "" && epoch != "" && seq == t.seq:
-		l.tips[sessionID] = mark{seq: seq, epoch: epoch}
+		l.tips[agentID] = mark{seq: seq, epoch: epoch}
 	}
 }
 
@@ -833,17 +833,17 @@ func (l *Log) observe(sessionID string, seq int64, epoch string) {
 // landed during the read, which the read may have missed). A cached tip above the
 // log's — left from a log since reset or deleted (package sessiondata) — would make
 // the next append skip seqs; one below costs a conflict and a re-read at most.
-func (l *Log) observeTip(sessionID string, m mark, before mark, had bool) {
+func (l *Log) observeTip(agentID string, m mark, before mark, had bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.tips) >= maxCachedTips {
 		clear(l.tips)
 	}
-	if cur, ok := l.tips[sessionID]; ok && (!had || cur != before) && cur.seq > m.seq &&
+	if cur, ok := l.tips[agentID]; ok && (!had || cur != before) && cur.seq > m.seq &&
 		(cur.epoch == m.epoch || cur.epoch == "" || m.epoch == "") {
 		return // moved during the read: keep the newer
 	}
-	l.tips[sessionID] = m
+	l.tips[agentID] = m
 }
 
 // backoff sleeps a random time up to 1 ms × 2^attempt, at most 25 ms.

@@ -82,8 +82,8 @@ func (m *putMeter) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts 
 }
 
 type appender interface {
-	Append(ctx context.Context, sessionID, typ string, payload any) (sessionlog.Event, error)
-	Tip(ctx context.Context, sessionID string) (int64, error)
+	Append(ctx context.Context, agentID, typ string, payload any) (sessionlog.Event, error)
+	Tip(ctx context.Context, agentID string) (int64, error)
 }
 
 // runWriter is one writer, in a goroutine or a process. It reads the tip (as a warm

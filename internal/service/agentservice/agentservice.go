@@ -261,50 +261,50 @@ func (rt *Runtime) HandleRunner(ctx context.Context, ev agent.RunnerEvent) error
 }
 
 // Inject and the other Controller methods serve the agent frames.
-func (rt *Runtime) Inject(ctx context.Context, sessionID, text string, wake bool) error {
+func (rt *Runtime) Inject(ctx context.Context, agentID, text string, wake bool) error {
 	ctx, flush := rt.fast.Invocation(ctx)
 	defer flush()
-	return rt.svc.Inject(ctx, sessionID, text, wake)
+	return rt.svc.Inject(ctx, agentID, text, wake)
 }
 
 // InjectFrom serves an inject frame (agent.Service.InjectFrom).
-func (rt *Runtime) InjectFrom(ctx context.Context, sessionID, text string, wake bool, connID string) error {
+func (rt *Runtime) InjectFrom(ctx context.Context, agentID, text string, wake bool, connID string) error {
 	ctx, flush := rt.fast.Invocation(ctx)
 	defer flush()
-	return rt.svc.InjectFrom(ctx, sessionID, text, wake, connID)
+	return rt.svc.InjectFrom(ctx, agentID, text, wake, connID)
 }
 
 // Cancel serves cancel.
-func (rt *Runtime) Cancel(ctx context.Context, sessionID, reason string) error {
+func (rt *Runtime) Cancel(ctx context.Context, agentID, reason string) error {
 	ctx, flush := rt.fast.Invocation(ctx)
 	defer flush()
-	return rt.svc.Cancel(ctx, sessionID, reason)
+	return rt.svc.Cancel(ctx, agentID, reason)
 }
 
 // Approve serves approve.
-func (rt *Runtime) Approve(ctx context.Context, sessionID, callID string) error {
+func (rt *Runtime) Approve(ctx context.Context, agentID, callID string) error {
 	ctx, flush := rt.fast.Invocation(ctx)
 	defer flush()
-	return rt.svc.Approve(ctx, sessionID, callID)
+	return rt.svc.Approve(ctx, agentID, callID)
 }
 
 // Deny serves deny.
-func (rt *Runtime) Deny(ctx context.Context, sessionID, callID, reason string) error {
+func (rt *Runtime) Deny(ctx context.Context, agentID, callID, reason string) error {
 	ctx, flush := rt.fast.Invocation(ctx)
 	defer flush()
-	return rt.svc.Deny(ctx, sessionID, callID, reason)
+	return rt.svc.Deny(ctx, agentID, callID, reason)
 }
 
 // SetModel serves set_model.
-func (rt *Runtime) SetModel(ctx context.Context, sessionID, role, spec string) error {
+func (rt *Runtime) SetModel(ctx context.Context, agentID, role, spec string) error {
 	ctx, flush := rt.fast.Invocation(ctx)
 	defer flush()
-	return rt.svc.SetModel(ctx, sessionID, role, spec)
+	return rt.svc.SetModel(ctx, agentID, role, spec)
 }
 
 // SetPolicy serves set_policy.
-func (rt *Runtime) SetPolicy(ctx context.Context, sessionID string, patterns []string) error {
+func (rt *Runtime) SetPolicy(ctx context.Context, agentID string, patterns []string) error {
 	ctx, flush := rt.fast.Invocation(ctx)
 	defer flush()
-	return rt.svc.SetPolicy(ctx, sessionID, patterns)
+	return rt.svc.SetPolicy(ctx, agentID, patterns)
 }

@@ -29,11 +29,11 @@ func HTTP(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, agent socke
 	// cluster's.
 	events := httpapi.Events{Log: service.Deliverer(cfg, awsCfg, logger, service.Tuning{}), ReplayLimit: cfg.ReplayLimit}
 	if cfg.DynamoDBEndpoint != "" {
-		// Locally (terret dev, and its emulated functions) a look is a read of DynamoDB
-		// Local, which costs nothing: waiting readers look every FirstLook besides the
+		// Locally (terret dev, and its emulated functions) a peek is a read of DynamoDB
+		// Local, which costs nothing: waiting readers peek every FirstPeek besides the
 		// bell, so that a stream poller slowed down by a loaded machine never holds
-		// them up by seconds. On AWS the looks back off (docs/cost.md).
-		events.MaxLook = httpapi.FirstLook
+		// them up by seconds. On AWS the peeks back off (docs/cost.md).
+		events.MaxPeek = httpapi.FirstPeek
 	}
 	events.Route(s)
 	s.RouteSchedules(Schedules(cfg, awsCfg, logger, ScheduleEngine(cfg, awsCfg), nil))
