@@ -51,5 +51,5 @@ type Records interface {
 
 // SessionLog is the part of the log the routes use (sessionlog.Log).
 type SessionLog interface {
-	Create(ctx context.Context, sessionID string) (bool, error)
+	Create(ctx context.Context, agentID string) (bool, error)
 }

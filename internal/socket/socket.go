@@ -25,7 +25,7 @@ import (
 )
 
 // Controller serves the client frames other than subscribe; package agent implements
-// it (agent.Service; internal/service/agentservice asserts it). sessionID == agentID.
+// it (agent.Service; internal/service/agentservice asserts it).
 // Its errors are agent's sentinels (package agent/control, which socket imports instead
 // of the runtime), mapped to protocol codes by codeFor.
 type Controller interface {
@@ -33,21 +33,21 @@ type Controller interface {
 	// The queueing is conditional on connID still owning the agent (the agent's state
 	// item naming it, written by Connect's claim: Server.WithOwnerClaim):
 	// agent.ErrNotOwner when it no longer does, and nothing is queued.
-	InjectFrom(ctx context.Context, sessionID, text string, wake bool, connID string) error
+	InjectFrom(ctx context.Context, agentID, text string, wake bool, connID string) error
 	// Cancel asks the running turn to stop. It returns agent.ErrNotRunning when no
 	// turn is open.
-	Cancel(ctx context.Context, sessionID, reason string) error
+	Cancel(ctx context.Context, agentID, reason string) error
 	// Approve resolves a standing approval request. It returns agent.ErrStaleCall when
 	// callID has no standing request in the open turn, agent.ErrUnsupported when
 	// approvals are not mounted.
-	Approve(ctx context.Context, sessionID, callID string) error
+	Approve(ctx context.Context, agentID, callID string) error
 	// Deny is Approve with the verdict denied.
-	Deny(ctx context.Context, sessionID, callID, reason string) error
+	Deny(ctx context.Context, agentID, callID, reason string) error
 	// SetModel repoints a model role. It returns agent.ErrBadSpec for an unknown role
 	// or spec.
-	SetModel(ctx context.Context, sessionID, role, spec string) error
+	SetModel(ctx context.Context, agentID, role, spec string) error
 	// SetPolicy replaces the tool allow list; patterns are already validated.
-	SetPolicy(ctx context.Context, sessionID string, patterns []string) error
+	SetPolicy(ctx context.Context, agentID string, patterns []string) error
 }
 
 // Outbound is the routes' one path to a client: every frame a route makes a client
