@@ -108,6 +108,15 @@ func Deliverer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, tune T
 	}, sessionlog.New(db, cfg.LogTable), connections.New(db, cfg.ConnectionsTable), cfg.Management(awsCfg), cfg.Lambda(awsCfg))
 }
 
+// The routes' use-site interfaces (package socket declares them; socket imports none
+// of these packages' stores, and no delivery at all) and what wires them here.
+var (
+	_ socket.Tokens     = (*auth.Store)(nil)
+	_ socket.Records    = (*connections.Store)(nil)
+	_ socket.SessionLog = (*sessionlog.Log)(nil)
+	_ socket.Outbound   = (*delivery.Deliverer)(nil)
+)
+
 // Socket builds the connect, message and disconnect routes over the process's
 // Deliverer d. agent may be nil, in which case agent frames answer unsupported.
 func Socket(cfg config.Config, awsCfg aws.Config, d *delivery.Deliverer, agent socket.Controller, logger *slog.Logger) *socket.Server {

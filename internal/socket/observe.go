@@ -2,7 +2,6 @@ package socket
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 
@@ -27,25 +26,12 @@ func (s *Server) WithMaxObservers(n int) *Server {
 // observer is superseded (closed with superseded, hello first if it never had one).
 func (s *Server) observe(ctx context.Context, lg *slog.Logger, agentID, connID, hash string, accepted events.APIGatewayProxyResponse) (events.APIGatewayProxyResponse, error) {
 	lg = lg.With("role", connections.RoleObserver)
-	_, err := s.log.Create(ctx, agentID)
-	var superseded connections.Owner
-	if err == nil {
-		superseded, err = s.conns.Observe(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, s.maxObservers)
+	if _, err := s.log.Create(ctx, agentID); err != nil {
+		return s.connectFailed(ctx, lg, connID, accepted, err)
 	}
-	switch {
-	case errors.Is(err, connections.ErrTokenGone):
-		lg.Warn("unauthorized connection")
-		metrics.Add("RefusedConnections", metrics.Count, 1)
-		if err := s.out.TurnAway(ctx, connID); err != nil {
-			lg.Error("turn away", "error", err)
-			internalAnswer()
-			return events.APIGatewayProxyResponse{StatusCode: http.StatusUnauthorized}, nil
-		}
-		return accepted, nil
-	case err != nil:
-		lg.Error("connect", "error", err)
-		internalAnswer()
-		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+	superseded, err := s.conns.Observe(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, s.maxObservers)
+	if err != nil {
+		return s.connectFailed(ctx, lg, connID, accepted, err)
 	}
 	if superseded.ConnID != "" {
 		lg.Info("superseding the oldest observer", "superseded_connection_id", superseded.ConnID)

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -21,14 +20,12 @@ import (
 	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
-	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/protocol"
-	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // Controller serves the client frames other than subscribe; package agent implements
-// it (agent.Service; internal/service/agentservice asserts it). sessionID == agentID.
+// it (agent.Service; internal/service/agentservice asserts it).
 // Its errors are agent's sentinels (package agent/control, which socket imports instead
 // of the runtime), mapped to protocol codes by codeFor.
 type Controller interface {
@@ -36,21 +33,21 @@ type Controller interface {
 	// The queueing is conditional on connID still owning the agent (the agent's state
 	// item naming it, written by Connect's claim: Server.WithOwnerClaim):
 	// agent.ErrNotOwner when it no longer does, and nothing is queued.
-	InjectFrom(ctx context.Context, sessionID, text string, wake bool, connID string) error
+	InjectFrom(ctx context.Context, agentID, text string, wake bool, connID string) error
 	// Cancel asks the running turn to stop. It returns agent.ErrNotRunning when no
 	// turn is open.
-	Cancel(ctx context.Context, sessionID, reason string) error
+	Cancel(ctx context.Context, agentID, reason string) error
 	// Approve resolves a standing approval request. It returns agent.ErrStaleCall when
 	// callID has no standing request in the open turn, agent.ErrUnsupported when
 	// approvals are not mounted.
-	Approve(ctx context.Context, sessionID, callID string) error
+	Approve(ctx context.Context, agentID, callID string) error
 	// Deny is Approve with the verdict denied.
-	Deny(ctx context.Context, sessionID, callID, reason string) error
+	Deny(ctx context.Context, agentID, callID, reason string) error
 	// SetModel repoints a model role. It returns agent.ErrBadSpec for an unknown role
 	// or spec.
-	SetModel(ctx context.Context, sessionID, role, spec string) error
+	SetModel(ctx context.Context, agentID, role, spec string) error
 	// SetPolicy replaces the tool allow list; patterns are already validated.
-	SetPolicy(ctx context.Context, sessionID string, patterns []string) error
+	SetPolicy(ctx context.Context, agentID string, patterns []string) error
 }
 
 // Outbound is the routes' one path to a client: every frame a route makes a client
@@ -77,34 +74,22 @@ type Outbound interface {
 	Fail(ctx context.Context, connID string) error
 }
 
-var _ Outbound = (*delivery.Deliverer)(nil)
-
-// SessionLog is the part of the log the routes use.
-type SessionLog interface {
-	Create(ctx context.Context, sessionID string) (bool, error)
-}
-
-var _ SessionLog = (*sessionlog.Log)(nil)
-
-// Server holds the routes' dependencies.
+// Server holds the routes' dependencies, each an interface declared in this package
+// (deps.go, turnstile.go); internal/service wires the concrete ones.
 type Server struct {
-	tokens *auth.Store
-	conns  *connections.Store
+	tokens Tokens
+	conns  Conns
+	turns  Turnstile
 	log    SessionLog
 	out    Outbound
 	agent  Controller // nil: the runtime is not mounted, agent frames answer unsupported
 	logger *slog.Logger
 	origin []byte // RequireOrigin's secret; nil: no check
-	// orderWait bounds the order turnstile's wait (OrderWait unless WithOrderWait).
-	orderWait time.Duration
 	// maxObservers bounds an agent's observer connections (WithMaxObservers).
 	maxObservers int
 	// ownerClaim, if set, is the agent's write Connect makes in its claim transaction
 	// (WithOwnerClaim).
 	ownerClaim func(agentID, connID string) types.TransactWriteItem
-	// waiting, if set, is called with the order of each frame that enters the
-	// turnstile's wait (for tests).
-	waiting func(order int64)
 }
 
 // OriginHeader is the header CloudFront adds to every request it forwards when the
@@ -121,19 +106,23 @@ func (s *Server) RequireOrigin(secret string) {
 	}
 }
 
-// New returns a Server. agent may be nil.
-func New(tokens *auth.Store, conns *connections.Store, log SessionLog, out Outbound, agent Controller, logger *slog.Logger) *Server {
+// New returns a Server over the token store, the connection records (whose order
+// records the frame-order turnstile keeps), the log and the way out. agent may be nil.
+func New(tokens Tokens, conns Records, log SessionLog, out Outbound, agent Controller, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Server{tokens: tokens, conns: conns, log: log, out: out, agent: agent, logger: logger, orderWait: OrderWait}
+	return &Server{tokens: tokens, conns: conns, turns: &orderTurnstile{records: conns, wait: OrderWait},
+		log: log, out: out, agent: agent, logger: logger}
 }
 
 // WithOrderWait sets how long a numbered frame waits for its predecessor (default
 // OrderWait) and returns s; call it before serving. Tests shorten it to see a gap's
 // outcome without waiting ten seconds.
 func (s *Server) WithOrderWait(d time.Duration) *Server {
-	s.orderWait = d
+	if t, ok := s.turns.(*orderTurnstile); ok {
+		t.wait = d
+	}
 	return s
 }
 
@@ -202,16 +191,40 @@ const usedWait = 200 * time.Millisecond
 func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	connID := req.RequestContext.ConnectionID
 	agentID := req.QueryStringParameters["agent_id"]
-	lg := s.logFor(ctx, connID).With("agent_id", agentID)
-	lg = withSource(lg, req)
-	if s.origin != nil && subtle.ConstantTimeCompare([]byte(header(req, OriginHeader)), s.origin) != 1 {
+	lg := withSource(s.logFor(ctx, connID).With("agent_id", agentID), req)
+	if !s.fromOrigin(req) {
 		lg.Warn("connection without the origin header") // never the header's value
 		metrics.Add("OriginRefused", metrics.Count, 1)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusForbidden}, nil
 	}
-	token := auth.BearerToken(header(req, "Authorization"))
+	token, accepted := handshake(req)
+	hash, role, err := s.tokens.CheckRole(ctx, agentID, token)
+	if err != nil {
+		return s.connectFailed(ctx, lg, connID, accepted, err)
+	}
+	if role == auth.RoleObserver {
+		return s.observe(ctx, lg, agentID, connID, hash, accepted)
+	}
+	if _, err := s.log.Create(ctx, agentID); err != nil {
+		return s.connectFailed(ctx, lg, connID, accepted, err)
+	}
+	superseded, err := s.claim(ctx, agentID, connID, hash)
+	if err != nil {
+		return s.connectFailed(ctx, lg, connID, accepted, err)
+	}
+	return s.welcome(ctx, lg, agentID, hash, superseded, accepted)
+}
+
+// fromOrigin reports whether req passed RequireOrigin's check (true when there is none).
+func (s *Server) fromOrigin(req events.APIGatewayWebsocketProxyRequest) bool {
+	return s.origin == nil || subtle.ConstantTimeCompare([]byte(header(req, OriginHeader)), s.origin) == 1
+}
+
+// handshake returns the token a $connect offers and the answer that accepts it.
+func handshake(req events.APIGatewayWebsocketProxyRequest) (token string, accepted events.APIGatewayProxyResponse) {
+	token = auth.BearerToken(header(req, "Authorization"))
 	offered := header(req, "Sec-WebSocket-Protocol")
-	accepted := ok
+	accepted = ok
 	if token == "" {
 		// Browsers cannot set Authorization on a WebSocket: they offer the token as a
 		// subprotocol, and are answered with the fixed protocol name, never the token.
@@ -227,61 +240,70 @@ func (s *Server) Connect(ctx context.Context, req events.APIGatewayWebsocketProx
 		accepted = events.APIGatewayProxyResponse{StatusCode: http.StatusOK,
 			Headers: map[string]string{"Sec-WebSocket-Protocol": auth.Subprotocol}}
 	}
-	hash, role, err := s.tokens.CheckRole(ctx, agentID, token)
-	if err == nil && role == auth.RoleObserver {
-		return s.observe(ctx, lg, agentID, connID, hash, accepted)
+	return token, accepted
+}
+
+// claim makes connID agentID's owner, conditional on the token hash still being
+// current, with the agent's own claim (WithOwnerClaim) in the same transaction.
+func (s *Server) claim(ctx context.Context, agentID, connID, hash string) (connections.Owner, error) {
+	var also []types.TransactWriteItem
+	if s.ownerClaim != nil {
+		also = append(also, s.ownerClaim(agentID, connID))
 	}
-	if err == nil {
-		_, err = s.log.Create(ctx, agentID)
-		if err == nil {
-			var superseded connections.Owner
-			var also []types.TransactWriteItem
-			if s.ownerClaim != nil {
-				also = append(also, s.ownerClaim(agentID, connID))
-			}
-			superseded, err = s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, also...)
-			if err == nil {
-				// The token's last use is written before the welcome, whose hello kick is
-				// then $connect's last step: hello's deliver invocation posts while
-				// $connect is still running only for as long as the kick takes to
-				// answer, and its first post usually finds the socket open
-				// (docs/architecture.md, "First frame and Gone"). Written alongside the
-				// kick, the write held $connect open behind it, and under load hello's
-				// posts met Gone and backed off. A write slower than usedWait no longer
-				// holds the kick back: it only records a use (`terret token list`).
-				used := make(chan error, 1)
-				go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
-				select {
-				case uerr := <-used:
-					used <- uerr
-				case <-time.After(usedWait):
-				}
-				if superseded.ConnID != "" {
-					lg.Info("superseding connection", "superseded_connection_id", superseded.ConnID)
-				}
-				if err := s.out.Welcome(ctx, agentID, superseded); err != nil {
-					lg.Error("welcome", "error", err)
-					internalAnswer()
-					return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
-				}
-				if uerr := <-used; uerr != nil {
-					lg.Warn("record token use", "error", uerr) // `terret token list` only
-				}
-				lg.Info("connected")
-				metrics.Add("Connections", metrics.Count, 1)
-				return accepted, nil
-			}
-		}
+	return s.conns.Claim(ctx, agentID, connID, hash, s.tokens.Condition(agentID, hash).ConditionCheck, also...)
+}
+
+// welcome ends an accepted driver's $connect: the token's use is recorded and the
+// hello kicked (Outbound.Welcome).
+func (s *Server) welcome(ctx context.Context, lg *slog.Logger, agentID, hash string, superseded connections.Owner, accepted events.APIGatewayProxyResponse) (events.APIGatewayProxyResponse, error) {
+	// The token's last use is written before the welcome, whose hello kick is then
+	// $connect's last step: hello's deliver invocation posts while $connect is still
+	// running only for as long as the kick takes to answer, and its first post usually
+	// finds the socket open (docs/architecture.md, "First frame and Gone"). Written
+	// alongside the kick, the write held $connect open behind it, and under load
+	// hello's posts met Gone and backed off. A write slower than usedWait no longer
+	// holds the kick back: it only records a use (`terret token list`).
+	used := make(chan error, 1)
+	go func() { used <- s.tokens.Used(ctx, agentID, hash) }()
+	select {
+	case uerr := <-used:
+		used <- uerr
+	case <-time.After(usedWait):
 	}
+	if superseded.ConnID != "" {
+		lg.Info("superseding connection", "superseded_connection_id", superseded.ConnID)
+	}
+	if err := s.out.Welcome(ctx, agentID, superseded); err != nil {
+		lg.Error("welcome", "error", err)
+		internalAnswer()
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
+	}
+	if uerr := <-used; uerr != nil {
+		lg.Warn("record token use", "error", uerr) // `terret token list` only
+	}
+	lg.Info("connected")
+	metrics.Add("Connections", metrics.Count, 1)
+	return accepted, nil
+}
+
+// connectFailed answers a driver's $connect that err stopped: a refused token is
+// turned away, anything else refuses the handshake with 500.
+func (s *Server) connectFailed(ctx context.Context, lg *slog.Logger, connID string, accepted events.APIGatewayProxyResponse, err error) (events.APIGatewayProxyResponse, error) {
 	if !errors.Is(err, auth.ErrUnauthorized) && !errors.Is(err, connections.ErrTokenGone) {
 		lg.Error("connect", "error", err)
 		internalAnswer()
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusInternalServerError}, nil
 	}
-	// No record of the refused socket is written: a frame it sends before the drop finds
-	// no connection record and is refused as unauthorized all the same, and $disconnect
-	// finds nothing to delete and records the departure instead (docs/security.md,
-	// "What a refused connection costs").
+	return s.turnAway(ctx, lg, connID, accepted)
+}
+
+// turnAway accepts a refused client's handshake — API Gateway can deliver no frame
+// during $connect — and has the deliver function send it unauthorized and close it.
+// No record of the refused socket is written: a frame it sends before the drop finds
+// no connection record and is refused as unauthorized all the same, and $disconnect
+// finds nothing to delete and records the departure instead (docs/security.md, "What a
+// refused connection costs").
+func (s *Server) turnAway(ctx context.Context, lg *slog.Logger, connID string, accepted events.APIGatewayProxyResponse) (events.APIGatewayProxyResponse, error) {
 	lg.Warn("unauthorized connection")
 	metrics.Add("RefusedConnections", metrics.Count, 1)
 	if err := s.out.TurnAway(ctx, connID); err != nil {
@@ -354,54 +376,13 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	}
 	taken := func() {}
 	if order > 0 {
-		if c.Order < order-1 {
-			// It would wait: at most MaxWaitingFrames of a connection do, so a gap in
-			// the numbering cannot hold more than that many handlers.
-			entered, werr := s.conns.EnterWait(ctx, connID, MaxWaitingFrames)
-			switch {
-			case werr != nil:
-				lg.Error("enter frame order wait", "order", order, "error", werr)
-				s.fail(ctx, lg, connID)
-				return ok, nil
-			case !entered:
-				lg.Info("frame order wait full: frame refused", "order", order, "done", c.Order)
-				s.reply(ctx, lg, c, (&protocol.BadFrameError{FrameType: "frame", Field: protocol.FieldOrder,
-					Message: fmt.Sprintf("order %d: %d frames of this connection already wait for an earlier order (a gap in the numbering?); this frame is not applied", order, MaxWaitingFrames)}).Frame())
-				return ok, nil
-			}
-			defer func() {
-				if err := s.conns.LeaveWait(context.WithoutCancel(ctx), connID); err != nil {
-					lg.Warn("leave frame order wait", "order", order, "error", err)
-				}
-			}()
-			if s.waiting != nil {
-				s.waiting(order)
-			}
-		}
-		inOrder, cur, werr := s.awaitTurn(ctx, lg, c, stamp)
-		switch {
-		case errors.Is(werr, connections.ErrNotFound):
-			// The connection closed while the frame waited (revoked, deleted,
-			// dropped): it applies nothing.
-			lg.Info("frame order wait: connection gone, frame not applied", "order", order)
-			s.refuse(ctx, lg, connID, protocol.CodeUnauthorized)
-			return ok, nil
-		case werr != nil:
-			lg.Error("frame order wait", "order", order, "error", werr)
-			s.fail(ctx, lg, connID)
-			return ok, nil
-		case cur.State != connections.StateAuthorized:
-			lg.Info("frame order wait: connection no longer authorized, frame not applied", "order", order, "state", string(cur.State))
-			s.refuse(ctx, lg, connID, refusalFor(cur.State))
+		turn, passed := s.takeTurn(ctx, lg, c, stamp)
+		if !passed {
 			return ok, nil
 		}
-		c, stamp.InOrder = cur, inOrder
-		taken = sync.OnceFunc(func() {
-			if err := s.conns.MarkOrder(context.WithoutCancel(ctx), connID, order); err != nil {
-				lg.Warn("mark frame order", "order", order, "error", err)
-			}
-		})
-		defer taken()
+		defer turn.Leave()
+		defer turn.Taken()
+		c, stamp.InOrder, taken = turn.Conn, turn.InOrder, turn.Taken
 	}
 	ctx = protocol.WithStamp(ctx, stamp)
 	if meta.ClientID != "" {
@@ -419,96 +400,57 @@ func (s *Server) Message(ctx context.Context, req events.APIGatewayWebsocketProx
 	}
 	lg = lg.With("frame", frame.FrameType())
 	if err := s.serve(ctx, c, frame, taken); err != nil {
-		code, msg := codeFor(err)
-		switch code {
-		case protocol.CodeInternal:
-			if errors.Is(err, control.ErrNotOwner) {
-				lg.Info("frame from a connection that lost the agent: not applied")
-			} else {
-				lg.Error("serve frame", "error", err)
-			}
-			s.fail(ctx, lg, connID)
-		case protocol.CodeSuperseded, protocol.CodeUnauthorized:
-			s.refuse(ctx, lg, connID, code)
-		default:
-			lg.Info("frame refused", "code", string(code))
-			s.reply(ctx, lg, c, protocol.NewError(code, msg))
-		}
+		s.answer(ctx, lg, c, err)
 	}
 	return ok, nil
 }
 
-// OrderWait is the default bound (Server.WithOrderWait) on how long a numbered frame
-// waits for its predecessor (its order minus one) to take effect, counted from the
-// frame's receipt. A predecessor that never came (a gap) or whose handler failed holds
-// its successors up this long at most; they then take effect without the guarantee.
-// Each waiting frame holds its handler (a Lambda invocation) that long: three seconds
-// leave a predecessor slowed by a cold start or a few DynamoDB retries room to finish
-// while keeping what a gap costs small.
-const OrderWait = 3 * time.Second
-
-// MaxWaitingFrames bounds the frames of one connection waiting in the turnstile at
-// once (connections.Store.EnterWait: 1 write unit to enter, 1 to leave, only for a
-// frame that finds its predecessor not yet taken effect). A frame beyond it is
-// answered bad_frame at once and not applied, so a gap in a client's numbering holds
-// at most this many handlers for at most OrderWait. Sixteen leaves room for a burst
-// of numbered frames sent back to back, each waiting for the one before.
-const MaxWaitingFrames = 16
-
-// awaitTurn is the per-connection turnstile: it returns once the frame before st (by
-// order) has taken effect on c — true — or, false, once the order wait (OrderWait by
-// default) has passed since st's receipt. A frame whose order is not above the last
-// mark (a duplicate, or one that came after its successor gave up waiting) does not
-// wait. The first look reuses the connection record Message read; each further look is
-// one strongly consistent read (1 read unit), paced 2, 4, … up to 32 ms apart times the
-// frames still ahead of this one (turnPace): a frame deep in a burst looks rarely, so a
-// burst of n numbered frames costs on the order of n·log n looks rather than n².
-//
-// It also returns the connection's record as last read, which the caller checks
-// again before the frame applies anything: a frame that waited must not outlive its
-// connection's access (docs/security.md, "Parked frames"). A look that finds the record
-// gone returns connections.ErrNotFound and one that finds it no longer authorized stops
-// waiting at once. No look is added for it: each pause ends at the deadline at the
-// latest and is followed by a look, so the record returned is the one read last, at or
-// after the deadline (or Message's own read, for a frame handled after it). Any other
-// read error, or ctx done, is returned as it is.
-func (s *Server) awaitTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) (bool, connections.Conn, error) {
-	deadline := time.UnixMilli(st.At).Add(s.orderWait)
-	pause := 2 * time.Millisecond
-	for {
-		if c.State != connections.StateAuthorized {
-			return false, c, nil
-		}
-		if c.Order >= st.Order-1 {
-			return c.Order == st.Order-1, c, nil
-		}
-		if !time.Now().Before(deadline) {
-			lg.Info("frame order gap: served without its predecessor", "order", st.Order, "done", c.Order)
-			return false, c, nil
-		}
-		t := time.NewTimer(min(pause, time.Until(deadline)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false, c, ctx.Err()
-		case <-t.C:
-		}
-		cur, err := s.conns.Conn(ctx, c.ID)
-		if err != nil {
-			return false, c, err
-		}
-		c = cur
-		pause = turnPace(pause, st.Order-1-c.Order)
+// takeTurn passes a numbered frame through the turnstile. passed false: the frame
+// was answered — refused, or the connection closed — and applies nothing.
+func (s *Server) takeTurn(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) (turn Turn, passed bool) {
+	turn, err := s.turns.Enter(ctx, lg, c, st)
+	switch {
+	case errors.Is(err, ErrWaitFull):
+		s.reply(ctx, lg, c, (&protocol.BadFrameError{FrameType: "frame", Field: protocol.FieldOrder,
+			Message: fmt.Sprintf("order %d: %d frames of this connection already wait for an earlier order (a gap in the numbering?); this frame is not applied", st.Order, MaxWaitingFrames)}).Frame())
+		return Turn{}, false
+	case errors.Is(err, connections.ErrNotFound):
+		// The connection closed while the frame waited (revoked, deleted, dropped):
+		// it applies nothing.
+		lg.Info("frame order wait: connection gone, frame not applied", "order", st.Order)
+		s.refuse(ctx, lg, c.ID, protocol.CodeUnauthorized)
+		return Turn{}, false
+	case err != nil:
+		lg.Error("frame order wait", "order", st.Order, "error", err)
+		s.fail(ctx, lg, c.ID)
+		return Turn{}, false
+	case turn.Conn.State != connections.StateAuthorized:
+		lg.Info("frame order wait: connection no longer authorized, frame not applied", "order", st.Order, "state", string(turn.Conn.State))
+		s.refuse(ctx, lg, c.ID, refusalFor(turn.Conn.State))
+		turn.Leave()
+		return Turn{}, false
 	}
+	return turn, true
 }
 
-// turnPace is the pause before the turnstile's next look: double the last, at most
-// 32 ms per frame still to take effect before this one (ahead), and never over a second.
-// The frame just before this one is looked for every 32 ms at most, as each frame
-// ahead takes at least a handler's few requests to take effect.
-func turnPace(last time.Duration, ahead int64) time.Duration {
-	limit := 32 * time.Millisecond * time.Duration(max(ahead, 1))
-	return min(2*last, limit, time.Second)
+// answer answers a frame that serve refused with err: its code's error frame, or the
+// close that code means.
+func (s *Server) answer(ctx context.Context, lg *slog.Logger, c connections.Conn, err error) {
+	code, msg := codeFor(err)
+	switch code {
+	case protocol.CodeInternal:
+		if errors.Is(err, control.ErrNotOwner) {
+			lg.Info("frame from a connection that lost the agent: not applied")
+		} else {
+			lg.Error("serve frame", "error", err)
+		}
+		s.fail(ctx, lg, c.ID)
+	case protocol.CodeSuperseded, protocol.CodeUnauthorized:
+		s.refuse(ctx, lg, c.ID, code)
+	default:
+		lg.Info("frame refused", "code", string(code))
+		s.reply(ctx, lg, c, protocol.NewError(code, msg))
+	}
 }
 
 // serve applies one frame. taken marks the frame's order as taken effect (the

@@ -616,7 +616,7 @@ func testOrderGap(t *testing.T, names tables.Names) {
 func testOrderWaitCap(t *testing.T, names tables.Names) {
 	entered := make(chan int64, 2*MaxWaitingFrames)
 	// The wait is long: the test never depends on it running out.
-	r := newRigWith(t, names, false, 10*time.Minute, func(s *Server) { s.waiting = func(o int64) { entered <- o } })
+	r := newRigWith(t, names, false, 10*time.Minute, func(s *Server) { s.turns.(*orderTurnstile).waiting = func(o int64) { entered <- o } })
 	a1 := agentFor(t, "a1")
 	c := r.connected(t, a1)
 	policy := func(order int64) []byte {
