@@ -63,11 +63,12 @@ took "DynamoDB Local start"
 # client-ts/ (installed by scripts/browser.sh): type check, build, then its tests — the
 # generated files current, npm pack, and end to end against one terret built here. They
 # run beside go test ./... (both mostly wait: on sockets, DynamoDB Local, child
-# processes), their output kept until go test is done.
+# processes), their output kept until go test is done; --test-force-exit ends a file
+# once its tests are done, so a failed test's leftover client cannot hold the run.
 bin=$work
 go build -o "$bin/terret" ./cmd/terret
 (cd client-ts && npm run --silent typecheck && npm run --silent build &&
-  TERRET_BIN="$bin/terret" TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[servers - 1]}" node --test test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
+  TERRET_BIN="$bin/terret" TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[servers - 1]}" node --test --test-force-exit test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
 ts=$!
 ts_start=$SECONDS
 
