@@ -327,10 +327,10 @@ func testTailSuperseded(t *testing.T, e *e2e) {
 	}
 }
 
-// testTailObserve: tail --observe, with a new observer token from the running terret
-// dev, reads the agent's events beside its driver: neither supersedes the other, and
-// the driver's inject reaches both.
-func testTailObserve(t *testing.T, e *e2e) {
+// stateDir is a TERRET_STATE_DIR whose state file names e's stack as the running terret
+// dev, as `terret dev` writes it.
+func (e *e2e) stateDir(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	if _, err := devstate.Write(dir, devState{
 		WSURL: e.st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: e.st.DynamoDBEndpoint,
@@ -338,6 +338,14 @@ func testTailObserve(t *testing.T, e *e2e) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// testTailObserve: tail --observe, with a new observer token from the running terret
+// dev, reads the agent's events beside its driver: neither supersedes the other, and
+// the driver's inject reaches both.
+func testTailObserve(t *testing.T, e *e2e) {
+	dir := e.stateDir(t)
 	agent := dynamotest.UniqueName("t")
 	ctx, cancel := context.WithTimeout(context.Background(), wait())
 	defer cancel()
@@ -400,13 +408,7 @@ func TestExplainEnd(t *testing.T) {
 // testTailFindsDev: with no --url and --token, tail finds the running terret dev by its
 // state file and makes itself a token; TERRET_URL and TERRET_TOKEN stand for the flags.
 func testTailFindsDev(t *testing.T, e *e2e) {
-	dir := t.TempDir()
-	if _, err := devstate.Write(dir, devState{
-		WSURL: e.st.WebSocketURL() + "/agents/{agent_id}/ws", DynamoDBEndpoint: e.st.DynamoDBEndpoint,
-		Region: e.st.Region, Tables: e.st.Tables, PID: os.Getpid(),
-	}); err != nil {
-		t.Fatal(err)
-	}
+	dir := e.stateDir(t)
 	agent, agent2 := dynamotest.UniqueName("t"), dynamotest.UniqueName("t")
 	p := start(t, e.command(t, []string{"TERRET_STATE_DIR=" + dir}, "tail", dialFlag(), "--agent", agent))
 	p2 := start(t, e.command(t, []string{"TERRET_URL=" + e.url(agent2), "TERRET_TOKEN=" + e.token(t, agent2)}, "tail", dialFlag()))
