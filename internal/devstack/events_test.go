@@ -16,18 +16,7 @@ import (
 // eventsGet sends GET /agents/{agent}/events?query to the stack's gateway.
 func (e env) eventsGet(t *testing.T, ctx context.Context, agent, token, query, accept string) *http.Response {
 	t.Helper()
-	u := strings.Replace(e.stack.WebSocketURL(), "ws://", "http://", 1) + "/agents/" + agent + "/events?" + query
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", accept)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", u, err)
-	}
-	return resp
+	return e.eventsGetWith(t, ctx, agent, token, query, accept, "")
 }
 
 // TestEventsPageEqualsReplay: a JSON page of the log over HTTP is byte for byte what a
