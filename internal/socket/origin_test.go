@@ -1,35 +1,23 @@
-package socket_test
+package socket
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
-	"github.com/terret/terret-ws/internal/auth"
+	"github.com/terret/terret-ws/internal/agent/control"
 	"github.com/terret/terret-ws/internal/connections"
-	"github.com/terret/terret-ws/internal/delivery"
-	"github.com/terret/terret-ws/internal/dynamotest"
-	"github.com/terret/terret-ws/internal/sessionlog"
-	"github.com/terret/terret-ws/internal/socket"
+	"github.com/terret/terret-ws/internal/metrics"
 )
 
-// invokes counts the asynchronous deliver invocations Connect asks for (the hello or
-// the unauthorized drop), standing in for the Lambda Invoke API.
-type invokes struct{ n atomic.Int64 }
-
-func (i *invokes) Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
-	i.n.Add(1)
-	return &lambda.InvokeOutput{StatusCode: http.StatusAccepted}, nil
-}
-
+// connectReq is a $connect for agent from the source address 198.51.100.7.
 func connectReq(agent string, headers map[string]string) events.APIGatewayWebsocketProxyRequest {
 	req := events.APIGatewayWebsocketProxyRequest{Headers: headers, QueryStringParameters: map[string]string{"agent_id": agent}}
 	req.RequestContext.ConnectionID = "conn-" + agent
@@ -44,13 +32,8 @@ func connectReq(agent string, headers map[string]string) events.APIGatewayWebsoc
 func TestRefusedConnectionLogsSource(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
-	logger := slog.New(slog.NewJSONHandler(&logs, nil))
-	db := dynamotest.Client(t)
-	names := dynamotest.CreateTables(t)
-	tokens := auth.New(db, names["ConnectionsTable"])
-	conns := connections.New(db, names["ConnectionsTable"])
-	lg := sessionlog.New(db, names["LogTable"])
-	srv := socket.New(tokens, conns, lg, delivery.New(delivery.Config{DeliverFunction: "deliver"}, lg, conns, nil, &invokes{}), nil, logger)
+	f := newFakes(true)
+	f.srv.logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	for _, c := range []struct {
 		name, msg, viewer string
 		origin            bool
@@ -60,12 +43,12 @@ func TestRefusedConnectionLogsSource(t *testing.T) {
 		{"no origin header", "connection without the origin header", "203.0.113.10:4000", true},
 	} {
 		logs.Reset()
-		srv.RequireOrigin(map[bool]string{true: "origin-s3cret-value"}[c.origin])
+		f.srv.RequireOrigin(map[bool]string{true: "origin-s3cret-value"}[c.origin])
 		h := map[string]string{"Authorization": "Bearer tt_not_a_token"}
 		if c.viewer != "" {
 			h["cloudfront-viewer-address"] = c.viewer
 		}
-		if _, err := srv.Connect(context.Background(), connectReq("s1", h)); err != nil {
+		if _, err := f.srv.Connect(context.Background(), connectReq("s1", h)); err != nil {
 			t.Fatal(err)
 		}
 		var line struct{ Msg, SourceIP, ViewerAddress string }
@@ -95,13 +78,13 @@ func TestRequireOrigin(t *testing.T) {
 	const secret = "origin-s3cret-value"
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
-	bare := socket.New(nil, nil, nil, nil, nil, logger)
+	bare := New(nil, nil, nil, nil, nil, logger)
 	bare.RequireOrigin(secret)
 	for name, h := range map[string]map[string]string{
 		"no header":      {"Authorization": "Bearer tt_x"},
-		"wrong value":    {socket.OriginHeader: "guess"},
-		"secret as part": {socket.OriginHeader: secret + "x"},
-		"empty":          {socket.OriginHeader: ""},
+		"wrong value":    {OriginHeader: "guess"},
+		"secret as part": {OriginHeader: secret + "x"},
+		"empty":          {OriginHeader: ""},
 	} {
 		resp, err := bare.Connect(context.Background(), connectReq("a1", h))
 		if err != nil || resp.StatusCode != http.StatusForbidden {
@@ -112,40 +95,82 @@ func TestRequireOrigin(t *testing.T) {
 		t.Errorf("log = %s; want one line per refusal, never the secret", logs.String())
 	}
 
-	db := dynamotest.Client(t)
-	names := dynamotest.CreateTables(t)
-	tokens := auth.New(db, names["ConnectionsTable"])
-	conns := connections.New(db, names["ConnectionsTable"])
-	lg := sessionlog.New(db, names["LogTable"])
-	inv := &invokes{}
-	srv := socket.New(tokens, conns, lg, delivery.New(delivery.Config{DeliverFunction: "deliver"}, lg, conns, nil, inv), nil, logger)
-	srv.RequireOrigin(secret)
-	for i, c := range []struct {
+	f := newFakes(true)
+	f.srv.logger = logger
+	f.srv.RequireOrigin(secret)
+	for _, c := range []struct {
 		agent   string
-		headers func(token string) map[string]string
+		headers map[string]string
 	}{
-		{"o1", func(tok string) map[string]string {
-			return map[string]string{"Authorization": "Bearer " + tok, socket.OriginHeader: secret}
-		}},
-		{"o2", func(tok string) map[string]string {
-			return map[string]string{"authorization": "Bearer " + tok, strings.ToLower(socket.OriginHeader): secret}
-		}},
+		{"o1", map[string]string{"Authorization": "Bearer tok", OriginHeader: secret}},
+		{"o2", map[string]string{"authorization": "Bearer tok", strings.ToLower(OriginHeader): secret}},
 	} {
-		tok, err := tokens.Create(context.Background(), c.agent)
-		if err != nil {
+		f.j.lines = nil
+		resp, err := f.srv.Connect(context.Background(), connectReq(c.agent, c.headers))
+		if want := "Welcome " + c.agent; err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(f.j.String(), want) {
+			t.Errorf("%s with the origin header: Connect = %d, %v, calls %s; want 200 and %q", c.agent, resp.StatusCode, err, f.j, want)
+		}
+	}
+	f.srv.RequireOrigin("")
+	f.j.lines = nil
+	if resp, err := f.srv.Connect(context.Background(), connectReq("o3", map[string]string{"Authorization": "Bearer tok"})); err != nil ||
+		resp.StatusCode != http.StatusOK || !strings.Contains(f.j.String(), "Welcome o3") {
+		t.Errorf("no secret, no header: Connect = %d, %v, calls %s; want 200 and the hello", resp.StatusCode, err, f.j)
+	}
+}
+
+// TestInternalAnswersCounted: a frame answered internal — the route returned, so
+// Lambda's Errors never sees it — counts once in InternalErrors, the metric the
+// InternalErrorsAlarm reads; a frame refused otherwise (the connection superseded while
+// it was served) does not. Not parallel: the count is
+// the process's, and no other test may move it meanwhile.
+func TestInternalAnswersCounted(t *testing.T) {
+	if metrics.Default() == nil {
+		metrics.SetDefault(metrics.New(nil, ""))
+	}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		want  string // the answer, in the fakes' journal
+		count float64
+	}{
+		{"unexpected", errBoom, "Fail c1", 1},
+		{"the agent's owner claim gone", fmt.Errorf("agent: inject: %w", control.ErrNotOwner), "Fail c1", 1},
+		{"superseded", fmt.Errorf("agent: inject: %w", connections.ErrNotOwner), "Refuse c1 superseded", 0},
+	} {
+		f := newFakes(false)
+		f.conns.conns["c1"] = connections.Conn{ID: "c1", AgentID: "a1", State: connections.StateAuthorized}
+		f.ctrl.FailWith("Inject", tc.err)
+		before := internalAnswers(t)
+		req := wsReq("c1", nil, nil)
+		req.Body = `{"type":"inject","text":"x","wake":false}`
+		if _, err := f.srv.Message(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := srv.Connect(context.Background(), connectReq(c.agent, c.headers(tok)))
-		if err != nil || resp.StatusCode != http.StatusOK || inv.n.Load() != int64(i+1) {
-			t.Errorf("%s with the origin header: Connect = %d, %v, %d deliver kicks; want 200 and the hello kick", c.agent, resp.StatusCode, err, inv.n.Load())
+		if got := f.j.String(); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: calls %s, want %q", tc.name, got, tc.want)
+		}
+		if got := internalAnswers(t) - before; got != tc.count {
+			t.Errorf("%s: InternalErrors grew by %v, want %v", tc.name, got, tc.count)
 		}
 	}
-	srv.RequireOrigin("")
-	tok, err := tokens.Create(context.Background(), "o3")
-	if err != nil {
+}
+
+// internalAnswers reads the InternalErrors count of the process's metrics recorder.
+func internalAnswers(t *testing.T) float64 {
+	t.Helper()
+	var b strings.Builder
+	if err := metrics.Default().WritePrometheus(&b); err != nil {
 		t.Fatal(err)
 	}
-	if resp, err := srv.Connect(context.Background(), connectReq("o3", map[string]string{"Authorization": "Bearer " + tok})); err != nil || resp.StatusCode != http.StatusOK {
-		t.Errorf("no secret, no header: Connect = %d, %v; want 200", resp.StatusCode, err)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "terret_internal_errors_total "); ok {
+			var n float64
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return n
+		}
 	}
+	return 0
 }

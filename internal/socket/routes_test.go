@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,15 +20,18 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/socket/sockettest"
 )
 
 // The routes' decisions, on fakes in memory of the interfaces they use (deps.go,
 // turnstile.go): what each route asks of the stores and what it has a client told
-// (Outbound). The same routes over DynamoDB Local and the local gateway are
-// TestRoutes here and devstack's route tests.
+// (Outbound). The same routes over DynamoDB Local, the local gateway and the real
+// delivery core are devstack's TestRoutes (and every whole-stack test).
 
 // errBoom is an unexpected failure of a store.
 var errBoom = errors.New("boom")
+
+var _ Controller = (*sockettest.Recorder)(nil)
 
 // journal is the fakes' shared record of calls, in order.
 type journal struct {
@@ -210,20 +216,29 @@ type fakes struct {
 	conns  *fakeConns
 	log    *fakeLog
 	out    *fakeOut
-	ctrl   *recorder
+	ctrl   *sockettest.Recorder
 	srv    *Server
 }
 
 func newFakes(noRuntime bool) *fakes {
 	j := &journal{}
 	f := &fakes{j: j, tokens: &fakeTokens{j: j}, conns: &fakeConns{j: j, conns: map[string]connections.Conn{}, err: map[string]error{}},
-		log: &fakeLog{j: j}, out: &fakeOut{j: j, err: map[string]error{}}, ctrl: newRecorder()}
+		log: &fakeLog{j: j}, out: &fakeOut{j: j, err: map[string]error{}}, ctrl: sockettest.NewRecorder()}
 	var ctrl Controller = f.ctrl
 	if noRuntime {
 		ctrl = nil
 	}
 	f.srv = New(f.tokens, f.conns, f.log, f.out, ctrl, testLogger())
 	return f
+}
+
+// testLogger discards the handlers' logs; SOCKET_LOG=1 shows them.
+func testLogger() *slog.Logger {
+	var w io.Writer = io.Discard
+	if os.Getenv("SOCKET_LOG") == "1" {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 func wsReq(connID string, headers map[string]string, query map[string]string) events.APIGatewayWebsocketProxyRequest {
@@ -365,13 +380,13 @@ func TestMessageDecisions(t *testing.T) {
 	}{
 		{name: "inject", conn: &authorized, body: `{"type":"inject","text":"hi","wake":true}`, wantCall: "Inject a1 hi true"},
 		{name: "cancel with no turn", conn: &authorized, body: `{"type":"cancel"}`, wantCall: "Cancel a1",
-			setup: func(f *fakes) { f.ctrl.failWith("Cancel", control.ErrNotRunning) }, want: "Reply c1 not_running no turn is running"},
+			setup: func(f *fakes) { f.ctrl.FailWith("Cancel", control.ErrNotRunning) }, want: "Reply c1 not_running no turn is running"},
 		{name: "inject after the agent was taken over", conn: &authorized, body: `{"type":"inject","text":"x","wake":false}`, wantCall: "Inject a1 x false",
-			setup: func(f *fakes) { f.ctrl.failWith("Inject", control.ErrNotOwner) }, want: "Fail c1"},
+			setup: func(f *fakes) { f.ctrl.FailWith("Inject", control.ErrNotOwner) }, want: "Fail c1"},
 		{name: "controller fails", conn: &authorized, body: `{"type":"cancel"}`, wantCall: "Cancel a1",
-			setup: func(f *fakes) { f.ctrl.failWith("Cancel", errBoom) }, want: "Fail c1"},
+			setup: func(f *fakes) { f.ctrl.FailWith("Cancel", errBoom) }, want: "Fail c1"},
 		{name: "superseded while served", conn: &authorized, body: `{"type":"cancel"}`, wantCall: "Cancel a1",
-			setup: func(f *fakes) { f.ctrl.failWith("Cancel", connections.ErrNotOwner) }, want: "Refuse c1 superseded"},
+			setup: func(f *fakes) { f.ctrl.FailWith("Cancel", connections.ErrNotOwner) }, want: "Refuse c1 superseded"},
 		{name: "no runtime", conn: &authorized, noRuntime: true, body: `{"type":"cancel"}`,
 			want: "Reply c1 unsupported this deployment does not mount the plugin this frame needs"},
 		{name: "observer's control frame", conn: &observer, body: `{"type":"cancel"}`,
@@ -420,9 +435,9 @@ func TestMessageDecisions(t *testing.T) {
 				t.Errorf("answered %d, %v; want 200", resp.StatusCode, err)
 			}
 			select {
-			case c := <-f.ctrl.calls:
-				if c.what != tc.wantCall || c.stamp.InOrder != tc.inOrder {
-					t.Errorf("Controller call %q in order %v, want %q in order %v", c.what, c.stamp.InOrder, tc.wantCall, tc.inOrder)
+			case c := <-f.ctrl.Calls:
+				if c.What != tc.wantCall || c.Stamp.InOrder != tc.inOrder {
+					t.Errorf("Controller call %q in order %v, want %q in order %v", c.What, c.Stamp.InOrder, tc.wantCall, tc.inOrder)
 				}
 			default:
 				if tc.wantCall != "" {

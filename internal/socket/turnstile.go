@@ -80,9 +80,6 @@ type Turn struct {
 type orderTurnstile struct {
 	records OrderRecords
 	wait    time.Duration // OrderWait unless Server.WithOrderWait
-	// waiting, if set, is called with the order of each frame that enters the wait
-	// (for tests).
-	waiting func(order int64)
 }
 
 func (t *orderTurnstile) Enter(ctx context.Context, lg *slog.Logger, c connections.Conn, st protocol.Stamp) (Turn, error) {
@@ -103,9 +100,6 @@ func (t *orderTurnstile) Enter(ctx context.Context, lg *slog.Logger, c connectio
 			if err := t.records.LeaveWait(context.WithoutCancel(ctx), connID); err != nil {
 				lg.Warn("leave frame order wait", "order", order, "error", err)
 			}
-		}
-		if t.waiting != nil {
-			t.waiting(order)
 		}
 	}
 	inOrder, cur, err := t.await(ctx, lg, c, st)

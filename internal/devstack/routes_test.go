@@ -1,4 +1,4 @@
-package socket
+package devstack_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,75 +23,24 @@ import (
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	"github.com/terret/terret-ws/internal/gatewaytest"
-	"github.com/terret/terret-ws/internal/hang"
+	hangbound "github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/localgw"
-	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/protocol"
 	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/socket"
+	"github.com/terret/terret-ws/internal/socket/sockettest"
 	"github.com/terret/terret-ws/internal/tables"
 )
 
-// The route handlers are tested as they run: bound to the local gateway's routes over
+// The socket route handlers as they run: bound to the local gateway's routes over
 // DynamoDB Local, with the real delivery core posting through the gateway. Only the
-// Controller — this package's own interface to the agent runtime — is a recorder.
+// Controller — socket's interface to the agent runtime — is a recorder. socket's own
+// tests check the same routes' decisions on fakes in memory.
 
-// call is one Controller call: what it was asked and the stamp of the frame it served.
-type call struct {
-	what  string
-	stamp protocol.Stamp
-	at    time.Time
-}
-
-// recorder is a Controller that records its calls and answers with errs[method].
-type recorder struct {
-	mu    sync.Mutex
-	errs  map[string]error
-	calls chan call
-}
-
-var _ Controller = (*recorder)(nil)
-
-func newRecorder() *recorder {
-	return &recorder{errs: map[string]error{}, calls: make(chan call, 100)}
-}
-
-func (r *recorder) failWith(method string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.errs[method] = err
-}
-
-func (r *recorder) record(ctx context.Context, method string, args ...any) error {
-	st, _ := protocol.StampFrom(ctx)
-	r.calls <- call{what: strings.TrimSpace(fmt.Sprintln(append([]any{method}, args...)...)), stamp: st, at: time.Now()}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.errs[method]
-}
-
-func (r *recorder) InjectFrom(ctx context.Context, id, text string, wake bool, _ string) error {
-	return r.record(ctx, "Inject", id, text, wake)
-}
-func (r *recorder) Cancel(ctx context.Context, id, reason string) error {
-	return r.record(ctx, "Cancel", id, reason)
-}
-func (r *recorder) Approve(ctx context.Context, id, callID string) error {
-	return r.record(ctx, "Approve", id, callID)
-}
-func (r *recorder) Deny(ctx context.Context, id, callID, reason string) error {
-	return r.record(ctx, "Deny", id, callID, reason)
-}
-func (r *recorder) SetModel(ctx context.Context, id, role, spec string) error {
-	return r.record(ctx, "SetModel", id, role, spec)
-}
-func (r *recorder) SetPolicy(ctx context.Context, id string, patterns []string) error {
-	return r.record(ctx, "SetPolicy", id, patterns)
-}
-
-type rig struct {
+type routeRig struct {
 	gw     *gatewaytest.Gateway
-	srv    *Server
-	ctrl   *recorder
+	srv    *socket.Server
+	ctrl   *sockettest.Recorder
 	tokens *auth.Store
 	conns  *connections.Store
 	// disconnected receives the connection id of every $disconnect served.
@@ -123,19 +71,20 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
-// newRig serves the three routes of a Server (with the recorder as its Controller,
+// newRouteRig serves the three routes of a Server (with the recorder as its Controller,
 // or none if noRuntime) and the deliver function on a local gateway, over the tables
 // names. Tests sharing tables use agent ids of their own.
-func newRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration) *rig {
+func newRouteRig(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration) *routeRig {
 	t.Helper()
-	return newRigWith(t, names, noRuntime, orderWait, nil)
+	return newRouteRigWith(t, names, noRuntime, orderWait, nil)
 }
 
-// newRigWith is newRig with configure applied to the Server before it serves.
-func newRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration, configure func(*Server)) *rig {
+// newRouteRigWith is newRouteRig whose Server reads and writes the connection records
+// through records(the store) when records is set.
+func newRouteRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration, records func(*connections.Store) socket.Records) *routeRig {
 	t.Helper()
 	db := dynamotest.Client(t)
-	logger := testLogger()
+	logger := routeLogger()
 	gw := gatewaytest.Start(t, logger, func(c *localgw.Config) {
 		if orderWait > time.Minute {
 			// A wait the test never lets run out: nor may the handlers' deadline,
@@ -143,24 +92,25 @@ func newRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait time
 			c.Timeouts = map[string]time.Duration{localgw.RouteDefault: orderWait + time.Minute}
 		}
 	})
-	r := &rig{
-		gw: gw, ctrl: newRecorder(),
+	r := &routeRig{
+		gw: gw, ctrl: sockettest.NewRecorder(),
 		tokens:       auth.New(db, names["ConnectionsTable"]),
 		conns:        connections.New(db, names["ConnectionsTable"]),
 		disconnected: make(chan string, 100),
 	}
 	log := sessionlog.New(db, names["LogTable"])
 	d := delivery.New(delivery.Config{DeliverFunction: gatewaytest.DeliverFunction, Logger: logger}, log, r.conns, gw.Posts, gw.Invoke)
-	var ctrl Controller = r.ctrl
+	var ctrl socket.Controller = r.ctrl
 	if noRuntime {
 		ctrl = nil
 	}
-	r.srv = New(r.tokens, r.conns, log, d, ctrl, logger)
+	var recs socket.Records = r.conns
+	if records != nil {
+		recs = records(r.conns)
+	}
+	r.srv = socket.New(r.tokens, recs, log, d, ctrl, logger)
 	if orderWait > 0 {
 		r.srv.WithOrderWait(orderWait)
-	}
-	if configure != nil {
-		configure(r.srv)
 	}
 	gw.Connect.Bind(lambda.NewHandler(r.srv.Connect))
 	gw.Message.Bind(lambda.NewHandler(r.srv.Message))
@@ -173,8 +123,8 @@ func newRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait time
 	return r
 }
 
-// testLogger discards the handlers' logs; SOCKET_LOG=1 shows them.
-func testLogger() *slog.Logger {
+// routeLogger discards the handlers' logs; SOCKET_LOG=1 shows them.
+func routeLogger() *slog.Logger {
 	var w io.Writer = io.Discard
 	if os.Getenv("SOCKET_LOG") == "1" {
 		w = os.Stderr
@@ -182,22 +132,22 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// client is one socket of the shared rig's, read as JSON frames.
-type client struct {
+// routeClient is one socket of the shared routeRig's, read as JSON frames.
+type routeClient struct {
 	t  *testing.T
 	ws *websocket.Conn
 	gc *gatewaytest.Client
 }
 
 // dial connects to agentID with token ("" for none); it does not wait for hello.
-func (r *rig) dial(t *testing.T, agentID, token string, opts *websocket.DialOptions) (*client, *http.Response) {
+func (r *routeRig) dial(t *testing.T, agentID, token string, opts *websocket.DialOptions) (*routeClient, *http.Response) {
 	t.Helper()
 	gc, resp := r.gw.Dial(t, agentID, token, opts)
-	return &client{t: t, ws: gc.Conn, gc: gc}, resp
+	return &routeClient{t: t, ws: gc.Conn, gc: gc}, resp
 }
 
 // connected dials agentID with a fresh token and reads hello.
-func (r *rig) connected(t *testing.T, agentID string) *client {
+func (r *routeRig) connected(t *testing.T, agentID string) *routeClient {
 	t.Helper()
 	tok, err := r.tokens.Create(context.Background(), agentID)
 	if err != nil {
@@ -211,7 +161,7 @@ func (r *rig) connected(t *testing.T, agentID string) *client {
 }
 
 // next returns the next frame; it fails the test if the socket ended instead.
-func (c *client) next() map[string]any {
+func (c *routeClient) next() map[string]any {
 	c.t.Helper()
 	f, err := c.read()
 	if err != nil {
@@ -220,8 +170,8 @@ func (c *client) next() map[string]any {
 	return f
 }
 
-func (c *client) read() (map[string]any, error) {
-	b, err := c.gc.Next(hang.Bound())
+func (c *routeClient) read() (map[string]any, error) {
+	b, err := c.gc.Next(hang())
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +183,7 @@ func (c *client) read() (map[string]any, error) {
 }
 
 // closed reads the end of the socket and returns its close status.
-func (c *client) closed() websocket.StatusCode {
+func (c *routeClient) closed() websocket.StatusCode {
 	c.t.Helper()
 	f, err := c.read()
 	if err == nil {
@@ -242,7 +192,7 @@ func (c *client) closed() websocket.StatusCode {
 	return websocket.CloseStatus(err)
 }
 
-func (c *client) send(typ websocket.MessageType, b []byte) {
+func (c *routeClient) send(typ websocket.MessageType, b []byte) {
 	c.t.Helper()
 	if err := c.gc.Send(typ, b); err != nil {
 		c.t.Fatalf("send: %v", err)
@@ -250,25 +200,25 @@ func (c *client) send(typ websocket.MessageType, b []byte) {
 }
 
 // nextCall returns the Controller's next call.
-func (r *rig) nextCall(t *testing.T) call {
+func (r *routeRig) nextCall(t *testing.T) sockettest.Call {
 	t.Helper()
 	select {
-	case c := <-r.ctrl.calls:
+	case c := <-r.ctrl.Calls:
 		return c
-	case <-time.After(hang.Bound()):
+	case <-time.After(hang()):
 		t.Fatal("no Controller call")
-		return call{}
+		return sockettest.Call{}
 	}
 }
 
 // testMessage: each frame reaches the Controller method it names, and the Controller's
-// answer reaches the client as the protocol says. Every frame is numbered and followed
+// answer reaches the routeClient as the protocol says. Every frame is numbered and followed
 // by a numbered bad frame, whose bad_frame answer comes only after the frame took
 // effect (the turnstile): so "no reply" is shown, not waited for. The turnstile's wait
 // is long: with the default's 3 s, a loaded machine served a barrier without its
 // predecessor (the documented bound) and its answer came first.
 func testMessage(t *testing.T, names tables.Names) {
-	r := newRig(t, names, false, 10*time.Minute)
+	r := newRouteRig(t, names, false, 10*time.Minute)
 	long := strings.Repeat("x", agent.MaxTextBytes)
 	tests := []struct {
 		name     string
@@ -304,13 +254,13 @@ func testMessage(t *testing.T, names tables.Names) {
 	c := r.connected(t, a1)
 	order := 0
 	for _, tc := range tests {
-		r.ctrl.failWith(strings.Fields(tc.wantCall + " x")[0], tc.ctrlErr)
+		r.ctrl.FailWith(strings.Fields(tc.wantCall + " x")[0], tc.ctrlErr)
 		order++
 		c.send(websocket.MessageText, fmt.Appendf(nil, `%s,"order":%d}`, tc.frame, order))
 		order++
 		c.send(websocket.MessageText, fmt.Appendf(nil, `{"type":"barrier","order":%d}`, order))
 		if tc.wantCall != "" {
-			if got, want := r.nextCall(t).what, strings.Replace(tc.wantCall, "ID", a1, 1); got != want {
+			if got, want := r.nextCall(t).What, strings.Replace(tc.wantCall, "ID", a1, 1); got != want {
 				t.Errorf("%s: Controller call %q, want %q", tc.name, got, want)
 			}
 		}
@@ -324,8 +274,8 @@ func testMessage(t *testing.T, names tables.Names) {
 			t.Errorf("%s: answered %v, want only the barrier's bad_frame", tc.name, f)
 		}
 		select {
-		case extra := <-r.ctrl.calls:
-			t.Errorf("%s: unexpected Controller call %q", tc.name, extra.what)
+		case extra := <-r.ctrl.Calls:
+			t.Errorf("%s: unexpected Controller call %q", tc.name, extra.What)
 		default:
 		}
 	}
@@ -338,9 +288,10 @@ func testMessage(t *testing.T, names tables.Names) {
 
 // testMessageCloses: errors that end the connection — the agent taken over (the
 // Controller finds the sender no longer owns it) and unexpected failures — send their
-// refusal frame, and the socket closes.
+// refusal frame, and the socket closes. (socket's TestInternalAnswersCounted checks
+// which of them count as InternalErrors.)
 func testMessageCloses(t *testing.T, names tables.Names) {
-	r := newRig(t, names, false, 0)
+	r := newRouteRig(t, names, false, 0)
 	tests := []struct {
 		name    string
 		err     error
@@ -351,9 +302,8 @@ func testMessageCloses(t *testing.T, names tables.Names) {
 		{"unexpected", errors.New("dynamodb: throttled"), protocol.CodeInternal, "internal error: resubscribe from your last durable seq"},
 	}
 	for i, tc := range tests {
-		before := internalAnswers(t)
 		c := r.connected(t, agentFor(t, fmt.Sprint(i)))
-		r.ctrl.failWith("Inject", tc.err)
+		r.ctrl.FailWith("Inject", tc.err)
 		c.send(websocket.MessageText, []byte(`{"type":"inject","text":"x","wake":false}`))
 		r.nextCall(t)
 		if f := c.next(); f["type"] != "error" || f["code"] != string(tc.want) || f["message"] != tc.wantMsg {
@@ -362,50 +312,13 @@ func testMessageCloses(t *testing.T, names tables.Names) {
 		if got := c.closed(); got != websocket.StatusNormalClosure {
 			t.Errorf("%s: closed with %d, want 1000 after the error frame", tc.name, got)
 		}
-		// An internal answer, and only that, counts in InternalErrors (the alarm's
-		// metric): the route returned, so Lambda's Errors never sees it.
-		want := before
-		if tc.want == protocol.CodeInternal {
-			want++
-		}
-		if got := internalAnswers(t); got != want {
-			t.Errorf("%s: InternalErrors went from %v to %v, want %v", tc.name, before, got, want)
-		}
 	}
 }
-
-// internalAnswers reads the InternalErrors count of the process's metrics recorder,
-// installing one if there is none. Only testMessageCloses provokes internal answers, so
-// its counts are exact while the other route tests run alongside.
-func internalAnswers(t *testing.T) float64 {
-	t.Helper()
-	recorderOnce.Do(func() {
-		if metrics.Default() == nil {
-			metrics.SetDefault(metrics.New(nil, ""))
-		}
-	})
-	var b strings.Builder
-	if err := metrics.Default().WritePrometheus(&b); err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(b.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "terret_internal_errors_total "); ok {
-			var n float64
-			if _, err := fmt.Sscan(v, &n); err != nil {
-				t.Fatalf("%q: %v", line, err)
-			}
-			return n
-		}
-	}
-	return 0
-}
-
-var recorderOnce sync.Once
 
 // testMessageWithoutRuntime: with no agent runtime mounted, agent frames answer
 // unsupported and the socket stays open; subscribe still works.
 func testMessageWithoutRuntime(t *testing.T, names tables.Names) {
-	r := newRig(t, names, true, 0)
+	r := newRouteRig(t, names, true, 0)
 	c := r.connected(t, agentFor(t, "a1"))
 	c.send(websocket.MessageText, []byte(`{"type":"inject","text":"x","wake":true}`))
 	if f := c.next(); f["code"] != "unsupported" || f["message"] != "this deployment does not mount the plugin this frame needs" {
@@ -420,7 +333,7 @@ func testMessageWithoutRuntime(t *testing.T, names tables.Names) {
 // testRefused: frames from a connection that may not send are refused with the
 // refusal frame its state calls for, and the socket closes.
 func testRefused(t *testing.T, names tables.Names) {
-	r := newRig(t, names, false, 0)
+	r := newRouteRig(t, names, false, 0)
 	ctx := context.Background()
 	tests := []struct {
 		name  string
@@ -453,8 +366,8 @@ func testRefused(t *testing.T, names tables.Names) {
 			t.Errorf("%s: closed with %d, want 1000", tc.name, got)
 		}
 		select {
-		case got := <-r.ctrl.calls:
-			t.Errorf("%s: Controller called (%q) for a refused frame", tc.name, got.what)
+		case got := <-r.ctrl.Calls:
+			t.Errorf("%s: Controller called (%q) for a refused frame", tc.name, got.What)
 		default:
 		}
 	}
@@ -466,7 +379,7 @@ func agentFor(t *testing.T, n string) string {
 }
 
 // connOf is the connection that owns agentID.
-func (r *rig) connOf(t *testing.T, agentID string) string {
+func (r *routeRig) connOf(t *testing.T, agentID string) string {
 	t.Helper()
 	o, err := r.conns.Owner(context.Background(), agentID)
 	if err != nil {
@@ -475,11 +388,11 @@ func (r *rig) connOf(t *testing.T, agentID string) string {
 	return o.ConnID
 }
 
-// testConnect: the token decides; a refused client is still upgraded, then sent
-// unauthorized and closed; a client offering terret.v1 gets it echoed either way it
+// testConnect: the token decides; a refused routeClient is still upgraded, then sent
+// unauthorized and closed; a routeClient offering terret.v1 gets it echoed either way it
 // authenticates.
 func testConnect(t *testing.T, names tables.Names) {
-	r := newRig(t, names, false, 0)
+	r := newRouteRig(t, names, false, 0)
 	a1, a2 := agentFor(t, "a1"), agentFor(t, "a2")
 	tok, err := r.tokens.Create(context.Background(), a1)
 	if err != nil {
@@ -529,7 +442,7 @@ func testConnect(t *testing.T, names tables.Names) {
 // and records the departure of the connection it finds no record of, which ends a
 // refused connection's unauthorized-frame loop.
 func testDisconnect(t *testing.T, names tables.Names) {
-	r := newRig(t, names, false, 0)
+	r := newRouteRig(t, names, false, 0)
 	a1 := agentFor(t, "a1")
 	c := r.connected(t, a1)
 	conn := r.connOf(t, a1)
@@ -561,7 +474,7 @@ func testDisconnect(t *testing.T, names tables.Names) {
 // at once; the next number is in order again.
 func testOrderGap(t *testing.T, names tables.Names) {
 	const wait = 300 * time.Millisecond // OrderWait for this Server only
-	r := newRig(t, names, false, wait)
+	r := newRouteRig(t, names, false, wait)
 	a1 := agentFor(t, "a1")
 	c := r.connected(t, a1)
 	conn := r.connOf(t, a1)
@@ -586,18 +499,18 @@ func testOrderGap(t *testing.T, names tables.Names) {
 	for _, tc := range tests {
 		c.send(websocket.MessageText, fmt.Appendf(nil, `{"type":"set_policy","patterns":["p%d"],"order":%d}`, tc.order, tc.order))
 		got := r.nextCall(t)
-		if want := fmt.Sprintf("SetPolicy %s [p%d]", a1, tc.order); got.what != want {
-			t.Fatalf("%s: Controller call %q, want %q", tc.name, got.what, want)
+		if want := fmt.Sprintf("SetPolicy %s [p%d]", a1, tc.order); got.What != want {
+			t.Fatalf("%s: Controller call %q, want %q", tc.name, got.What, want)
 		}
-		if got.stamp.Order != tc.order || (tc.wantInOrder != nil && got.stamp.InOrder != *tc.wantInOrder) {
-			t.Errorf("%s: served with stamp %+v, want order %d, InOrder %v", tc.name, got.stamp, tc.order, *tc.wantInOrder)
+		if got.Stamp.Order != tc.order || (tc.wantInOrder != nil && got.Stamp.InOrder != *tc.wantInOrder) {
+			t.Errorf("%s: served with stamp %+v, want order %d, InOrder %v", tc.name, got.Stamp, tc.order, *tc.wantInOrder)
 		}
-		if deadline := time.UnixMilli(got.stamp.At).Add(wait); tc.wantWaited && got.at.Before(deadline) {
-			t.Errorf("%s: served %v after its receipt, want no earlier than OrderWait (%v)", tc.name, got.at.Sub(time.UnixMilli(got.stamp.At)), wait)
+		if deadline := time.UnixMilli(got.Stamp.At).Add(wait); tc.wantWaited && got.At.Before(deadline) {
+			t.Errorf("%s: served %v after its receipt, want no earlier than OrderWait (%v)", tc.name, got.At.Sub(time.UnixMilli(got.Stamp.At)), wait)
 		}
 		// The mark follows the Controller call; the next frame is sent once it shows, so
 		// that the short OrderWait is never what the next frame's outcome depends on.
-		hang.Until(t, fmt.Sprintf("%s: turnstile mark %d", tc.name, min(tc.order, 2)), func() bool { return mark() >= min(tc.order, 2) })
+		hangbound.Until(t, fmt.Sprintf("%s: turnstile mark %d", tc.name, min(tc.order, 2)), func() bool { return mark() >= min(tc.order, 2) })
 	}
 	// The answer to a numbered bad frame comes once the frame before it took effect.
 	c.send(websocket.MessageText, []byte(`{"type":"barrier","order":4}`))
@@ -609,32 +522,32 @@ func testOrderGap(t *testing.T, names tables.Names) {
 	}
 }
 
-// testOrderWaitCap: behind a gap in the numbering at most MaxWaitingFrames frames of a
+// testOrderWaitCap: behind a gap in the numbering at most socket.MaxWaitingFrames frames of a
 // connection wait; each further one is answered bad_frame at once, before any waiting
 // one is served, and is never applied. Filling the gap serves the waiting ones in
 // order; the wait count is back to zero after.
 func testOrderWaitCap(t *testing.T, names tables.Names) {
-	entered := make(chan int64, 2*MaxWaitingFrames)
+	entered := make(chan string, 2*socket.MaxWaitingFrames)
 	// The wait is long: the test never depends on it running out.
-	r := newRigWith(t, names, false, 10*time.Minute, func(s *Server) { s.turns.(*orderTurnstile).waiting = func(o int64) { entered <- o } })
+	r := newRouteRigWith(t, names, false, 10*time.Minute, func(s *connections.Store) socket.Records { return waitWatch{s, entered} })
 	a1 := agentFor(t, "a1")
 	c := r.connected(t, a1)
 	policy := func(order int64) []byte {
 		return fmt.Appendf(nil, `{"type":"set_policy","patterns":["p%d"],"order":%d}`, order, order)
 	}
-	// Frame 1 is held back: frames 2 … MaxWaitingFrames+1 all wait.
-	for o := int64(2); o <= MaxWaitingFrames+1; o++ {
+	// Frame 1 is held back: frames 2 … socket.MaxWaitingFrames+1 all wait.
+	for o := int64(2); o <= socket.MaxWaitingFrames+1; o++ {
 		c.send(websocket.MessageText, policy(o))
 	}
-	for range MaxWaitingFrames {
+	for range socket.MaxWaitingFrames {
 		select {
 		case <-entered:
-		case <-time.After(hang.Bound()):
-			t.Fatal("fewer frames than MaxWaitingFrames entered the wait")
+		case <-time.After(hang()):
+			t.Fatal("fewer frames than socket.MaxWaitingFrames entered the wait")
 		}
 	}
 	const excess = 3
-	for o := int64(MaxWaitingFrames + 2); o < MaxWaitingFrames+2+excess; o++ {
+	for o := int64(socket.MaxWaitingFrames + 2); o < socket.MaxWaitingFrames+2+excess; o++ {
 		c.send(websocket.MessageText, policy(o))
 	}
 	for i := range excess {
@@ -644,25 +557,25 @@ func testOrderWaitCap(t *testing.T, names tables.Names) {
 		}
 	}
 	select {
-	case got := <-r.ctrl.calls:
-		t.Fatalf("Controller call %q while frame 1 was missing", got.what)
+	case got := <-r.ctrl.Calls:
+		t.Fatalf("Controller call %q while frame 1 was missing", got.What)
 	default:
 	}
 	c.send(websocket.MessageText, policy(1))
-	for o := int64(1); o <= MaxWaitingFrames+1; o++ {
-		if got, want := r.nextCall(t).what, fmt.Sprintf("SetPolicy %s [p%d]", a1, o); got != want {
+	for o := int64(1); o <= socket.MaxWaitingFrames+1; o++ {
+		if got, want := r.nextCall(t).What, fmt.Sprintf("SetPolicy %s [p%d]", a1, o); got != want {
 			t.Fatalf("Controller call %q, want %q (in order)", got, want)
 		}
 	}
 	// A barrier after the last waiting frame: its answer comes once that one took
 	// effect; no refused frame was applied meanwhile.
-	c.send(websocket.MessageText, fmt.Appendf(nil, `{"type":"barrier","order":%d}`, MaxWaitingFrames+2))
+	c.send(websocket.MessageText, fmt.Appendf(nil, `{"type":"barrier","order":%d}`, socket.MaxWaitingFrames+2))
 	if f := c.next(); f["code"] != "bad_frame" || !strings.Contains(fmt.Sprint(f["message"]), "unknown frame type") {
 		t.Fatalf("barrier answered %v", f)
 	}
 	select {
-	case got := <-r.ctrl.calls:
-		t.Fatalf("Controller call %q: a refused frame was applied", got.what)
+	case got := <-r.ctrl.Calls:
+		t.Fatalf("Controller call %q: a refused frame was applied", got.What)
 	default:
 	}
 	// The barrier may have waited for the mark of the last frame (written after its
@@ -672,15 +585,27 @@ func testOrderWaitCap(t *testing.T, names tables.Names) {
 	default:
 	}
 	// The waits were left: a new gap admits a frame into the wait again.
-	c.send(websocket.MessageText, policy(MaxWaitingFrames+4))
+	c.send(websocket.MessageText, policy(socket.MaxWaitingFrames+4))
 	select {
-	case o := <-entered:
-		if o != MaxWaitingFrames+4 {
-			t.Fatalf("entered %d, want %d", o, MaxWaitingFrames+4)
-		}
-	case <-time.After(hang.Bound()):
+	case <-entered:
+	case <-time.After(hang()):
 		t.Fatal("a frame behind a new gap did not enter the wait")
 	}
+}
+
+// waitWatch is the connection records, reporting on entered the connection id of each
+// frame let into the turnstile's wait.
+type waitWatch struct {
+	*connections.Store
+	entered chan<- string
+}
+
+func (w waitWatch) EnterWait(ctx context.Context, connID string, max int64) (bool, error) {
+	ok, err := w.Store.EnterWait(ctx, connID, max)
+	if ok && err == nil {
+		w.entered <- connID
+	}
+	return ok, err
 }
 
 func ptr[T any](v T) *T { return &v }
