@@ -67,10 +67,13 @@ took "DynamoDB Local start"
 # once its tests are done, so a failed test's leftover client cannot hold the run.
 bin=$work
 go build -o "$bin/terret" ./cmd/terret
-(cd client-ts && npm run --silent typecheck && npm run --silent build &&
-  TERRET_BIN="$bin/terret" TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[servers - 1]}" node --test --test-force-exit test/*.test.mjs) >"$bin/client-ts.log" 2>&1 &
+ts_start=$(date +%s)
+(rc=0
+  cd client-ts && npm run --silent typecheck && npm run --silent build &&
+  TERRET_BIN="$bin/terret" TERRET_TEST_DYNAMODB_ENDPOINT="${endpoints[servers - 1]}" node --test --test-force-exit test/*.test.mjs || rc=$?
+  echo "test: client-ts took $(($(date +%s) - ts_start)) s, beside go test"
+  exit $rc) >"$bin/client-ts.log" 2>&1 &
 ts=$!
-ts_start=$SECONDS
 
 # -timeout catches a hang, nothing else: every wait in the tests is for a condition, bounded
 # only by it (internal/devstack's hang), so it is well above the run's usual length.
@@ -83,7 +86,6 @@ echo "test: DynamoDB Local CPU time: $(for p in "${ddbs[@]}"; do ps -o cputime= 
 ts_rc=0
 wait $ts || ts_rc=$?
 cat "$bin/client-ts.log"
-echo "test: client-ts took $((SECONDS - ts_start)) s, beside go test (total $SECONDS s)"
 last=$SECONDS
 if [ $go_rc -ne 0 ] || [ $ts_rc -ne 0 ]; then
   echo "test: go test exited $go_rc, client-ts $ts_rc" >&2

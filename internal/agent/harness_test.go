@@ -67,6 +67,8 @@ type invoker struct {
 	mu       sync.Mutex
 	errs     []error
 	finished chan struct{} // signalled after every run
+	// hold, if set, keeps every run from starting until it is closed.
+	hold chan struct{}
 }
 
 func (i *invoker) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
@@ -82,6 +84,9 @@ func (i *invoker) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*l
 	i.wg.Add(1)
 	go func() {
 		defer i.wg.Done()
+		if i.hold != nil {
+			<-i.hold
+		}
 		defer func() {
 			i.active.Add(-1)
 			select {
@@ -132,6 +137,7 @@ type opts struct {
 	answer    agent.Answerer // the runner's answers to stale injects
 	timer     agent.Timer    // approval expiries
 	now       func() time.Time
+	holdRuns  chan struct{} // runner invocations start once it is closed; nil: at once
 }
 
 // env is one agent on the shared tables, with a Service and a Runner wired as the
@@ -167,7 +173,7 @@ func newEnv(t *testing.T, o opts) *env {
 	if o.retries == 0 {
 		o.retries = 2
 	}
-	e.inv = &invoker{t: t, timeout: o.timeout, retries: o.retries, finished: make(chan struct{}, 1)}
+	e.inv = &invoker{t: t, timeout: o.timeout, retries: o.retries, finished: make(chan struct{}, 1), hold: o.holdRuns}
 	var lg agent.Log = e.log
 	if o.onAppend != nil { // as the functions wire delivery's fast path
 		lg = sessionlog.Notify(e.log, o.onAppend)

@@ -234,10 +234,16 @@ func TestWakeFalseWaitsForNextTurn(t *testing.T) {
 	}
 }
 
+// TestRacingWakesMakeOneTurn: two injects with wake sent at once invoke the runner twice;
+// the two invocations race for the lease over both queued items and make one turn that
+// takes both. The invocations are held until both injects are queued: on a slow machine
+// a turn could otherwise start, and end, before the second inject was even sent, and
+// that inject would rightly start a turn of its own.
 func TestRacingWakesMakeOneTurn(t *testing.T) {
 	t.Parallel()
 	for round := range 3 {
-		e := newEnv(t, opts{})
+		hold := make(chan struct{})
+		e := newEnv(t, opts{holdRuns: hold})
 		texts := []string{"wake A", "wake B"}
 		var start, done sync.WaitGroup
 		start.Add(1)
@@ -253,6 +259,10 @@ func TestRacingWakesMakeOneTurn(t *testing.T) {
 		}
 		start.Done()
 		done.Wait()
+		if got := e.inv.calls.Load(); got != 2 {
+			t.Fatalf("round %d: %d runner invocations for two wakes, want 2", round, got)
+		}
+		close(hold)
 		e.waitTurnEnds(1)
 		e.settle()
 		e.noErrors()
