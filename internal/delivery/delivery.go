@@ -268,6 +268,11 @@ type wake struct {
 	// lease write of their own. Each batch it returns renews the budget.
 	more   func(time.Duration) []sessionlog.Event
 	budget time.Duration
+	// sent, if set, is told the sender's cursor each time it moved past events it
+	// posted, and when a round found nothing owed below it: every event before next
+	// has reached the connection (or was never its to receive). The fast path holds
+	// an event's observer posts until the driver's sender says so (Notifier).
+	sent func(next int64)
 }
 
 // Pump sends whatever agentID's owner connection is owed, if no other sender is at it;

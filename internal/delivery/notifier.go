@@ -35,6 +35,21 @@ type Notifier struct {
 	// observers caches each session's observer seats (observers.go): an append is
 	// queued for each of them too, each seat with its own sender.
 	observers map[string]*seatCache
+	// held keeps, by session, the appended events whose observer posts wait for the
+	// driver's: the driver's sender reports its cursor (wake.sent) and each event
+	// below it goes to the observers' seats then, or all of them once the driver's
+	// send ends, whatever it found (nobody subscribed, the lease held elsewhere, an
+	// error). So the observers' posts never compete with the driver's own post of the
+	// same event, and an observer gets an event no later than one driver send after it.
+	held map[string][]heldEvent
+}
+
+// heldEvent is an appended event waiting for the driver's post before its observers'.
+type heldEvent struct {
+	ctx   context.Context
+	ev    sessionlog.Event
+	inv   *invocation
+	seats []string
 }
 
 // seatCache is a session's observer seats as last read, and when.
@@ -90,7 +105,7 @@ type invocationKey struct{}
 // NewNotifier returns a Notifier that gives each send at most budget.
 func NewNotifier(d *Deliverer, budget time.Duration) *Notifier {
 	n := &Notifier{d: d, budget: budget, queues: map[string]*queue{}, unwatched: map[string]bool{}, arrived: map[string]chan struct{}{},
-		observers: map[string]*seatCache{}}
+		observers: map[string]*seatCache{}, held: map[string][]heldEvent{}}
 	n.idle = sync.NewCond(&n.mu)
 	return n
 }
@@ -115,12 +130,49 @@ func (n *Notifier) OnAppend(ctx context.Context, ev sessionlog.Event) {
 	inv, _ := ctx.Value(invocationKey{}).(*invocation)
 	n.mu.Lock()
 	n.enqueue(ctx, ev.SessionID, ev, inv)
-	if c := n.observers[ev.SessionID]; c != nil {
-		for _, seat := range c.seats {
-			n.enqueue(ctx, seat, ev, inv)
+	if c := n.observers[ev.SessionID]; c != nil && len(c.seats) > 0 {
+		// The driver's sender now runs for the session (enqueue): it releases these.
+		n.held[ev.SessionID] = append(n.held[ev.SessionID], heldEvent{ctx: ctx, ev: ev, inv: inv, seats: c.seats})
+		if inv != nil && inv.n == n {
+			inv.owed++ // the invocation's flush waits for the observers' sends too
 		}
 	}
 	n.mu.Unlock()
+}
+
+// release queues for their observers' seats the held events of session below next —
+// all of them if all. n.mu is held.
+func (n *Notifier) release(session string, next int64, all bool) {
+	held := n.held[session]
+	k := 0
+	for k < len(held) && (all || held[k].ev.Seq < next) {
+		h := held[k]
+		for _, seat := range h.seats {
+			n.enqueue(h.ctx, seat, h.ev, h.inv)
+		}
+		if h.inv != nil && h.inv.n == n {
+			h.inv.owed-- // counted again by each seat's enqueue
+		}
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	if k == len(held) {
+		delete(n.held, session)
+		return
+	}
+	n.held[session] = held[k:]
+}
+
+// sent is the driver's sender's report of its cursor (wake.sent): the held events
+// below it go to the observers.
+func (n *Notifier) sent(session string) func(int64) {
+	return func(next int64) {
+		n.mu.Lock()
+		n.release(session, next, false)
+		n.mu.Unlock()
+	}
 }
 
 // enqueue queues ev for the sender of key (a session's driver seat, or one of its
@@ -189,11 +241,18 @@ func (n *Notifier) send(ctx context.Context, session string) {
 		hints := q.take()
 		unwatched := n.unwatched[session]
 		n.mu.Unlock()
-		idle, err := n.d.pump(ctx, session, hints, wake{stopAt: time.Now().Add(n.budget), budget: n.budget, more: n.more(session), preRead: unwatched})
+		w := wake{stopAt: time.Now().Add(n.budget), budget: n.budget, more: n.more(session), preRead: unwatched}
+		if !connections.IsObserverSeat(session) {
+			w.sent = n.sent(session)
+		}
+		idle, err := n.d.pump(ctx, session, hints, w)
 		if err != nil {
 			// The stream consumer delivers what this missed.
 			n.d.logger.WarnContext(ctx, "fast path", "agent_id", session, "error", err)
 		}
+		n.mu.Lock()
+		n.release(session, 0, true) // the driver's send is over, whatever it found
+		n.mu.Unlock()
 		n.refreshObservers(ctx, session)
 		n.mu.Lock()
 		for inv, k := range q.taken {

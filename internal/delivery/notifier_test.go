@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/terret/terret-ws/internal/connections"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
@@ -80,5 +82,87 @@ func TestFlushPerInvocation(t *testing.T) {
 	}
 	if got, want := socket.seen(t, "ca"), []string{"hello", "0"}; !slices.Equal(got, want) {
 		t.Errorf("A's connection got %v when A's flush returned, want %v", got, want)
+	}
+}
+
+// TestObserversPostAfterTheDriver: on the fast path an event's observer posts begin only
+// once the driver's post of it has returned, so that observers never compete with the
+// driver for its own event (the observers phase of cmd/bench measures what that is
+// for); with the driver not subscribed they still get every event, once the driver's
+// send ends; either way an invocation's flush returns only once every observer has the
+// invocation's event.
+func TestObserversPostAfterTheDriver(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	observers := []string{"co1", "co2", "co3"}
+	for _, driverSubscribed := range []bool{true, false} {
+		log, records, socket := &memLog{}, newMemRecords(), &memSocket{}
+		log.append("a", 1)
+		d := newDeliverer(cfg, log, records, memSlots{}, socket, nil)
+		records.claim("a", "cd")
+		if driverSubscribed {
+			if err := d.Subscribe(context.Background(), "a", "cd", 0, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range observers {
+			records.observe("a", c, "h-"+c, 0)
+			if err := d.Subscribe(context.Background(), connections.ObserverSeat("a", c), c, 0, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var mu sync.Mutex
+		driverPosted := map[int64]bool{}
+		var early []string
+		socket.onPost = func(conn string, f frameSeen) {
+			if f.Type != "note" {
+				return
+			}
+			if conn == "cd" {
+				// The post is under way: an observer's post of the same event that
+				// competed with it would come now.
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				driverPosted[f.Seq] = true
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			if driverSubscribed && !driverPosted[f.Seq] {
+				early = append(early, fmt.Sprintf("%s got %d", conn, f.Seq))
+			}
+			mu.Unlock()
+		}
+		n := NewNotifier(d, time.Minute)
+		event := func(seq int64) sessionlog.Event {
+			log.mu.Lock()
+			defer log.mu.Unlock()
+			return log.evs[seq]
+		}
+		// The first event's send reads the observer index into the fast path's cache;
+		// from the next event on, each is queued for the observers too.
+		n.OnAppend(context.Background(), event(0))
+		n.FlushAll()
+		const events = 20
+		for seq := int64(1); seq <= events; seq++ {
+			log.append("a", 1)
+			ctx, flush := n.Invocation(context.Background())
+			n.OnAppend(ctx, event(seq))
+			flush()
+			for _, c := range observers {
+				if got := socket.seen(t, c); !slices.Contains(got, fmt.Sprint(seq)) {
+					t.Fatalf("driver subscribed %v: observer %s has %v when the flush of event %d returned", driverSubscribed, c, got, seq)
+				}
+			}
+			if got := socket.seen(t, "cd"); driverSubscribed != slices.Contains(got, fmt.Sprint(seq)) {
+				t.Fatalf("driver subscribed %v: the driver has %v after event %d", driverSubscribed, got, seq)
+			}
+		}
+		n.FlushAll()
+		mu.Lock()
+		if len(early) > 0 {
+			t.Errorf("observer posts begun before the driver's post of the same event returned: %v", early)
+		}
+		mu.Unlock()
 	}
 }

@@ -163,6 +163,7 @@ func (s *sender) sendBatch(batch []sessionlog.Event) error {
 // next events if its wake-up lets it (mayLinger), and lets the lease go otherwise.
 // A resubscribe found on the way means another round instead.
 func (s *sender) idle() error {
+	s.reportSent()
 	switch {
 	case s.st == stateResubscribed:
 		return nil
@@ -170,6 +171,14 @@ func (s *sender) idle() error {
 		return s.fire(evLinger)
 	}
 	return s.fire(evRelease)
+}
+
+// reportSent tells the wake-up's sent, if any, that everything before the cursor is
+// sent.
+func (s *sender) reportSent() {
+	if s.w.sent != nil {
+		s.w.sent(s.p.Next)
+	}
 }
 
 // finish is the one way out of run. A sender that ran out of time hands its work to
@@ -423,6 +432,7 @@ func (s *sender) postEvents(batch []sessionlog.Event) error {
 		i += k
 		s.p.Next = batch[i-1].Seq + 1
 		s.unrecorded += k
+		s.reportSent()
 		if s.pastStop() {
 			return errDeadline
 		}
