@@ -235,7 +235,7 @@ func TestBrowserSubprotocolToken(t *testing.T) {
 		ok          bool
 	}{{"valid", tok, true}, {"garbage", "tt_nope", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), hang())
 			defer cancel()
 			ws, resp, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/a1/ws", &websocket.DialOptions{
 				Subprotocols: []string{"terret.v1", "terret.bearer." + tc.token},
@@ -272,7 +272,7 @@ func TestPingFrames(t *testing.T) {
 	tok := e.token(t, "a1")
 	var pings atomic.Int64
 	last := make(chan time.Time, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang())
 	defer cancel()
 	dialed := time.Now() // before the gateway's ping ticker starts
 	ws, _, err := websocket.Dial(ctx, e.stack.WebSocketURL()+"/agents/a1/ws", &websocket.DialOptions{

@@ -49,7 +49,7 @@ func eventID(f frame) string {
 // instead of failing the test.
 func sendFrame(c *client, v any) error {
 	b, _ := json.Marshal(v)
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, hang())
 	defer cancel()
 	return c.c.Write(ctx, websocket.MessageText, b)
 }
@@ -287,7 +287,7 @@ func killSender(t *testing.T, e env, agent string, n int, batch bool) *killedSen
 	t.Helper()
 	tok := e.token(t, agent)
 	ctx := context.Background()
-	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	hctx, cancel := context.WithTimeout(ctx, hang())
 	defer cancel()
 	ws, _, err := websocket.Dial(hctx, e.stack.WebSocketURL()+"/agents/"+agent+"/ws", &websocket.DialOptions{
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}},
@@ -565,7 +565,7 @@ func TestFaultSenderKilledWakeupWithinLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("appended with %v of the dead lease left", time.Until(ks.until).Round(time.Millisecond))
-	if err := ks.awaitTip(n+1, senderLease+10*time.Second); err != nil {
+	if err := ks.awaitTip(n+1, hang()); err != nil {
 		o, _ := connStore(e).Owner(context.Background(), agent)
 		t.Errorf("%v\nowner record: %+v\n%s", err, o, ks.h.Summary())
 	}

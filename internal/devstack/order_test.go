@@ -977,7 +977,7 @@ func TestSubprotocolWithHeaderToken(t *testing.T) {
 	t.Parallel()
 	e := startStack(t, devstack.Options{})
 	tok := e.token(t, "a1")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang())
 	defer cancel()
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+tok)
@@ -1063,7 +1063,7 @@ func TestGatewayFrameLimits(t *testing.T) {
 	t.Parallel()
 	e := startStack(t, devstack.Options{GatewayLimits: true})
 	tok := e.token(t, "a1")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hang())
 	defer cancel()
 	dial := func() *websocket.Conn {
 		t.Helper()

@@ -223,7 +223,7 @@ func (a *agentConn) send(v any) {
 		}
 		b = string(raw)
 	}
-	ctx, cancel := context.WithTimeout(a.c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(a.c.ctx, hang())
 	defer cancel()
 	if err := a.c.c.Write(ctx, websocket.MessageText, []byte(b)); err != nil {
 		a.failf("send %.80s: %v", b, err)
