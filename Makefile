@@ -71,7 +71,7 @@ lambda_dir = $(shell printf '%s' '$(1:%Function=%)' | tr A-Z a-z)
 ## A second run under the AWS latency profile (docs/performance.md, "The AWS latency
 ## profile") measures what the profile changes, within the 6-minute budget;
 ## BENCH_AWS_FLAGS replaces its settings (BENCH_AWS_FLAGS="-phases storm" for the storm).
-## BENCH_FLAGS="-phases observers" measures the driver's tail beside 0, 1 and 7 observers.
+## The observers phase (the driver's tail beside 0, 1 and 7 observers) is one of the defaults.
 BENCH_AWS_FLAGS ?= -phases tail,replay -rounds 1 -tail-events 200 -stream-events 30 -floor-events 100 -warmup 5 -replay-unbatched-events 500
 bench:
 	./scripts/deps.sh

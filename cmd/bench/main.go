@@ -123,7 +123,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "build/bench.json", "where to write the figures as JSON")
 	flag.StringVar(&o.logFile, "log", "build/bench.log", "the stack's warnings and errors")
 	flag.StringVar(&o.buildDir, "build-dir", "build", "where the cold-start bootstraps are built")
-	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age,lagged", "phases to run, comma-separated (also: refused, agents, observers, beyond)")
+	flag.StringVar(&o.phases, "phases", "tail,replay,turns,frames,storm,cold,age,lagged,observers", "phases to run, comma-separated (also: refused, agents, beyond)")
 	flag.IntVar(&o.tailEvents, "tail-events", 2000, "events appended one at a time on the fast path (and as many floor samples)")
 	flag.IntVar(&o.streamEvents, "stream-events", 200, "events appended one at a time with the stream consumer alone delivering")
 	flag.IntVar(&o.warmup, "warmup", 20, "unmeasured events before the tail measurement")
