@@ -1,6 +1,8 @@
 package service
 
 import (
+	"time"
+
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/metrics"
 	"github.com/terret/terret-ws/internal/protocol"
@@ -94,6 +96,21 @@ func (m deliveryMetrics) Dropped(code protocol.Code) {
 	}
 }
 
+// PageRead passes a replay page's slot wait and read on (delivery.SlotObserver: the
+// bench's reconnect storm breaks a client's time down with it).
+func (m deliveryMetrics) PageRead(agentID string, slotWait time.Duration, polls int, read time.Duration) {
+	if o, ok := m.next.(delivery.SlotObserver); ok {
+		o.PageRead(agentID, slotWait, polls, read)
+	}
+}
+
+// HelloEnded passes how a first-frame loop ended on (delivery.HelloObserver).
+func (m deliveryMetrics) HelloEnded(connID string, end delivery.HelloEnd, posts int) {
+	if o, ok := m.next.(delivery.HelloObserver); ok {
+		o.HelloEnded(connID, end, posts)
+	}
+}
+
 // Wait passes a test's gate on (delivery.Gate).
 func (m deliveryMetrics) Wait(point, agentID string) {
 	if g, ok := m.next.(delivery.Gate); ok {
@@ -104,7 +121,10 @@ func (m deliveryMetrics) Wait(point, agentID string) {
 // observer chains the metrics observer before o (a test's or the bench's).
 func observer(o delivery.Observer) delivery.Observer { return DeliveryMetrics(nil, o) }
 
+// The metrics observer passes on every optional hook the observer it chains may have.
 var (
 	_ delivery.DeliveryObserver = deliveryMetrics{}
+	_ delivery.SlotObserver     = deliveryMetrics{}
+	_ delivery.HelloObserver    = deliveryMetrics{}
 	_ delivery.Gate             = deliveryMetrics{}
 )
