@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -84,7 +81,7 @@ func newRouteRig(t *testing.T, names tables.Names, noRuntime bool, orderWait tim
 func newRouteRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait time.Duration, records func(*connections.Store) socket.Records) *routeRig {
 	t.Helper()
 	db := dynamotest.Client(t)
-	logger := routeLogger()
+	logger := sockettest.Logger()
 	gw := gatewaytest.Start(t, logger, func(c *localgw.Config) {
 		if orderWait > time.Minute {
 			// A wait the test never lets run out: nor may the handlers' deadline,
@@ -121,15 +118,6 @@ func newRouteRigWith(t *testing.T, names tables.Names, noRuntime bool, orderWait
 	}))
 	gw.Deliver.Bind(lambda.NewHandler(d.Handle))
 	return r
-}
-
-// routeLogger discards the handlers' logs; SOCKET_LOG=1 shows them.
-func routeLogger() *slog.Logger {
-	var w io.Writer = io.Discard
-	if os.Getenv("SOCKET_LOG") == "1" {
-		w = os.Stderr
-	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // routeClient is one socket of the shared routeRig's, read as JSON frames.

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -228,17 +225,8 @@ func newFakes(noRuntime bool) *fakes {
 	if noRuntime {
 		ctrl = nil
 	}
-	f.srv = New(f.tokens, f.conns, f.log, f.out, ctrl, testLogger())
+	f.srv = New(f.tokens, f.conns, f.log, f.out, ctrl, sockettest.Logger())
 	return f
-}
-
-// testLogger discards the handlers' logs; SOCKET_LOG=1 shows them.
-func testLogger() *slog.Logger {
-	var w io.Writer = io.Discard
-	if os.Getenv("SOCKET_LOG") == "1" {
-		w = os.Stderr
-	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 func wsReq(connID string, headers map[string]string, query map[string]string) events.APIGatewayWebsocketProxyRequest {

@@ -1,11 +1,14 @@
 // Package sockettest holds what the socket routes' tests share across packages: a
 // Controller that records its calls, so a test sees which agent operation each frame
-// reached and with which stamp, without an agent runtime.
+// reached and with which stamp, without an agent runtime; and the handlers' logger.
 package sockettest
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -66,4 +69,14 @@ func (r *Recorder) SetModel(ctx context.Context, id, role, spec string) error {
 }
 func (r *Recorder) SetPolicy(ctx context.Context, id string, patterns []string) error {
 	return r.record(ctx, "SetPolicy", id, patterns)
+}
+
+// Logger is the route handlers' logger in tests: it discards their lines unless
+// SOCKET_LOG=1, which shows them (JSON, debug level) on stderr.
+func Logger() *slog.Logger {
+	var w io.Writer = io.Discard
+	if os.Getenv("SOCKET_LOG") == "1" {
+		w = os.Stderr
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
