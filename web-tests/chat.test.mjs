@@ -129,6 +129,8 @@ try {
   assert.equal(await page.locator('#error').textContent(), `Superseded: another client connected to agent ${agent}. An agent has one connection at a time and the newest wins: terret chat, terret tail and this page on one agent take it from each other. Close the other client (or use another agent id), then press Connect.`, 'the superseded page does not say what happened and what to do');
   await until('the truncation note', async () => (await second.locator('#chat li.note.warn.replay_truncated').count()) === 1);
   assert.match(await second.locator('#chat li.note.warn.replay_truncated').textContent(), /^Events 0–\d+ are not available over the socket; showing from \d+\.$/);
+  // The note comes with the first replayed frame; the rows of its events follow it.
+  await until('the replay up to the resumed stream\'s event', async () => (await logSeqs(second)).includes(last + 1));
   const replayed = await logSeqs(second);
   assert.ok(replayed[0] > 0, `the replay was not truncated: ${replayed}`);
   assert.deepEqual(replayed, replayed.map((_, i) => replayed[0] + i), 'the truncated replay is not gapless');
