@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/terret/terret-ws/internal/hang"
 )
 
 // TestDevProgressWhileStepsWait: while a start step waits, terret dev says which step it
@@ -39,15 +42,12 @@ func TestDevProgressWhileStepsWait(t *testing.T) {
 		// lines run on their own timer, so on a loaded machine they can come before the
 		// stub has written its arguments: wait for the file, bounded.
 		var b []byte
-		for deadline := time.Now().Add(wait()); ; time.Sleep(20 * time.Millisecond) {
-			var err error
-			if b, err = os.ReadFile(filepath.Join(stubs, "java.args")); err == nil && len(b) > 0 {
-				break
+		hang.UntilNil(t, "the java stub's arguments", func() (err error) {
+			if b, err = os.ReadFile(filepath.Join(stubs, "java.args")); err == nil && len(b) == 0 {
+				err = errors.New("empty so far")
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the java stub never wrote its arguments within %s: %v", wait(), err)
-			}
-		}
+			return err
+		})
 		if args := string(b); !strings.HasPrefix(args, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData ") || !strings.Contains(args, " -jar DynamoDBLocal.jar ") {
 			t.Errorf("java ran with %q, want the quick-start flags before -jar", args)
 		}
