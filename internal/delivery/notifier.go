@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -140,12 +141,12 @@ func (n *Notifier) OnAppend(ctx context.Context, ev sessionlog.Event) {
 	n.mu.Unlock()
 }
 
-// release queues for their observers' seats the held events of session below next —
-// all of them if all. n.mu is held.
-func (n *Notifier) release(session string, next int64, all bool) {
+// release queues for their observers' seats the held events of session below next.
+// n.mu is held.
+func (n *Notifier) release(session string, next int64) {
 	held := n.held[session]
 	k := 0
-	for k < len(held) && (all || held[k].ev.Seq < next) {
+	for k < len(held) && held[k].ev.Seq < next {
 		h := held[k]
 		for _, seat := range h.seats {
 			n.enqueue(h.ctx, seat, h.ev, h.inv)
@@ -170,7 +171,7 @@ func (n *Notifier) release(session string, next int64, all bool) {
 func (n *Notifier) sent(session string) func(int64) {
 	return func(next int64) {
 		n.mu.Lock()
-		n.release(session, next, false)
+		n.release(session, next)
 		n.mu.Unlock()
 	}
 }
@@ -250,8 +251,10 @@ func (n *Notifier) send(ctx context.Context, session string) {
 			// The stream consumer delivers what this missed.
 			n.d.logger.WarnContext(ctx, "fast path", "agent_id", session, "error", err)
 		}
+		// The driver's send is over, whatever it found: its observers go now, before
+		// the observer index read below can delay them.
 		n.mu.Lock()
-		n.release(session, 0, true) // the driver's send is over, whatever it found
+		n.release(session, math.MaxInt64)
 		n.mu.Unlock()
 		n.refreshObservers(ctx, session)
 		n.mu.Lock()
