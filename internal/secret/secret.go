@@ -11,6 +11,11 @@
 //
 // The value is the secret's SecretString (or the parameter's decrypted value), with
 // surrounding white space removed. Values never appear in errors.
+//
+// The package speaks the AWS JSON 1.1 protocol itself (client.go) rather than through
+// the SDK's SSM and Secrets Manager clients, which would add about 1.5 MB and their
+// package init to every function that links it. Cost: one signed HTTPS request per
+// reference and process (up to three attempts when throttled or on a server error).
 package secret
 
 import (
@@ -21,10 +26,6 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
-	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
-	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 )
 
 // Errors of Get.
@@ -35,39 +36,20 @@ var (
 	ErrBadRef   = errors.New("secret: invalid reference")
 )
 
-// SecretsManager is the part of the Secrets Manager client Store uses.
-type SecretsManager interface {
-	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, optFns ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
-}
-
-// SSM is the part of the SSM client Store uses.
-type SSM interface {
-	GetParameter(ctx context.Context, in *ssm.GetParameterInput, optFns ...func(*ssm.Options)) (*ssm.GetParameterOutput, error)
-}
-
-var (
-	_ SecretsManager = (*secretsmanager.Client)(nil)
-	_ SSM            = (*ssm.Client)(nil)
-)
-
 // Store fetches secrets and caches them for its lifetime. It is safe for concurrent
 // use.
 type Store struct {
-	sm  SecretsManager
-	ssm SSM
+	c *client
 
 	mu    sync.Mutex
 	cache map[string]string
 }
 
-// New returns a Store reading through sm and ps.
-func New(sm SecretsManager, ps SSM) *Store {
-	return &Store{sm: sm, ssm: ps, cache: map[string]string{}}
-}
-
-// NewFromConfig returns a Store using awsCfg's credentials and region.
+// NewFromConfig returns a Store using awsCfg's credentials, region, HTTP client and,
+// if set, BaseEndpoint (for both services: a test server or LocalStack). It makes no
+// request until Get.
 func NewFromConfig(awsCfg aws.Config) *Store {
-	return New(secretsmanager.NewFromConfig(awsCfg), ssm.NewFromConfig(awsCfg))
+	return &Store{c: newClient(awsCfg), cache: map[string]string{}}
 }
 
 // SSMParameter reports whether ref names an SSM parameter, and its name or ARN.
@@ -82,9 +64,10 @@ func SSMParameter(ref string) (string, bool) {
 }
 
 // Get returns the value of the secret ref names, from the cache after the first
-// successful fetch (one request per reference and process). It returns an error
-// wrapping ErrNotFound, ErrEmpty, ErrBadRef or ErrFetch (access denied, throttling,
-// network), naming ref.
+// successful fetch (one HTTPS request per reference and process; failures are not
+// cached, so the next Get asks again). It returns an error wrapping ErrNotFound,
+// ErrEmpty, ErrBadRef or ErrFetch (no credentials, access denied, throttling after
+// retries, network), naming ref.
 func (s *Store) Get(ctx context.Context, ref string) (string, error) {
 	ref = strings.TrimSpace(ref)
 	if ref == "" || ref == "ssm:" {
@@ -109,27 +92,32 @@ func (s *Store) Get(ctx context.Context, ref string) (string, error) {
 func (s *Store) fetch(ctx context.Context, ref string) (string, error) {
 	var val string
 	if name, ok := SSMParameter(ref); ok {
-		out, err := s.ssm.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(name), WithDecryption: aws.Bool(true)})
-		if err != nil {
-			var nf *ssmtypes.ParameterNotFound
-			if errors.As(err, &nf) {
+		var out struct {
+			Parameter *struct{ Value string }
+		}
+		in := struct {
+			Name           string
+			WithDecryption bool
+		}{name, true}
+		if err := s.c.call(ctx, "ssm", "AmazonSSM.GetParameter", in, &out); err != nil {
+			if isCode(err, "ParameterNotFound") {
 				return "", fmt.Errorf("%w: SSM parameter %s", ErrNotFound, name)
 			}
 			return "", fmt.Errorf("%w: SSM parameter %s: %v", ErrFetch, name, err)
 		}
 		if out.Parameter != nil {
-			val = aws.ToString(out.Parameter.Value)
+			val = out.Parameter.Value
 		}
 	} else {
-		out, err := s.sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(ref)})
-		if err != nil {
-			var nf *smtypes.ResourceNotFoundException
-			if errors.As(err, &nf) {
+		var out struct{ SecretString string }
+		in := struct{ SecretId string }{ref}
+		if err := s.c.call(ctx, "secretsmanager", "secretsmanager.GetSecretValue", in, &out); err != nil {
+			if isCode(err, "ResourceNotFoundException") {
 				return "", fmt.Errorf("%w: Secrets Manager secret %s", ErrNotFound, ref)
 			}
 			return "", fmt.Errorf("%w: Secrets Manager secret %s: %v", ErrFetch, ref, err)
 		}
-		val = aws.ToString(out.SecretString)
+		val = out.SecretString // empty for a binary-only secret: ErrEmpty below
 	}
 	val = strings.TrimSpace(val)
 	if val == "" {
