@@ -7,13 +7,15 @@ import (
 	"github.com/terret/terret-ws/internal/rules"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
+	"github.com/terret/terret-ws/internal/service/turns"
 )
 
 func main() {
 	env := service.Boot("runner")
 	d := service.Deliverer(env.Config, env.AWS, env.Logger, service.Tuning{})
-	// Only the runner evaluates profiles' rules: it alone links the CEL interpreter.
-	rt, err := agentservice.AgentWith(env.Config, env.AWS, d, env.Logger, agentservice.AgentOptions{Rules: rules.New().Rules})
+	// Only the runner runs turns: it alone links the CEL interpreter (profiles' rules),
+	// the Bedrock client and the MCP SDK.
+	rt, err := agentservice.AgentWith(env.Config, env.AWS, d, env.Logger, agentservice.AgentOptions{Rules: rules.New().Rules, Turns: turns.Kit()})
 	if err != nil {
 		service.Exit(err)
 	}

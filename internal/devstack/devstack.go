@@ -39,6 +39,7 @@ import (
 	"github.com/terret/terret-ws/internal/schedule"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/service/agentservice"
+	"github.com/terret/terret-ws/internal/service/turns"
 	"github.com/terret/terret-ws/internal/stack"
 	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/timer"
@@ -363,7 +364,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	agentLog := slog.New(withoutRunnerTurnFailed{logger.Handler()}) // the console logs failed turns (console.go)
 	// Approval expiries: records in the agents table, armed again here at every start.
 	st.timer = agentservice.LocalTimer(st.Config, awsCfg, logger)
-	agent, err := agentservice.AgentWith(st.Config, awsCfg, msgD, agentLog, agentservice.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock, Rules: ruleEngine.Rules, Timer: st.timer})
+	agent, err := agentservice.AgentWith(st.Config, awsCfg, msgD, agentLog, agentservice.AgentOptions{ProfileFile: o.Profile, Profiles: prof.src, ModelAWS: &userAWS, Local: true, Pause: o.Pause, Now: o.AgentClock, Rules: ruleEngine.Rules, Turns: turns.Kit(), Timer: st.timer})
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/rules"
 	"github.com/terret/terret-ws/internal/service/agentservice"
+	"github.com/terret/terret-ws/internal/service/turns"
 )
 
 // ErrProfile is a default profile (Options.Profile) that cannot be served: its file
@@ -58,7 +59,7 @@ func loadProfile(ctx context.Context, o Options, userAWS aws.Config, logger *slo
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfile, o.Profile, err)
 	}
-	src, err := profile.NewFileSource(ctx, o.Profile, agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Local: true, Rules: ruleEngine.Rules}), logger)
+	src, err := profile.NewFileSource(ctx, o.Profile, agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Local: true, Rules: ruleEngine.Rules, Turns: turns.Kit()}), logger)
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %w", ErrProfile, o.Profile, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/terret/terret-ws/internal/tools"
-	"github.com/terret/terret-ws/internal/tools/mcptool"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 )
 
 // Where a profile sends credentials (docs/security.md, "Where a profile may send a
@@ -56,10 +56,10 @@ func checkDestinations(pe *tools.ProfileError, p tools.Profile, provs map[string
 		}
 	}
 	for i, t := range p.Tools {
-		if t.Kind != mcptool.Kind || len(t.Spec) == 0 {
+		if t.Kind != mcpspec.Kind || len(t.Spec) == 0 {
 			continue
 		}
-		cfg, err := mcptool.ParseConfig(t.Spec)
+		cfg, err := mcpspec.ParseConfig(t.Spec)
 		if err != nil || cfg.URL == "" {
 			continue // checkTools reports it
 		}

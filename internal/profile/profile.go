@@ -30,10 +30,9 @@ import (
 	"strings"
 
 	"github.com/terret/terret-ws/internal/model"
-	"github.com/terret/terret-ws/internal/model/bedrock"
 	"github.com/terret/terret-ws/internal/model/openai"
 	"github.com/terret/terret-ws/internal/tools"
-	"github.com/terret/terret-ws/internal/tools/mcptool"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 )
 
 // Provider kinds.
@@ -62,9 +61,12 @@ type Env struct {
 	// NoCommand refuses MCP servers started from a command (in Lambda there is no
 	// such program to start).
 	NoCommand bool
-	// Bedrock returns the Bedrock client of a provider's region ("" the default).
-	// Needed by Models only.
-	Bedrock func(region string) bedrock.API
+	// Bedrock builds the provider of a bedrock entry: region ("" the default) and its
+	// settings. Needed by Models only; nil: DeclaredBedrock. The processes that run
+	// turns set it (package agentservice/turns: model/bedrock over a client per
+	// region); the others resolve a bedrock spec (set_model) but call no model, and
+	// do not link the Bedrock client.
+	Bedrock func(region string, c BedrockConfig) model.Provider
 	// HTTP sends OpenAI-compatible requests (nil: a client of its own).
 	HTTP *http.Client
 	// Rules compiles a profile's rules over tool arguments (package rules' Rules);
@@ -79,11 +81,43 @@ type Env struct {
 	SkipWebhookSecrets bool
 }
 
+// BedrockConfig is a bedrock provider entry's inference settings, applied to every call
+// of its models (model/bedrock's Config).
+type BedrockConfig struct {
+	MaxTokens   int32
+	Temperature *float32
+}
+
+// DeclaredBedrock is the Bedrock provider of a process that runs no turn: a model id
+// resolves as the runner's provider resolves it (any non-empty id), so set_model
+// accepts the same specs, but a call fails with ErrNoModelClient.
+func DeclaredBedrock(region string, _ BedrockConfig) model.Provider {
+	return declaredBedrock{}
+}
+
+// ErrNoModelClient: a model of DeclaredBedrock was called.
+var ErrNoModelClient = errors.New("profile: this process builds no Bedrock client (only the runner runs turns)")
+
+type declaredBedrock struct{}
+
+func (declaredBedrock) Model(name string) (model.Model, error) {
+	if strings.TrimSpace(name) == "" {
+		return nil, fmt.Errorf("%w: bedrock: empty model id", model.ErrBadSpec)
+	}
+	return declaredModel{}, nil
+}
+
+type declaredModel struct{}
+
+func (declaredModel) Stream(context.Context, model.Request, func(model.Delta) error) (model.Response, error) {
+	return model.Response{}, ErrNoModelClient
+}
+
 // provider is one parsed providers entry.
 type provider struct {
 	kind      string
 	openai    openai.Config // key not yet resolved
-	bedrock   bedrock.Config
+	bedrock   BedrockConfig
 	region    string
 	keyEnv    string
 	keySecret string
@@ -169,11 +203,11 @@ func Models(ctx context.Context, p tools.Profile, env Env) (*model.Registry, err
 			}
 			mp = o
 		case KindBedrock:
-			if env.Bedrock == nil {
-				pe.Add("providers."+name, "Bedrock is not available here")
-				continue
+			build := env.Bedrock
+			if build == nil {
+				build = DeclaredBedrock
 			}
-			mp = bedrock.NewProvider(env.Bedrock(pr.region), pr.bedrock)
+			mp = build(pr.region, pr.bedrock)
 		}
 		if err := reg.Register(name, mp); err != nil {
 			pe.Add("providers."+name, "%v", err)
@@ -232,7 +266,7 @@ func checkModels(pe *tools.ProfileError, p tools.Profile, provs map[string]provi
 func checkTools(ctx context.Context, pe *tools.ProfileError, p tools.Profile, env Env) {
 	kinds := env.Kinds
 	if kinds == nil {
-		kinds = []string{tools.KindBuiltin, "lambda", mcptool.Kind}
+		kinds = []string{tools.KindBuiltin, "lambda", mcpspec.Kind}
 	}
 	known := map[string]bool{tools.KindBuiltin: true}
 	for _, k := range kinds {
@@ -262,21 +296,21 @@ func checkTools(ctx context.Context, pe *tools.ProfileError, p tools.Profile, en
 			if !builtin[t.Name] {
 				pe.Add(path+".name", "no builtin tool %q (builtin: %s); give a kind for other tools", t.Name, strings.Join(tools.BuiltinNames(), ", "))
 			}
-		case mcptool.Kind:
-			cfg, err := mcptool.ParseConfig(t.Spec)
-			var fe *mcptool.FieldError
+		case mcpspec.Kind:
+			cfg, err := mcpspec.ParseConfig(t.Spec)
+			var fe *mcpspec.FieldError
 			switch {
 			case len(t.Spec) == 0:
 				pe.Add(path+".spec", "required: {\"url\": …} or {\"command\": […]}")
 			case errors.As(err, &fe):
 				pe.Add(path+".spec."+fe.Field, "%s", fe.Message)
 			case err != nil:
-				pe.Add(path+".spec", "%s", strings.TrimPrefix(err.Error(), mcptool.ErrBadConfig.Error()+": "))
+				pe.Add(path+".spec", "%s", strings.TrimPrefix(err.Error(), mcpspec.ErrBadConfig.Error()+": "))
 			case len(cfg.Command) > 0 && env.NoCommand:
 				pe.Add(path+".spec.command", "a command MCP server cannot run in AWS Lambda (no such program there); serve it over streamable HTTP and give spec.url")
 			default:
 				// Header references resolve as provider keys do; values stay out of messages.
-				if err := mcptool.CheckHeaders(ctx, cfg, mcptool.Options{LookupEnv: env.LookupEnv, Secrets: env.Secrets}); errors.As(err, &fe) {
+				if err := mcpspec.CheckHeaders(ctx, cfg, mcpspec.Lookup{LookupEnv: env.LookupEnv, Secrets: env.Secrets}); errors.As(err, &fe) {
 					pe.Add(path+".spec."+fe.Field, "%s", fe.Message)
 				}
 			}

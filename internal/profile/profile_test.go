@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/terret/terret-ws/internal/model/bedrock"
+	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/secret"
 	"github.com/terret/terret-ws/internal/tools"
@@ -32,7 +32,6 @@ func env() profile.Env {
 	return profile.Env{
 		LookupEnv: func(n string) (string, bool) { v, ok := vars[n]; return v, ok },
 		Secrets:   secrets{"acme/key": "sk-secret"},
-		Bedrock:   func(string) bedrock.API { return nil },
 	}
 }
 
@@ -134,6 +133,55 @@ func TestModelsResolveKeys(t *testing.T) {
 	}
 	if _, err := reg.Resolve("openai/m"); err == nil {
 		t.Error("Resolve(openai/m) succeeded without an openai provider")
+	}
+}
+
+// bedrockBuilds records what Models hands Env.Bedrock for each bedrock entry.
+type bedrockBuilds []string
+
+func (b *bedrockBuilds) build(region string, c profile.BedrockConfig) model.Provider {
+	temp := "-"
+	if c.Temperature != nil {
+		temp = fmt.Sprint(*c.Temperature)
+	}
+	*b = append(*b, fmt.Sprintf("%q max_tokens=%d temperature=%s", region, c.MaxTokens, temp))
+	return profile.DeclaredBedrock(region, c)
+}
+
+// TestModelsBedrock: each bedrock entry's region and settings reach Env.Bedrock (the
+// runner's client per region), the implicit "bedrock" entry too. Without it (a process
+// that runs no turn) a bedrock spec resolves as the runner resolves it — an empty
+// model id is refused — and a call fails with ErrNoModelClient.
+func TestModelsBedrock(t *testing.T) {
+	p := decode(t, `{"providers": {"bedrock": {"max_tokens": 4096, "temperature": 0.5}, "bedrock-eu": {"kind": "bedrock", "region": "eu-central-1"}}}`)
+	var got bedrockBuilds
+	e := env()
+	e.Bedrock = got.build
+	if _, err := profile.Models(context.Background(), p, e); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`"" max_tokens=4096 temperature=0.5`, `"eu-central-1" max_tokens=0 temperature=-`}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("Env.Bedrock got %q, want %q", got, want)
+	}
+	got = nil
+	if _, err := profile.Models(context.Background(), decode(t, `{}`), e); err != nil || len(got) != 1 || got[0] != `"" max_tokens=0 temperature=-` {
+		t.Errorf("implicit bedrock: Env.Bedrock got %q, %v; want one default build", got, err)
+	}
+
+	reg, err := profile.Models(context.Background(), p, env())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := reg.Resolve("bedrock-eu/anthropic.claude")
+	if err != nil {
+		t.Fatalf("Resolve(bedrock-eu/anthropic.claude) = %v", err)
+	}
+	if _, err := m.Stream(context.Background(), model.Request{}, nil); !errors.Is(err, profile.ErrNoModelClient) {
+		t.Errorf("Stream of a declared Bedrock model = %v, want ErrNoModelClient", err)
+	}
+	if _, err := reg.Resolve("bedrock/ "); !errors.Is(err, model.ErrBadSpec) {
+		t.Errorf("Resolve(bedrock/ ) = %v, want ErrBadSpec", err)
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/terret/terret-ws/internal/secret"
-	"github.com/terret/terret-ws/internal/tools/mcptool"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 )
 
 // Redact returns the profile JSON raw with every value a profile must not show
@@ -43,7 +43,7 @@ func Redact(raw []byte) []byte {
 			}
 			hit := false
 			for name := range headers {
-				if mcptool.IsCredentialHeader(name) {
+				if mcpspec.IsCredentialHeader(name) {
 					headers[name], hit = redactedJSON(), true
 				}
 			}

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -8,25 +9,50 @@ import (
 	"testing"
 )
 
-// TestRoutesCarryNoRuntime: connect, disconnect and deliver link none of the agent
-// runtime — its package, its model clients, its secret stores, its tool kinds, the rule
-// engine — so their bootstraps stay small and their init does not build those clients
-// (docs/performance.md, "Cold start"). One import of the runtime for a single helper
-// (the claim's agent-state write) once put all of it back into the three binaries.
-func TestRoutesCarryNoRuntime(t *testing.T) {
-	forbidden := []string{
-		"github.com/terret/terret-ws/internal/agent",
-		"github.com/terret/terret-ws/internal/service/agentservice",
-		"github.com/terret/terret-ws/internal/rules",
-		"github.com/aws/aws-sdk-go-v2/service/bedrockruntime",
+// TestFunctionsCarryOnlyWhatTheyRun: each function links only what it runs, so its
+// bootstrap stays small and its init does not build clients it never calls
+// (docs/performance.md, "Cold start"). connect, disconnect and deliver link none of
+// the agent runtime (one import of it for a single helper once put all of it back
+// into the three binaries); message, http, schedule and webhook hand frames, fires and
+// webhooks to the runtime but run no turn, so they link neither the model clients,
+// the MCP SDK nor the rule engine (package turns, the runner's alone); no function
+// links the SDK's SSM or Secrets Manager clients (package secret speaks their
+// protocol itself).
+func TestFunctionsCarryOnlyWhatTheyRun(t *testing.T) {
+	keys := []string{
 		"github.com/aws/aws-sdk-go-v2/service/ssm",
 		"github.com/aws/aws-sdk-go-v2/service/secretsmanager",
+	}
+	turns := append([]string{
+		"github.com/terret/terret-ws/internal/service/turns",
+		"github.com/terret/terret-ws/internal/model/bedrock",
+		"github.com/terret/terret-ws/internal/tools/mcptool",
+		"github.com/terret/terret-ws/internal/rules",
+		"github.com/aws/aws-sdk-go-v2/service/bedrockruntime",
 		"github.com/modelcontextprotocol/go-sdk/mcp",
 		"github.com/google/cel-go/cel",
+	}, keys...)
+	routes := append([]string{
+		"github.com/terret/terret-ws/internal/agent",
+		"github.com/terret/terret-ws/internal/service/agentservice",
+	}, turns...)
+	forbidden := map[string][]string{
+		"connect": routes, "disconnect": routes, "deliver": routes,
+		"message": turns, "http": turns, "schedule": turns, "webhook": turns,
+		"runner": keys,
 	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	for _, fn := range []string{"connect", "disconnect", "deliver"} {
+	entries, err := os.ReadDir("../../functions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		fn := e.Name()
 		t.Run(fn, func(t *testing.T) {
+			never, ok := forbidden[fn]
+			if !ok {
+				t.Fatalf("functions/%s: say here what it may not link", fn)
+			}
 			cmd := exec.Command(goBin, "list", "-deps", "-tags", "lambda.norpc", "../../functions/"+fn)
 			cmd.Env = append(cmd.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
 			out, err := cmd.Output()
@@ -37,7 +63,7 @@ func TestRoutesCarryNoRuntime(t *testing.T) {
 			for _, p := range strings.Fields(string(out)) {
 				deps[p] = true
 			}
-			for _, p := range forbidden {
+			for _, p := range never {
 				if deps[p] {
 					t.Errorf("functions/%s links %s", fn, p)
 				}

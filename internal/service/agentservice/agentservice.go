@@ -12,16 +12,14 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/delivery"
-	"github.com/terret/terret-ws/internal/model/bedrock"
+	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/pausehook"
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/secret"
@@ -30,7 +28,7 @@ import (
 	"github.com/terret/terret-ws/internal/timer"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/tools/lambdatool"
-	"github.com/terret/terret-ws/internal/tools/mcptool"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 )
 
 // QuotaSweepInput is the payload of the scheduled invocation of runner that starts the
@@ -73,6 +71,11 @@ type AgentOptions struct {
 	// Now is the runtime's clock (nil: time.Now): quota periods, leases, the quota
 	// sweep. For tests.
 	Now func() time.Time
+	// Turns, if set, is what running turns takes (package turns' Kit): set by the
+	// processes that run turns (the runner, `terret dev`). nil: a bedrock spec
+	// resolves but no model client is built, and the mcp kind is not registered —
+	// this process hands frames to the runtime and runs no turn.
+	Turns *Turns
 	// Timer fires approval requests' expiries (agent.Config.Timer); nil: LocalTimer
 	// when the functions run locally (LAMBDA_ENDPOINT set), AWSTimer where the
 	// template sets the schedule group (the runner, message and http functions).
@@ -95,35 +98,36 @@ func AWSTimer(cfg config.Config, awsCfg aws.Config) *timer.Scheduler {
 }
 
 // ProfileEnv is where profiles run with these options: keys from the environment
-// (and .env locally) or from Secrets Manager / SSM, Bedrock clients by region, the
-// tool kinds of ToolKinds. `terret agent put` checks profiles against it.
+// (and .env locally) or from Secrets Manager / SSM, the tool kinds builtin, lambda and
+// mcp, and — with o.Turns — a Bedrock client by region (without: DeclaredBedrock).
+// `terret agent put` checks profiles against it.
 func ProfileEnv(modelAWS aws.Config, o AgentOptions) profile.Env {
-	secrets := secret.NewFromConfig(modelAWS)
-	var mu sync.Mutex
-	clients := map[string]bedrock.API{}
-	return profile.Env{
+	env := profile.Env{
 		LookupEnv: func(name string) (string, bool) { return config.LookupKey(name, o.Local) },
-		Secrets:   secrets,
-		Kinds:     []string{tools.KindBuiltin, lambdatool.Kind, mcptool.Kind},
+		Secrets:   secret.NewFromConfig(modelAWS),
+		Kinds:     []string{tools.KindBuiltin, lambdatool.Kind, mcpspec.Kind},
 		NoCommand: !o.Local,
 		// Webhook receivers on loopback (http too) only for terret dev.
 		LocalWebhooks: o.Local,
 		Rules:         o.Rules,
-		Bedrock: func(region string) bedrock.API {
-			mu.Lock()
-			defer mu.Unlock()
-			if c, ok := clients[region]; ok {
-				return c
-			}
-			c := bedrockruntime.NewFromConfig(modelAWS, func(opt *bedrockruntime.Options) {
-				if region != "" {
-					opt.Region = region
-				}
-			})
-			clients[region] = c
-			return c
-		},
 	}
+	if o.Turns != nil {
+		env.Bedrock = o.Turns.Bedrock(modelAWS)
+	}
+	return env
+}
+
+// Turns is what only a process that runs turns builds (package turns' Kit: the
+// runner, `terret dev`): the Bedrock clients and the MCP tool kind, with the SDK
+// client and the MCP client they link. The functions that hand frames, fires and
+// webhooks to the runtime (message, http, schedule, webhook) run no turn, and
+// without it carry neither in their bootstraps nor set them up at cold start.
+type Turns struct {
+	// Bedrock returns profile.Env.Bedrock over modelAWS.
+	Bedrock func(modelAWS aws.Config) func(region string, c profile.BedrockConfig) model.Provider
+	// MCP builds the mcp tool kind's servers: stderr receives command servers'
+	// stderr, env resolves header references, local allows command servers.
+	MCP func(stderr io.Writer, env profile.Env, local bool) tools.SetBuilder
 }
 
 // AgentConfigWith builds the runtime's configuration: the default profile
@@ -169,8 +173,10 @@ func AgentConfigWith(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, 
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	if err := kinds.RegisterSetKind(mcptool.Kind, mcptool.Sets(mcptool.Options{Stderr: stderr, LookupEnv: env.LookupEnv, Secrets: env.Secrets}, o.Local)); err != nil {
-		return agent.Config{}, err
+	if o.Turns != nil {
+		if err := kinds.RegisterSetKind(mcpspec.Kind, o.Turns.MCP(stderr, env, o.Local)); err != nil {
+			return agent.Config{}, err
+		}
 	}
 	// The schedule tool: a profile that names it lets the model set, list and cancel its
 	// own agent's schedules (internal/schedule).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/terret/terret-ws/internal/tools"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 )
 
 // DefaultBuildTimeout bounds connecting and listing in a Builder when the spec sets no
@@ -67,7 +68,7 @@ func Builder(client *http.Client) tools.Builder {
 			MaxResultBytes:  spec.MaxResultBytes,
 			ProtocolVersion: spec.ProtocolVersion,
 		}
-		if err := cfg.validate(); err != nil {
+		if err := cfg.Validate(); err != nil {
 			return nil, err
 		}
 		key, err := json.Marshal(cfg)
@@ -107,7 +108,7 @@ func Builder(client *http.Client) tools.Builder {
 			}
 			return srv.tool(tc.Name, t, tc.Concurrency, approval)
 		}
-		return nil, fmt.Errorf("%w: %s: server has no tool %q", ErrBadConfig, redactURL(cfg.URL), remote)
+		return nil, fmt.Errorf("%w: %s: server has no tool %q", ErrBadConfig, mcpspec.RedactURL(cfg.URL), remote)
 	}
 }
 
@@ -125,7 +126,7 @@ func Sets(o Options, allowCommand bool) tools.SetBuilder {
 	var mu sync.Mutex
 	servers := map[string]*Server{}
 	return func(tc tools.ToolConfig) ([]tools.Tool, error) {
-		cfg, err := ParseConfig(tc.Spec)
+		cfg, err := mcpspec.ParseConfig(tc.Spec)
 		if err != nil {
 			return nil, err
 		}
@@ -164,6 +165,6 @@ func Sets(o Options, allowCommand bool) tools.SetBuilder {
 // (wrapping ErrBadConfig) naming the field, or an error wrapping ErrBadConfig for
 // JSON that does not decode.
 func CheckSpec(spec json.RawMessage) error {
-	_, err := ParseConfig(spec)
+	_, err := mcpspec.ParseConfig(spec)
 	return err
 }

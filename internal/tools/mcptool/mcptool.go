@@ -75,157 +75,25 @@ import (
 
 	"github.com/terret/terret-ws/internal/secret"
 	"github.com/terret/terret-ws/internal/tools"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 )
 
-// Kind is the "kind" of an MCP tool spec.
-const Kind = "mcp"
-
-// DefaultMaxResultBytes bounds a result when the config sets no bound: results go into
-// the durable log, whose events are bounded.
-const DefaultMaxResultBytes = 64 << 10
-
-// Errors returned by Build, Connect, Tools and Call.
+// Errors returned by Build, Connect, Tools and Call. ErrBadConfig is the spec's
+// (package mcpspec): a Build error for an invalid spec, or for a selected tool the
+// server does not have, wraps it.
 var (
-	ErrBadConfig      = errors.New("mcptool: invalid config")
+	ErrBadConfig      = mcpspec.ErrBadConfig
 	ErrConnect        = errors.New("mcptool: cannot connect to server")
 	ErrCall           = errors.New("mcptool: call failed")
 	ErrTool           = errors.New("mcptool: tool error")
 	ErrResultTooLarge = errors.New("mcptool: result too large")
 )
 
-// Override changes the concurrency or approval of one tool.
-type Override struct {
-	Concurrency   tools.Concurrency `json:"concurrency,omitempty"`
-	NeedsApproval *bool             `json:"needs_approval,omitempty"`
-}
+// Kind is the "kind" of an MCP tool spec (mcpspec.Kind).
+const Kind = mcpspec.Kind
 
-// Config declares one MCP server's tools.
-type Config struct {
-	Kind            string              `json:"kind,omitempty"`
-	URL             string              `json:"url,omitempty"`
-	Command         []string            `json:"command,omitempty"`
-	Dir             string              `json:"dir,omitempty"`
-	Prefix          string              `json:"prefix,omitempty"`
-	Tools           []string            `json:"tools,omitempty"`
-	Concurrency     tools.Concurrency   `json:"concurrency,omitempty"`
-	NeedsApproval   bool                `json:"needs_approval"`
-	Overrides       map[string]Override `json:"overrides,omitempty"`
-	Headers         map[string]string   `json:"headers,omitempty"`
-	HeadersEnv      map[string]string   `json:"headers_env,omitempty"`    // header → environment variable holding its value
-	HeadersSecret   map[string]string   `json:"headers_secret,omitempty"` // header → Secrets Manager / SSM reference
-	TimeoutMS       int                 `json:"timeout_ms,omitempty"`
-	MaxResultBytes  int                 `json:"max_result_bytes,omitempty"`
-	ProtocolVersion string              `json:"protocol_version,omitempty"`
-}
-
-// String leaves header values out, so the config can be printed.
-func (c Config) String() string {
-	return fmt.Sprintf("mcptool.Config{URL:%q Command:%q Prefix:%q Tools:%q Concurrency:%q NeedsApproval:%t Headers:%s(values redacted)}",
-		redactURL(c.URL), c.Command, c.Prefix, c.Tools, c.Concurrency, c.NeedsApproval, c.describeHeaders())
-}
-
-// GoString is String.
-func (c Config) GoString() string { return c.String() }
-
-// ParseConfig parses a server spec. It returns an error wrapping ErrBadConfig if the
-// JSON is malformed, has unknown fields, or does not declare a valid server.
-func ParseConfig(spec json.RawMessage) (Config, error) {
-	var c Config
-	dec := json.NewDecoder(bytes.NewReader(spec))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return Config{}, fieldErr(strings.Trim(name, `"`), "unknown key")
-		}
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return Config{}, fieldErr(te.Field, "wrong type: got JSON %s", te.Value)
-		}
-		return Config{}, fmt.Errorf("%w: %v", ErrBadConfig, err)
-	}
-	if err := c.validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
-}
-
-var namePart = regexp.MustCompile(`^[A-Za-z0-9_-]*$`)
-
-func validConcurrency(c tools.Concurrency) bool {
-	return c == "" || c == tools.Serial || c == tools.Parallel
-}
-
-// FieldError is an invalid config field: Field is its JSON path inside the spec
-// ("command", "overrides.fetch.concurrency"). It wraps ErrBadConfig.
-type FieldError struct {
-	Field   string
-	Message string
-}
-
-func (e *FieldError) Error() string {
-	return ErrBadConfig.Error() + ": " + e.Field + ": " + e.Message
-}
-
-// Unwrap returns ErrBadConfig.
-func (e *FieldError) Unwrap() error { return ErrBadConfig }
-
-func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
-}
-
-func (c Config) validate() error {
-	if c.Kind != "" && c.Kind != Kind {
-		return fieldErr("kind", "%q is not %q", c.Kind, Kind)
-	}
-	switch {
-	case c.URL != "" && len(c.Command) > 0:
-		return fieldErr("command", "give url (streamable HTTP) or command (stdio), not both")
-	case len(c.Command) > 0:
-		if strings.TrimSpace(c.Command[0]) == "" {
-			return fieldErr("command", "the program (first element) is empty")
-		}
-		if len(c.Headers)+len(c.HeadersEnv)+len(c.HeadersSecret) > 0 {
-			return fieldErr("headers", "headers apply to url servers only")
-		}
-	case c.URL == "":
-		return fieldErr("url", "required: url (streamable HTTP) or command (stdio)")
-	default:
-		u, err := url.Parse(c.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fieldErr("url", "must be an absolute http(s) URL")
-		}
-		if c.Dir != "" {
-			return fieldErr("dir", "dir applies to command servers only")
-		}
-		if err := c.validateHeaders(); err != nil {
-			return err
-		}
-	}
-	switch {
-	case !namePart.MatchString(c.Prefix):
-		return fieldErr("prefix", "%q must be letters, digits, _ or -", c.Prefix)
-	case !validConcurrency(c.Concurrency):
-		return fieldErr("concurrency", "%q is not serial or parallel", c.Concurrency)
-	case c.TimeoutMS < 0:
-		return fieldErr("timeout_ms", "must not be negative")
-	case c.MaxResultBytes < 0:
-		return fieldErr("max_result_bytes", "must not be negative")
-	}
-	for name, o := range c.Overrides {
-		if !validConcurrency(o.Concurrency) {
-			return fieldErr("overrides."+name+".concurrency", "%q is not serial or parallel", o.Concurrency)
-		}
-	}
-	return nil
-}
-
-// label names the server in errors: its URL without secrets, or its program.
-func (c Config) label() string {
-	if len(c.Command) > 0 {
-		return "command " + c.Command[0]
-	}
-	return redactURL(c.URL)
-}
+// Config declares one MCP server's tools (package mcpspec parses and checks it).
+type Config = mcpspec.Config
 
 // Build parses spec, connects to the server and returns one tool per server tool the
 // spec selects. client sends the HTTP requests (a default client if nil). It returns an
@@ -233,7 +101,7 @@ func (c Config) label() string {
 // server does not have), or ErrConnect if the server cannot be reached or listed
 // within ctx.
 func Build(ctx context.Context, spec json.RawMessage, client *http.Client) ([]tools.Tool, error) {
-	cfg, err := ParseConfig(spec)
+	cfg, err := mcpspec.ParseConfig(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -279,17 +147,22 @@ type Options struct {
 	// LookupEnv finds the variables headers_env names (nil: none is read).
 	LookupEnv func(name string) (string, bool)
 	// Secrets fetches headers_secret references (nil: they are refused).
-	Secrets Secrets
+	Secrets mcpspec.Secrets
+}
+
+// Lookup is where o resolves a spec's header references.
+func (o Options) Lookup() mcpspec.Lookup {
+	return mcpspec.Lookup{LookupEnv: o.LookupEnv, Secrets: o.Secrets}
 }
 
 // ConnectWith is Connect with the wiring's options.
 func ConnectWith(ctx context.Context, cfg Config, o Options) (*Server, error) {
 	client := o.HTTP
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.MaxResultBytes == 0 {
-		cfg.MaxResultBytes = DefaultMaxResultBytes
+		cfg.MaxResultBytes = mcpspec.DefaultMaxResultBytes
 	}
 	if client == nil {
 		// A transport of its own: the shared default one can have its idle connections
@@ -297,7 +170,7 @@ func ConnectWith(ctx context.Context, cfg Config, o Options) (*Server, error) {
 		// this session's streams.
 		client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	headers, secrets, err := cfg.resolveHeaders(ctx, o)
+	headers, secrets, err := cfg.ResolveHeaders(ctx, o.Lookup())
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +209,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	if err := sess.Close(); err != nil && !errors.Is(err, mcp.ErrSessionMissing) {
-		return fmt.Errorf("mcptool: close %s: %s", s.cfg.label(), s.scrub(err.Error()))
+		return fmt.Errorf("mcptool: close %s: %s", s.cfg.Label(), s.scrub(err.Error()))
 	}
 	return nil
 }
@@ -363,10 +236,10 @@ func (s *Server) Tools(ctx context.Context) ([]tools.Tool, error) {
 		delete(missing, t.Name)
 		name := s.cfg.Prefix + invalidNameChars.ReplaceAllString(t.Name, "_")
 		if len(name) > maxToolName {
-			return nil, fmt.Errorf("%w: %s: tool name %q longer than %d characters", ErrBadConfig, s.cfg.label(), name, maxToolName)
+			return nil, fmt.Errorf("%w: %s: tool name %q longer than %d characters", ErrBadConfig, s.cfg.Label(), name, maxToolName)
 		}
 		if prev, dup := seen[name]; dup {
-			return nil, fmt.Errorf("%w: %s: tools %q and %q both become %q", ErrBadConfig, s.cfg.label(), prev, t.Name, name)
+			return nil, fmt.Errorf("%w: %s: tools %q and %q both become %q", ErrBadConfig, s.cfg.Label(), prev, t.Name, name)
 		}
 		seen[name] = t.Name
 		conc, approval := s.cfg.Concurrency, s.cfg.NeedsApproval
@@ -390,7 +263,7 @@ func (s *Server) Tools(ctx context.Context) ([]tools.Tool, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, fmt.Errorf("%w: %s: server has no tools %q", ErrBadConfig, s.cfg.label(), names)
+		return nil, fmt.Errorf("%w: %s: server has no tools %q", ErrBadConfig, s.cfg.Label(), names)
 	}
 	return out, nil
 }
@@ -415,7 +288,7 @@ func (s *Server) list(ctx context.Context) ([]*mcp.Tool, error) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: list tools: %s", ErrConnect, s.cfg.label(), s.errText(ctx, err))
+		return nil, fmt.Errorf("%w: %s: list tools: %s", ErrConnect, s.cfg.Label(), s.errText(ctx, err))
 	}
 	return listed, nil
 }
@@ -439,7 +312,7 @@ func (s *Server) tool(name string, t *mcp.Tool, conc tools.Concurrency, approval
 	if t.InputSchema != nil {
 		schema, err := json.Marshal(t.InputSchema)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: tool %s: input schema: %v", ErrBadConfig, s.cfg.label(), t.Name, err)
+			return nil, fmt.Errorf("%w: %s: tool %s: input schema: %v", ErrBadConfig, s.cfg.Label(), t.Name, err)
 		}
 		def.Schema = schema
 	}
@@ -466,7 +339,7 @@ func (s *Server) session(ctx context.Context) (*mcp.ClientSession, error) {
 	case s.connecting <- struct{}{}:
 		defer func() { <-s.connecting }()
 	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.label(), ctx.Err())
+		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.Label(), ctx.Err())
 	}
 	if sess := s.current(); sess != nil {
 		return sess, nil // opened while this caller waited
@@ -511,14 +384,14 @@ func (s *Server) session(ctx context.Context) (*mcp.ClientSession, error) {
 				_ = c.sess.Close()
 			}
 		}()
-		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.label(), ctx.Err())
+		return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.Label(), ctx.Err())
 	}
 	sess, err := c.sess, c.err
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.label(), ctx.Err())
+			return nil, fmt.Errorf("%w: %s: %w", ErrConnect, s.cfg.Label(), ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: %s: %s", ErrConnect, s.cfg.label(), s.scrub(err.Error()))
+		return nil, fmt.Errorf("%w: %s: %s", ErrConnect, s.cfg.Label(), s.scrub(err.Error()))
 	}
 	s.mu.Lock()
 	s.sess = sess
@@ -627,18 +500,6 @@ func bound(s string) string {
 		s = s[:maxErrorText] + "…"
 	}
 	return s
-}
-
-// redactURL drops the query and password of a URL, which may carry secrets.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "[invalid url]"
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	return u.Redacted()
 }
 
 // headerTransport adds the configured headers to every request.

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/terret/terret-ws/internal/tools"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 	"github.com/terret/terret-ws/internal/tools/mcptool"
 )
 
@@ -484,7 +485,7 @@ func TestHeadersSentAndNeverInErrors(t *testing.T) {
 			t.Errorf("error %q carries a secret", err)
 		}
 	}
-	cfg, _ := mcptool.ParseConfig(json.RawMessage(spec))
+	cfg, _ := mcpspec.ParseConfig(json.RawMessage(spec))
 	if printed := fmt.Sprintf("%v %+v %#v", cfg, cfg, cfg); strings.Contains(printed, "s3cr3t") || strings.Contains(printed, "querysecret") {
 		t.Errorf("printed config leaks a secret: %s", printed)
 	}
@@ -572,5 +573,15 @@ func TestBuilderSharesSession(t *testing.T) {
 		if _, err := build(tools.ToolConfig{Name: "x", Kind: "mcp", Spec: json.RawMessage(spec)}); !errors.Is(err, mcptool.ErrBadConfig) {
 			t.Errorf("Builder with spec %s: err = %v, want ErrBadConfig", spec, err)
 		}
+	}
+}
+
+// TestSetsRefusesCommand: where no command may run (Lambda), a command server is
+// refused before anything is started.
+func TestSetsRefusesCommand(t *testing.T) {
+	build := mcptool.Sets(mcptool.Options{}, false)
+	_, err := build(tools.ToolConfig{Name: "l", Kind: mcptool.Kind, Spec: json.RawMessage(`{"command": ["/nonexistent/server"]}`)})
+	if !errors.Is(err, mcptool.ErrCommandRefused) {
+		t.Errorf("Sets(no command)(command spec) = %v, want ErrCommandRefused", err)
 	}
 }

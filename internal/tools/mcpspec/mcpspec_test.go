@@ -1,4 +1,4 @@
-package mcptool_test
+package mcpspec_test
 
 import (
 	"context"
@@ -8,8 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/terret/terret-ws/internal/tools"
-	"github.com/terret/terret-ws/internal/tools/mcptool"
+	"github.com/terret/terret-ws/internal/tools/mcpspec"
 )
 
 func TestConfigFieldErrors(t *testing.T) {
@@ -31,24 +30,14 @@ func TestConfigFieldErrors(t *testing.T) {
 		{`{"url": "http://x/mcp", "headers_secret": {"Authorization": " "}}`, "headers_secret.Authorization"},
 		{`{"url": "http://x/mcp", "headers_env": {"authorization": "A"}, "headers_secret": {"Authorization": "s"}}`, "headers_secret.Authorization"},
 	} {
-		_, err := mcptool.ParseConfig(json.RawMessage(c.spec))
-		var fe *mcptool.FieldError
-		if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, mcptool.ErrBadConfig) {
+		_, err := mcpspec.ParseConfig(json.RawMessage(c.spec))
+		var fe *mcpspec.FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field || !errors.Is(err, mcpspec.ErrBadConfig) {
 			t.Errorf("ParseConfig(%s) = %v, want a FieldError on %s", c.spec, err, c.field)
 		}
 	}
-	if _, err := mcptool.ParseConfig(json.RawMessage(`{"command": ["server", "--flag"], "dir": "/srv"}`)); err != nil {
+	if _, err := mcpspec.ParseConfig(json.RawMessage(`{"command": ["server", "--flag"], "dir": "/srv"}`)); err != nil {
 		t.Errorf("ParseConfig(command) = %v", err)
-	}
-}
-
-// TestSetsRefusesCommand: where no command may run (Lambda), a command server is
-// refused before anything is started.
-func TestSetsRefusesCommand(t *testing.T) {
-	build := mcptool.Sets(mcptool.Options{}, false)
-	_, err := build(tools.ToolConfig{Name: "l", Kind: mcptool.Kind, Spec: json.RawMessage(`{"command": ["/nonexistent/server"]}`)})
-	if !errors.Is(err, mcptool.ErrCommandRefused) {
-		t.Errorf("Sets(no command)(command spec) = %v, want ErrCommandRefused", err)
 	}
 }
 
@@ -65,7 +54,7 @@ func (m secretMap) Get(_ context.Context, ref string) (string, error) {
 // store; an unset variable, a missing secret or no store is a FieldError naming the
 // reference, never a value. Literal non-credential headers are kept.
 func TestCheckHeaders(t *testing.T) {
-	cfg, err := mcptool.ParseConfig(json.RawMessage(`{"url": "http://x/mcp", "headers": {"X-Tenant": "acme"},
+	cfg, err := mcpspec.ParseConfig(json.RawMessage(`{"url": "http://x/mcp", "headers": {"X-Tenant": "acme"},
 		"headers_env": {"Authorization": "MCP_TOKEN"}, "headers_secret": {"X-Extra-Token": "acme/mcp"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -73,17 +62,17 @@ func TestCheckHeaders(t *testing.T) {
 	lookup := func(n string) (string, bool) { return "Bearer v", n == "MCP_TOKEN" }
 	for _, c := range []struct {
 		name  string
-		o     mcptool.Options
+		o     mcpspec.Lookup
 		field string // "" for no error
 	}{
-		{"resolved", mcptool.Options{LookupEnv: lookup, Secrets: secretMap{"acme/mcp": "t0k"}}, ""},
-		{"no environment", mcptool.Options{Secrets: secretMap{"acme/mcp": "t0k"}}, "headers_env.Authorization"},
-		{"variable unset", mcptool.Options{LookupEnv: func(string) (string, bool) { return "", false }, Secrets: secretMap{}}, "headers_env.Authorization"},
-		{"no store", mcptool.Options{LookupEnv: lookup}, "headers_secret.X-Extra-Token"},
-		{"secret missing", mcptool.Options{LookupEnv: lookup, Secrets: secretMap{}}, "headers_secret.X-Extra-Token"},
+		{"resolved", mcpspec.Lookup{LookupEnv: lookup, Secrets: secretMap{"acme/mcp": "t0k"}}, ""},
+		{"no environment", mcpspec.Lookup{Secrets: secretMap{"acme/mcp": "t0k"}}, "headers_env.Authorization"},
+		{"variable unset", mcpspec.Lookup{LookupEnv: func(string) (string, bool) { return "", false }, Secrets: secretMap{}}, "headers_env.Authorization"},
+		{"no store", mcpspec.Lookup{LookupEnv: lookup}, "headers_secret.X-Extra-Token"},
+		{"secret missing", mcpspec.Lookup{LookupEnv: lookup, Secrets: secretMap{}}, "headers_secret.X-Extra-Token"},
 	} {
-		err := mcptool.CheckHeaders(context.Background(), cfg, c.o)
-		var fe *mcptool.FieldError
+		err := mcpspec.CheckHeaders(context.Background(), cfg, c.o)
+		var fe *mcpspec.FieldError
 		switch {
 		case c.field == "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)

@@ -1,4 +1,4 @@
-package mcptool
+package mcpspec
 
 import (
 	"context"
@@ -55,10 +55,18 @@ func (c Config) validateHeaders() error {
 	return nil
 }
 
-// resolveHeaders returns the headers every request carries: the literal ones and the
-// values the references name, looked up through o. The values are secrets: never in
-// an error.
-func (c Config) resolveHeaders(ctx context.Context, o Options) (map[string]string, []string, error) {
+// Lookup is where header references resolve.
+type Lookup struct {
+	// LookupEnv finds the variables headers_env names (nil: none is read).
+	LookupEnv func(name string) (string, bool)
+	// Secrets fetches headers_secret references (nil: they are refused).
+	Secrets Secrets
+}
+
+// ResolveHeaders returns the headers every request carries — the literal ones and the
+// values the references name, looked up through o — and every value, for scrubbing.
+// The values are secrets: never in an error.
+func (c Config) ResolveHeaders(ctx context.Context, o Lookup) (map[string]string, []string, error) {
 	out := make(map[string]string, len(c.Headers)+len(c.HeadersEnv)+len(c.HeadersSecret))
 	for k, v := range c.Headers {
 		out[k] = v
@@ -94,8 +102,8 @@ func (c Config) resolveHeaders(ctx context.Context, o Options) (map[string]strin
 // CheckHeaders resolves cfg's header references where o runs, without connecting: the
 // check `terret agent put` and a profile load make. It returns a *FieldError naming
 // the reference.
-func CheckHeaders(ctx context.Context, cfg Config, o Options) error {
-	_, _, err := cfg.resolveHeaders(ctx, o)
+func CheckHeaders(ctx context.Context, cfg Config, o Lookup) error {
+	_, _, err := cfg.ResolveHeaders(ctx, o)
 	return err
 }
 
