@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +27,9 @@ import (
 
 	"github.com/terret/terret-ws/internal/config"
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/httpapi"
+	"github.com/terret/terret-ws/internal/schedule"
+	"github.com/terret/terret-ws/internal/sessionlog"
 )
 
 // helloSource is the floor function: the smallest Go Lambda, built the same way.
@@ -64,6 +70,11 @@ func (b *bench) runColdStart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, n := range names {
+		if !contains(coldOrder, n) {
+			return fmt.Errorf("cold start: no sample event for function %s (coldOrder, coldEvents)", n)
+		}
+	}
 	dir := b.lambdaDir()
 	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -78,6 +89,13 @@ func (b *bench) runColdStart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := b.setColdSchedule(ctx); err != nil {
+		return err
+	}
+	origin, err := originSecret()
+	if err != nil {
+		return err
+	}
 	results := map[string]*coldResult{}
 	for _, n := range names {
 		st, err := os.Stat(filepath.Join(dir, "arm64", n, "bootstrap"))
@@ -86,22 +104,31 @@ func (b *bench) runColdStart(ctx context.Context) error {
 		}
 		results[n] = &coldResult{Name: n, Size: st.Size()}
 	}
-	// Connect first (it creates the session and the connection record the others use),
-	// disconnect last; each round a new connection id.
-	order := []string{"connect", "message", "deliver", "runner", "disconnect", "hello"}
+	var fireAt time.Time
 	for r := 0; r < b.o.coldRuns; r++ {
-		connID := fmt.Sprintf("bench%02dcold=", r)
-		for _, n := range order {
+		// Each round a new connection id and a later due time, so that every round's
+		// schedule fire is a fire, not a duplicate.
+		if now := time.Now().UTC().Truncate(time.Second); now.After(fireAt) {
+			fireAt = now
+		} else {
+			fireAt = fireAt.Add(time.Second)
+		}
+		subs := coldSubs{ConnID: fmt.Sprintf("bench%02dcold=", r), Token: token, Origin: origin, FireAt: fireAt.Format(time.RFC3339)}
+		for _, n := range coldOrder {
 			res, ok := results[n]
 			if !ok {
 				continue
 			}
-			event, err := coldEvent(n, connID, token)
+			event, err := coldEvent(n, subs)
+			if err != nil {
+				return err
+			}
+			env, err := b.lambdaEnv(n, stub.URL, origin)
 			if err != nil {
 				return err
 			}
 			bootstrap, _ := filepath.Abs(filepath.Join(dir, runtime.GOARCH, n, "bootstrap"))
-			wall, init, first, err := b.coldOnce(ctx, rie, bootstrap, b.lambdaEnv(n, stub.URL), event)
+			wall, init, first, err := b.coldOnce(ctx, rie, bootstrap, env, event, func(body []byte) error { return coldAnswer(n, body) })
 			if err != nil {
 				return fmt.Errorf("cold start of %s: %w", n, err)
 			}
@@ -116,12 +143,68 @@ func (b *bench) runColdStart(ctx context.Context) error {
 		}
 	}
 	b.res.coldFloor = *results["hello"]
-	for _, n := range names {
-		if _, ok := results[n]; !ok || (n != "hello" && !contains(order, n)) {
-			return fmt.Errorf("cold start: no sample event for function %s", n)
-		}
+	return nil
+}
+
+// coldOrder is the order the functions start in, each round. Connect first (it creates
+// the session and the connection record the others use), disconnect last.
+var coldOrder = []string{"connect", "message", "deliver", "runner", "http", "schedule", "webhook", "disconnect", "hello"}
+
+// coldEvents names each function's sample event in events/ (hello gets {}).
+//
+//   - connect, message (a subscribe), disconnect: API Gateway's WebSocket route events,
+//     with this round's connection id; connect's with a valid token.
+//   - deliver: a log stream batch of agent-1; runner: agent-1's run (an empty inbox).
+//   - http: a function URL request, as CloudFront forwards it, for a page of agent-1's
+//     log (GET /agents/agent-1/events?from_seq=0): the origin header and the bearer token
+//     checked, the token's hash read, then the log.
+//   - schedule: EventBridge Scheduler's fire of agent-2's schedule daily-digest, which
+//     setColdSchedule sets: the record read, then the inject queued (a transaction on
+//     the agents table) and the runner invoked (the stub). agent-2, not agent-1: a fire
+//     is an inject that wakes the agent, and the next round's runner would run its turn.
+//   - webhook: an attempt off the webhook queue (SQS) for agent-1, whose profile names
+//     no webhook: the profile read, and the attempt dropped as no longer wanted — no
+//     receiver is called.
+var coldEvents = map[string]string{
+	"connect": "connect.json", "message": "message-subscribe.json", "disconnect": "disconnect.json",
+	"deliver": "deliver-log-stream.json", "runner": "runner.json", "http": "http-events-page.json",
+	"schedule": "schedule-fire.json", "webhook": "webhook-attempt.json",
+}
+
+// coldScheduleText is the text of the schedule the schedule function fires.
+const coldScheduleText = "Summarize what changed in the deploy dashboard since yesterday and flag anything red."
+
+// setColdSchedule sets the schedule events/schedule-fire.json fires: every 24 hours, so
+// that no engine fires it while the bench runs, and it stays (a one-shot's fire deletes
+// it). Records only, as terret dev's are: the schedule function's fire needs no engine.
+func (b *bench) setColdSchedule(ctx context.Context) error {
+	raw, err := os.ReadFile(filepath.Join("events", coldEvents["schedule"]))
+	if err != nil {
+		return err
+	}
+	var in schedule.FireInput
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return fmt.Errorf("cold start: %s: %w", coldEvents["schedule"], err)
+	}
+	c := b.st.cfg
+	svc := schedule.New(schedule.Config{DB: b.st.raw, Table: c.AgentsTable, Log: sessionlog.New(b.st.raw, c.LogTable),
+		Bounds: schedule.Bounds{MinEvery: schedule.EventBridgeMinEvery}, Logger: b.st.logger})
+	_, err = svc.Set(ctx, in.AgentID, schedule.Spec{ID: in.ScheduleID, Text: coldScheduleText, Every: "24h"})
+	if err != nil {
+		return fmt.Errorf("cold start: set the schedule %s of %s: %w", in.ScheduleID, in.AgentID, err)
 	}
 	return nil
+}
+
+// originSecret is this run's ORIGIN_SECRET (as template.yaml's OriginSecret: 32–128 of
+// A-Z a-z 0-9 _ -), which connect's and http's sample events carry as CloudFront's
+// origin header.
+func originSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 func contains(xs []string, x string) bool {
@@ -194,15 +277,23 @@ func (b *bench) startBuilds(ctx context.Context) {
 	}()
 }
 
-// coldEvent is the first event a function gets: the sample of events/, with this
-// round's connection id and, for connect, a valid token.
-func coldEvent(name, connID, token string) ([]byte, error) {
-	file := map[string]string{
-		"connect": "connect.json", "message": "message-subscribe.json", "disconnect": "disconnect.json",
-		"deliver": "deliver-log-stream.json", "runner": "runner.json",
-	}[name]
+// coldSubs are what a round substitutes in the sample events.
+type coldSubs struct {
+	ConnID string // the WebSocket events' connection id
+	Token  string // a current token of agent-1 (connect's and http's Authorization)
+	Origin string // ORIGIN_SECRET, as CloudFront's origin header (connect, http)
+	FireAt string // the schedule fire's due time
+}
+
+// coldEvent is the first event a function gets: its sample of events/ (coldEvents),
+// with this round's substitutions.
+func coldEvent(name string, s coldSubs) ([]byte, error) {
 	if name == "hello" {
 		return []byte(`{}`), nil
+	}
+	file, ok := coldEvents[name]
+	if !ok {
+		return nil, fmt.Errorf("cold start: no sample event for function %s", name)
 	}
 	raw, err := os.ReadFile(filepath.Join("events", file))
 	if err != nil {
@@ -212,29 +303,96 @@ func coldEvent(name, connID, token string) ([]byte, error) {
 	case "connect", "message", "disconnect":
 		var ev events.APIGatewayWebsocketProxyRequest
 		if err := json.Unmarshal(raw, &ev); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", file, err)
 		}
-		ev.RequestContext.ConnectionID = connID
+		ev.RequestContext.ConnectionID = s.ConnID
 		if name == "connect" {
-			ev.Headers["Authorization"] = "Bearer " + token
-			ev.MultiValueHeaders["Authorization"] = []string{"Bearer " + token}
+			ev.Headers["Authorization"] = "Bearer " + s.Token
+			ev.MultiValueHeaders["Authorization"] = []string{"Bearer " + s.Token}
+			ev.Headers[httpapi.OriginHeader] = s.Origin
+			ev.MultiValueHeaders[httpapi.OriginHeader] = []string{s.Origin}
 		}
 		return json.Marshal(ev)
+	case "http":
+		var ev events.LambdaFunctionURLRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		ev.Headers["authorization"] = "Bearer " + s.Token
+		ev.Headers[strings.ToLower(httpapi.OriginHeader)] = s.Origin
+		return json.Marshal(ev)
+	case "schedule":
+		var in schedule.FireInput
+		if err := json.Unmarshal(raw, &in); err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		in.FireAt = s.FireAt
+		return json.Marshal(in)
+	}
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("%s: not JSON", file)
 	}
 	return raw, nil
+}
+
+// coldAnswer checks a first invocation's answer beyond the emulator's error: a
+// function that answers a refusal, or reports failed records, did not do the work its
+// cold start is timed on.
+func coldAnswer(name string, body []byte) error {
+	switch name {
+	case "connect":
+		var resp events.APIGatewayProxyResponse
+		if err := json.Unmarshal(body, &resp); err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("connect answered %s", body)
+		}
+	case "http":
+		// A streamed function URL answer: the prelude (status and headers as JSON),
+		// eight NUL bytes, then the body.
+		prelude, rest, ok := bytes.Cut(body, make([]byte, 8))
+		var p struct {
+			StatusCode int `json:"statusCode"`
+		}
+		if !ok || json.Unmarshal(prelude, &p) != nil || p.StatusCode != http.StatusOK {
+			return fmt.Errorf("http answered %q", body)
+		}
+		var page httpapi.EventsPage
+		if err := json.Unmarshal(rest, &page); err != nil || len(page.Events) == 0 {
+			return fmt.Errorf("http answered no page of the log: %q", rest)
+		}
+	case "deliver", "webhook":
+		var resp struct {
+			Failures []json.RawMessage `json:"batchItemFailures"`
+		}
+		if err := json.Unmarshal(body, &resp); err != nil || len(resp.Failures) > 0 {
+			return fmt.Errorf("%s answered %s", name, body)
+		}
+	}
+	return nil
 }
 
 // lambdaEnv is the environment of a function under the emulator: every variable
 // config.Vars names for it, from this run's configuration, with the @connections and
 // Lambda APIs pointed at stub.
-func (b *bench) lambdaEnv(name, stub string) []string {
+//
+// The schedule engine's variables name a group, target and role that do not exist:
+// no function calls EventBridge Scheduler on its sample event's path (the scheduler
+// client has no local endpoint; a call would fail the cold start). The webhook queue's
+// URL is on the stub (a local queue's origin is its SQS endpoint); the sample attempt
+// sends nothing to it.
+func (b *bench) lambdaEnv(name, stub, origin string) ([]string, error) {
 	c := b.st.cfg
+	account, region := "123456789012", dynamolocal.Region
 	values := map[string]string{
 		"LOG_TABLE": c.LogTable, "CONNECTIONS_TABLE": c.ConnectionsTable, "AGENTS_TABLE": c.AgentsTable,
 		"WS_MANAGEMENT_ENDPOINT": stub + "/prod", "DELIVER_FUNCTION": "deliver", "RUNNER_FUNCTION": "runner",
 		"REPLAY_LIMIT": strconv.Itoa(c.ReplayLimit), "MAX_CONCURRENT_REPLAYS": strconv.Itoa(c.MaxConcurrentReplays),
 		"OUTBOUND_QUEUE": strconv.Itoa(c.OutboundQueue), "APPROVALS": "false", "MAIN_MODEL": "scripted",
-		"TITLER_MODEL": "scripted", "AGENT_PROFILE": "",
+		"TITLER_MODEL": "scripted", "AGENT_PROFILE": "", "RETENTION_DAYS": strconv.Itoa(c.RetentionDays),
+		"MAX_OBSERVERS": strconv.Itoa(cmp.Or(c.MaxObservers, config.DefaultMaxObservers)), "ORIGIN_SECRET": origin,
+		"SCHEDULE_GROUP":      "bench-schedules",
+		"SCHEDULE_TARGET_ARN": "arn:aws:lambda:" + region + ":" + account + ":function:bench-schedule",
+		"SCHEDULE_ROLE_ARN":   "arn:aws:iam::" + account + ":role/bench-scheduler",
+		"WEBHOOK_QUEUE_URL":   stub + "/" + account + "/bench-webhooks",
 	}
 	memory := "256"
 	if name == "runner" {
@@ -248,9 +406,13 @@ func (b *bench) lambdaEnv(name, stub string) []string {
 		"HOME=" + os.TempDir(),
 	}
 	for _, v := range config.Vars(name) {
-		env = append(env, v+"="+values[v])
+		val, ok := values[v]
+		if !ok {
+			return nil, fmt.Errorf("cold start: no value for %s, which function %s reads", v, name)
+		}
+		env = append(env, v+"="+val)
 	}
-	return env
+	return env, nil
 }
 
 var (
@@ -260,7 +422,7 @@ var (
 
 // coldOnce starts the emulator with bootstrap and invokes it once with event as soon as
 // it listens.
-func (b *bench) coldOnce(ctx context.Context, rie, bootstrap string, env []string, event []byte) (wall, init, first time.Duration, err error) {
+func (b *bench) coldOnce(ctx context.Context, rie, bootstrap string, env []string, event []byte, check func([]byte) error) (wall, init, first time.Duration, err error) {
 	port, err := dynamolocal.FreePort()
 	if err != nil {
 		return 0, 0, 0, err
@@ -311,11 +473,21 @@ func (b *bench) coldOnce(ctx context.Context, rie, bootstrap string, env []strin
 	if strings.Contains(string(body), `"errorType"`) {
 		return 0, 0, 0, fmt.Errorf("function failed: %s", body)
 	}
+	if err := check(body); err != nil {
+		return 0, 0, 0, err
+	}
 	// The emulator logs its reports right after answering.
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		out := logs.String()
 		im, rm := initReport.FindStringSubmatch(out), invokeReport.FindStringSubmatch(out)
 		if im != nil && rm != nil {
+			// What the function did, for -log at -log-level info.
+			answer := string(body)
+			if len(answer) > 2048 {
+				answer = answer[:2048] + "…"
+			}
+			b.st.logger.InfoContext(ctx, "cold start: first invocation", "function", filepath.Base(filepath.Dir(bootstrap)),
+				"answer", answer, "output", strings.Split(strings.TrimSpace(out), "\n"))
 			return wall, ms(im[1]), ms(rm[1]), nil
 		}
 	}
