@@ -2,6 +2,7 @@ package stack
 
 import (
 	"bytes"
+	"crypto/md5"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,9 @@ import (
 	"github.com/terret/terret-ws/internal/auth"
 	"github.com/terret/terret-ws/internal/delivery"
 	"github.com/terret/terret-ws/internal/protocol"
+	"github.com/terret/terret-ws/internal/schedule"
 	"github.com/terret/terret-ws/internal/sessionlog"
+	"github.com/terret/terret-ws/internal/webhook"
 )
 
 // strictDecode decodes data into v the way a handler receives it and proves the file
@@ -91,6 +94,7 @@ var wantEvents = []string{
 	"connect.json", "connect-no-auth.json", "disconnect.json",
 	"deliver-log-stream.json", "deliver-tokens-stream.json", "deliver-kick.json", "deliver-kick-drop.json",
 	"runner.json", "message-bad-frame.json",
+	"http-events-page.json", "schedule-fire.json", "webhook-attempt.json",
 }
 
 func readEvent(t *testing.T, name string) []byte {
@@ -171,6 +175,29 @@ func TestSampleEvents(t *testing.T) {
 			if err := strictDecode(data, &r); err != nil || !auth.ValidAgentID(r.AgentID) {
 				t.Errorf("%s: want {\"agent_id\": VALID_ID}: %v %q", name, err, r.AgentID)
 			}
+		case name == "http-events-page.json":
+			var ev events.LambdaFunctionURLRequest
+			if err := strictDecode(data, &ev); err != nil {
+				t.Errorf("%s: not a function URL event: %v", name, err)
+				continue
+			}
+			checkFunctionURLEvent(t, name, ev)
+		case name == "schedule-fire.json":
+			var in schedule.FireInput
+			if err := strictDecode(data, &in); err != nil {
+				t.Errorf("%s: not a schedule.FireInput: %v", name, err)
+				continue
+			}
+			if _, err := schedule.ParseTime(in.FireAt); err != nil || !auth.ValidAgentID(in.AgentID) || in.ScheduleID == "" {
+				t.Errorf("%s: want a valid agent_id, a schedule_id and an RFC 3339 fire_at: %+v (%v)", name, in, err)
+			}
+		case name == "webhook-attempt.json":
+			var ev events.SQSEvent
+			if err := strictDecode(data, &ev); err != nil {
+				t.Errorf("%s: not an SQS batch: %v", name, err)
+				continue
+			}
+			checkWebhookAttempts(t, name, ev)
 		default:
 			t.Errorf("%s: no check knows this event", name)
 		}
@@ -178,6 +205,50 @@ func TestSampleEvents(t *testing.T) {
 	sort.Strings(connectionIDs)
 	if len(connectionIDs) == 0 || connectionIDs[0] != connectionIDs[len(connectionIDs)-1] {
 		t.Errorf("the samples should follow one connection, got ids %v", connectionIDs)
+	}
+}
+
+var urlDomain = regexp.MustCompile(`^([a-z0-9]{32})\.lambda-url\.([a-z]{2}-[a-z]+-\d)\.on\.aws$`)
+
+// checkFunctionURLEvent: a request to the http function's URL as CloudFront forwards
+// it (payload 2.0, lower-case header names, the origin header and a bearer token).
+func checkFunctionURLEvent(t *testing.T, name string, ev events.LambdaFunctionURLRequest) {
+	t.Helper()
+	rc := ev.RequestContext
+	m := urlDomain.FindStringSubmatch(rc.DomainName)
+	if ev.Version != "2.0" || m == nil || m[1] != rc.APIID || rc.DomainPrefix != rc.APIID || ev.Headers["host"] != rc.DomainName {
+		t.Errorf("%s: version %q, domainName %q, apiId %q, domainPrefix %q, host %q", name, ev.Version, rc.DomainName, rc.APIID, rc.DomainPrefix, ev.Headers["host"])
+	}
+	if rc.HTTP.Method == "" || rc.HTTP.Path != ev.RawPath || rc.RequestID == "" || rc.TimeEpoch == 0 || rc.HTTP.SourceIP == "" {
+		t.Errorf("%s: incomplete requestContext %+v", name, rc)
+	}
+	for k := range ev.Headers {
+		if k != strings.ToLower(k) {
+			t.Errorf("%s: header %q: a function URL event's header names are lower case", name, k)
+		}
+	}
+	if !strings.HasPrefix(auth.BearerToken(ev.Headers["authorization"]), auth.TokenPrefix) || ev.Headers["x-terret-origin"] == "" {
+		t.Errorf("%s: want a bearer token and the origin header", name)
+	}
+}
+
+// checkWebhookAttempts: a batch of the webhook queue, each body a webhook.Job.
+func checkWebhookAttempts(t *testing.T, name string, ev events.SQSEvent) {
+	t.Helper()
+	if len(ev.Records) == 0 {
+		t.Fatalf("%s: no records", name)
+	}
+	for i, m := range ev.Records {
+		var job webhook.Job
+		if m.EventSource != "aws:sqs" || m.MessageId == "" || m.ReceiptHandle == "" || m.Attributes["ApproximateReceiveCount"] == "" {
+			t.Errorf("%s record %d: eventSource %q, messageId, receiptHandle and ApproximateReceiveCount", name, i, m.EventSource)
+		}
+		if fmt.Sprintf("%x", md5.Sum([]byte(m.Body))) != m.Md5OfBody {
+			t.Errorf("%s record %d: md5OfBody is not the body's", name, i)
+		}
+		if err := json.Unmarshal([]byte(m.Body), &job); err != nil || !auth.ValidAgentID(job.AgentID) || job.URL == "" || job.ID == "" || !json.Valid(job.Body) {
+			t.Errorf("%s record %d: body is no webhook.Job: %v", name, i, err)
+		}
 	}
 }
 
