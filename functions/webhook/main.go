@@ -6,12 +6,12 @@ package main
 
 import (
 	"github.com/terret/terret-ws/internal/service"
-	"github.com/terret/terret-ws/internal/service/agentservice"
+	"github.com/terret/terret-ws/internal/service/webhookservice"
 )
 
 func main() {
 	env := service.Boot("webhook")
-	c, err := agentservice.Webhook(env.Config, env.AWS, env.Logger, agentservice.WebhookOptions{})
+	c, err := webhookservice.Consumer(env.Config, env.AWS, env.Logger, webhookservice.Options{})
 	if err != nil {
 		service.Exit(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/terret/terret-ws/internal/eventsource"
 	"github.com/terret/terret-ws/internal/localqueue"
 	"github.com/terret/terret-ws/internal/service/agentservice"
+	"github.com/terret/terret-ws/internal/service/webhookservice"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webhook"
 )
@@ -38,7 +39,7 @@ func (st *Stack) bindWebhook(fn interface{ Bind(lambda.Handler) }, awsCfg aws.Co
 		def = prof.src.Default
 	}
 	env := agentservice.ProfileEnv(userAWS, agentservice.AgentOptions{Local: true})
-	c, err := agentservice.Webhook(cfg, awsCfg, logger, agentservice.WebhookOptions{Default: def, Env: &env, Consumer: o.Webhook})
+	c, err := webhookservice.Consumer(cfg, awsCfg, logger, webhookservice.Options{Default: def, Env: &env, Consumer: o.Webhook})
 	if err != nil {
 		return err
 	}

@@ -13,11 +13,11 @@ import (
 // bootstrap stays small and its init does not build clients it never calls
 // (docs/performance.md, "Cold start"). connect, disconnect and deliver link none of
 // the agent runtime (one import of it for a single helper once put all of it back
-// into the three binaries); message, http, schedule and webhook hand frames, fires and
-// webhooks to the runtime but run no turn, so they link neither the model clients,
-// the MCP SDK nor the rule engine (package turns, the runner's alone); no function
-// links the SDK's SSM or Secrets Manager clients (package secret speaks their
-// protocol itself).
+// into the three binaries). message, http and schedule hand frames and fires to the
+// runtime but run no turn and send no webhook: they link neither the model clients,
+// the MCP SDK, the rule engine (package turns and CEL are the runner's alone) nor the
+// SQS client (webhook's). No function links the SDK's SSM or Secrets Manager clients
+// (package secret speaks their protocol itself).
 func TestFunctionsCarryOnlyWhatTheyRun(t *testing.T) {
 	keys := []string{
 		"github.com/aws/aws-sdk-go-v2/service/ssm",
@@ -32,13 +32,17 @@ func TestFunctionsCarryOnlyWhatTheyRun(t *testing.T) {
 		"github.com/modelcontextprotocol/go-sdk/mcp",
 		"github.com/google/cel-go/cel",
 	}, keys...)
+	frames := append([]string{
+		"github.com/terret/terret-ws/internal/webhook/sqsqueue",
+		"github.com/aws/aws-sdk-go-v2/service/sqs",
+	}, turns...)
 	routes := append([]string{
 		"github.com/terret/terret-ws/internal/agent",
 		"github.com/terret/terret-ws/internal/service/agentservice",
 	}, turns...)
 	forbidden := map[string][]string{
 		"connect": routes, "disconnect": routes, "deliver": routes,
-		"message": turns, "http": turns, "schedule": turns, "webhook": turns,
+		"message": frames, "http": frames, "schedule": frames, "webhook": turns,
 		"runner": keys,
 	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")

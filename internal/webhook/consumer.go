@@ -35,7 +35,7 @@ type Epochs interface {
 	Epoch(ctx context.Context, agentID string) (string, error)
 }
 
-// Queue carries Jobs between attempts: SQSQueue (SQS on AWS, MemQueue's endpoint
+// Queue carries Jobs between attempts: package sqsqueue (SQS on AWS, MemQueue's endpoint
 // locally).
 type Queue interface {
 	// Send enqueues jobs, visible at once.

@@ -26,6 +26,7 @@ import (
 	"github.com/terret/terret-ws/internal/localqueue"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/webhook"
+	"github.com/terret/terret-ws/internal/webhook/sqsqueue"
 )
 
 // testSecret is a Standard Webhooks secret for the tests' receivers.
@@ -188,7 +189,7 @@ func startRig(t *testing.T, hooks webhook.Hooks, o webhook.Options) *rig {
 	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(q.Endpoint()),
 		Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")})
 	o.Addresses.Loopback = true
-	c = webhook.New(hooks, fixedEpochs("epoch-1"), webhook.NewSQSQueue(client, q.URL()), logger, o)
+	c = webhook.New(hooks, fixedEpochs("epoch-1"), sqsqueue.New(client, q.URL()), logger, o)
 	return &rig{c: c, q: q, logs: logs}
 }
 

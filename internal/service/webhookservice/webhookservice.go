@@ -1,4 +1,8 @@
-package agentservice
+// Package webhookservice builds the webhook function's consumer (and `terret dev`'s):
+// the agents' webhooks from their profiles, attempts queued on SQS. It is apart from
+// package agentservice so that the functions that build the agent runtime do not link
+// the SQS client.
+package webhookservice
 
 import (
 	"context"
@@ -17,11 +21,12 @@ import (
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/webhook"
+	"github.com/terret/terret-ws/internal/webhook/sqsqueue"
 )
 
-// WebhookOptions are what a local stack sets besides the configuration; the zero
+// Options are what a local stack sets besides the configuration; the zero
 // value is the deployed function's.
-type WebhookOptions struct {
+type Options struct {
 	// Default returns the default profile (nil: cfg.AgentProfile, read once).
 	Default func() tools.Profile
 	// Env resolves the webhooks' secrets (nil: the function's environment and
@@ -31,10 +36,10 @@ type WebhookOptions struct {
 	Consumer webhook.Options
 }
 
-// Webhook builds the webhook function's consumer: the agents' webhooks from the
+// Consumer builds the webhook function's consumer: the agents' webhooks from the
 // default profile merged with each agent's own (the agents table), epochs from the
 // log, attempts queued on cfg.WebhookQueueURL (SQS; locally the local queue).
-func Webhook(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, o WebhookOptions) (*webhook.Consumer, error) {
+func Consumer(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, o Options) (*webhook.Consumer, error) {
 	local := cfg.DynamoDBEndpoint != ""
 	def := o.Default
 	if def == nil {
@@ -66,7 +71,7 @@ func Webhook(cfg config.Config, awsCfg aws.Config, logger *slog.Logger, o Webhoo
 	co := o.Consumer
 	co.Addresses.Loopback = env.LocalWebhooks
 	hooks := &profileHooks{db: db, table: cfg.AgentsTable, def: def, env: *env}
-	return webhook.New(hooks, sessionlog.New(db, cfg.LogTable), webhook.NewSQSQueue(sqsClient, cfg.WebhookQueueURL), logger, co), nil
+	return webhook.New(hooks, sessionlog.New(db, cfg.LogTable), sqsqueue.New(sqsClient, cfg.WebhookQueueURL), logger, co), nil
 }
 
 // profileHooks is webhook.Hooks over the profiles: one read of the agent's own
