@@ -35,7 +35,9 @@ func slowDial(ctx context.Context, network, addr string) (net.Conn, error) {
 // another agent is unaffected.
 func TestLaggedLiveTail(t *testing.T) {
 	t.Parallel()
-	e := startStack(t, devstack.Options{OutboundQueue: 40})
+	// Pings every 5 minutes: the slow client reads nothing for a while (below), and a
+	// ping it does not answer would close its socket first.
+	e := startStack(t, devstack.Options{OutboundQueue: 40, PingInterval: 5 * time.Minute})
 	slowTok, fastTok := e.token(t, "slow"), e.token(t, "fast")
 	ctx, cancel := hangContext(t)
 	defer cancel()
@@ -66,11 +68,26 @@ func TestLaggedLiveTail(t *testing.T) {
 	if f, _ := read(); !strings.Contains(f, `"seq":0`) {
 		t.Fatalf("replay frame %q", f)
 	}
-	// Large events pile up faster than the slow client reads them (one frame per 40 ms).
+	// Large events pile up while the slow client reads nothing: it starts reading once
+	// 60 are appended — the bound (40) and more than the socket's buffers hold — so it
+	// falls behind however fast this machine appends (a reader pacing itself fell
+	// behind only while appends outran it, which a loaded machine's DynamoDB Local did
+	// not).
 	big := strings.Repeat("x", 60*1024)
 	appended := make(chan error, 1)
+	behind := make(chan struct{})
 	go func() {
+		defer func() {
+			select {
+			case <-behind:
+			default:
+				close(behind)
+			}
+		}()
 		for i := range 150 {
+			if i == 60 {
+				close(behind)
+			}
 			if _, err := e.log.Append(context.Background(), "slow", "test/big", map[string]any{"i": i, "pad": big}); err != nil {
 				appended <- err
 				return
@@ -89,6 +106,10 @@ func TestLaggedLiveTail(t *testing.T) {
 		// An exact prefix of the log, then lagged, then the close.
 		want := int64(1)
 		defer func() { slowDone <- want }()
+		select {
+		case <-behind:
+		case <-ctx.Done():
+		}
 		for {
 			f, err := read()
 			if err != nil {
@@ -109,7 +130,6 @@ func TestLaggedLiveTail(t *testing.T) {
 				return
 			}
 			want++
-			time.Sleep(40 * time.Millisecond)
 		}
 	}()
 	fast.events(1, 15) // the other agent streams on, unaffected
