@@ -16,13 +16,12 @@ import (
 // into the three binaries). message, http and schedule hand frames and fires to the
 // runtime but run no turn and send no webhook: they link neither the model clients,
 // the MCP SDK, the rule engine (package turns and CEL are the runner's alone) nor the
-// SQS client (webhook's). No function links the SDK's SSM, Secrets Manager or Lambda
-// clients (packages secret and invoke speak their protocols themselves).
+// SQS client (webhook's). No function links the SDK's SSM or Secrets Manager clients
+// (package secret speaks their protocol itself).
 func TestFunctionsCarryOnlyWhatTheyRun(t *testing.T) {
-	nowhere := []string{
+	keys := []string{
 		"github.com/aws/aws-sdk-go-v2/service/ssm",
 		"github.com/aws/aws-sdk-go-v2/service/secretsmanager",
-		"github.com/aws/aws-sdk-go-v2/service/lambda",
 	}
 	turns := append([]string{
 		"github.com/terret/terret-ws/internal/service/turns",
@@ -32,7 +31,7 @@ func TestFunctionsCarryOnlyWhatTheyRun(t *testing.T) {
 		"github.com/aws/aws-sdk-go-v2/service/bedrockruntime",
 		"github.com/modelcontextprotocol/go-sdk/mcp",
 		"github.com/google/cel-go/cel",
-	}, nowhere...)
+	}, keys...)
 	frames := append([]string{
 		"github.com/terret/terret-ws/internal/webhook/sqsqueue",
 		"github.com/aws/aws-sdk-go-v2/service/sqs",
@@ -44,7 +43,7 @@ func TestFunctionsCarryOnlyWhatTheyRun(t *testing.T) {
 	forbidden := map[string][]string{
 		"connect": routes, "disconnect": routes, "deliver": routes,
 		"message": frames, "http": frames, "schedule": frames, "webhook": turns,
-		"runner": nowhere,
+		"runner": keys,
 	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	entries, err := os.ReadDir("../../functions")
