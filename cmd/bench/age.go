@@ -18,9 +18,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/terret/terret-ws/internal/agent"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/model/openai"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -153,9 +153,9 @@ func (s *ageServer) takeLargest() int {
 
 type countInvoker struct{ n atomic.Int64 }
 
-func (c *countInvoker) Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
+func (c *countInvoker) Invoke(context.Context, *invoke.Input) (*invoke.Output, error) {
 	c.n.Add(1)
-	return &lambda.InvokeOutput{StatusCode: 202}, nil
+	return &invoke.Output{StatusCode: 202}, nil
 }
 
 // ageSizes parses -age-sizes: log lengths, ascending, the first the floor.

@@ -21,11 +21,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
-
 	"github.com/terret/terret-ws/internal/agent/control"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/profile"
 	"github.com/terret/terret-ws/internal/protocol"
@@ -55,13 +52,13 @@ type Log interface {
 
 var _ Log = (*sessionlog.Log)(nil)
 
-// Invoker starts the runner function. The Lambda client is one; `terret dev` serves
-// the same Invoke API locally.
+// Invoker starts the runner function. invoke.Client is one; `terret dev` serves the
+// same Invoke API locally.
 type Invoker interface {
-	Invoke(ctx context.Context, in *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+	Invoke(ctx context.Context, in *invoke.Input) (*invoke.Output, error)
 }
 
-var _ Invoker = (*lambda.Client)(nil)
+var _ Invoker = (*invoke.Client)(nil)
 
 // RunnerEvent is the runner function's event: {"agent_id": "..."}, or the quota
 // sweep's QuotaSweepInput.
@@ -242,9 +239,9 @@ func (c *core) invoke(ctx context.Context, agentID string) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.cfg.Invoker.Invoke(ctx, &lambda.InvokeInput{
-		FunctionName:   aws.String(c.cfg.RunnerFunction),
-		InvocationType: lambdatypes.InvocationTypeEvent,
+	_, err = c.cfg.Invoker.Invoke(ctx, &invoke.Input{
+		FunctionName:   c.cfg.RunnerFunction,
+		InvocationType: invoke.Event,
 		Payload:        payload,
 	})
 	if err != nil {

@@ -14,10 +14,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
 	"github.com/terret/terret-ws/internal/tools"
@@ -27,9 +27,9 @@ import (
 // runner itself, one invocation at a time.
 type nopInvoker struct{ calls atomic.Int64 }
 
-func (n *nopInvoker) Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
+func (n *nopInvoker) Invoke(context.Context, *invoke.Input) (*invoke.Output, error) {
 	n.calls.Add(1)
-	return &lambda.InvokeOutput{StatusCode: 202}, nil
+	return &invoke.Output{StatusCode: 202}, nil
 }
 
 // readsLog records the lowest seq any Read of the log started at.

@@ -18,12 +18,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/dynamolocal"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	hangbound "github.com/terret/terret-ws/internal/hang"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
 )
@@ -229,8 +229,8 @@ const childEnv = "TERRET_AGENT_TEST_CHILD"
 
 type noInvoke struct{}
 
-func (noInvoke) Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
-	return &lambda.InvokeOutput{StatusCode: 202}, nil
+func (noInvoke) Invoke(context.Context, *invoke.Input) (*invoke.Output, error) {
+	return &invoke.Output{StatusCode: 202}, nil
 }
 
 type childSpec struct {

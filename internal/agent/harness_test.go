@@ -12,14 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/dynamotest"
 	hangbound "github.com/terret/terret-ws/internal/hang"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/model"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tables"
@@ -71,9 +69,9 @@ type invoker struct {
 	hold chan struct{}
 }
 
-func (i *invoker) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
-	if in.InvocationType != lambdatypes.InvocationTypeEvent || aws.ToString(in.FunctionName) != runnerFunction {
-		i.t.Errorf("invoke %s as %s, want %s as Event", aws.ToString(in.FunctionName), in.InvocationType, runnerFunction)
+func (i *invoker) Invoke(_ context.Context, in *invoke.Input) (*invoke.Output, error) {
+	if in.InvocationType != invoke.Event || in.FunctionName != runnerFunction {
+		i.t.Errorf("invoke %s as %s, want %s as Event", in.FunctionName, in.InvocationType, runnerFunction)
 	}
 	var ev agent.RunnerEvent
 	if err := json.Unmarshal(in.Payload, &ev); err != nil || ev.AgentID == "" {
@@ -110,7 +108,7 @@ func (i *invoker) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*l
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	return &lambda.InvokeOutput{StatusCode: 202}, nil
+	return &invoke.Output{StatusCode: 202}, nil
 }
 
 func (i *invoker) errors() []error {

@@ -10,9 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/tools"
 )
@@ -24,7 +24,7 @@ type wakeCounter struct {
 	wakes map[string]int
 }
 
-func (w *wakeCounter) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
+func (w *wakeCounter) Invoke(_ context.Context, in *invoke.Input) (*invoke.Output, error) {
 	var ev RunnerEvent
 	if err := json.Unmarshal(in.Payload, &ev); err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func (w *wakeCounter) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...fun
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.wakes[ev.AgentID]++
-	return &lambda.InvokeOutput{StatusCode: 202}, nil
+	return &invoke.Output{StatusCode: 202}, nil
 }
 
 // queryBarrier holds every Query of the deferred-wake partition until n sweeps have

@@ -19,8 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/terret/terret-ws/internal/invoke"
 )
 
 // ErrInvalid reports a missing or malformed setting.
@@ -349,13 +350,13 @@ func (c Config) Management(awsCfg aws.Config) *apigatewaymanagementapi.Client {
 	})
 }
 
-// Lambda returns a Lambda client, pointed at LambdaEndpoint when set.
-func (c Config) Lambda(awsCfg aws.Config) *lambda.Client {
-	return lambda.NewFromConfig(awsCfg, func(o *lambda.Options) {
-		if c.LambdaEndpoint != "" {
-			o.BaseEndpoint = aws.String(c.LambdaEndpoint)
-		}
-	})
+// Lambda returns the client of Lambda's Invoke API (package invoke), pointed at
+// LambdaEndpoint when set.
+func (c Config) Lambda(awsCfg aws.Config) *invoke.Client {
+	if c.LambdaEndpoint != "" {
+		awsCfg.BaseEndpoint = aws.String(c.LambdaEndpoint)
+	}
+	return invoke.NewFromConfig(awsCfg)
 }
 
 // CLIEnv is what the terret command line reads from the environment: defaults for its

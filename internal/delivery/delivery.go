@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/lease"
 	"github.com/terret/terret-ws/internal/sessionlog"
 )
@@ -57,12 +57,12 @@ type PostAPI interface {
 
 var _ PostAPI = (*apigatewaymanagementapi.Client)(nil)
 
-// InvokeAPI is the part of the Lambda client used to hand work to a fresh invocation.
+// InvokeAPI is the Lambda Invoke API, used to hand work to a fresh invocation.
 type InvokeAPI interface {
-	Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+	Invoke(context.Context, *invoke.Input) (*invoke.Output, error)
 }
 
-var _ InvokeAPI = (*lambda.Client)(nil)
+var _ InvokeAPI = (*invoke.Client)(nil)
 
 // LogReader is the part of the session log delivery reads.
 type LogReader interface {

@@ -21,7 +21,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	gwtypes "github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	"github.com/coder/websocket"
@@ -36,6 +35,7 @@ import (
 	"github.com/terret/terret-ws/internal/gatewaytest"
 	"github.com/terret/terret-ws/internal/hang"
 	"github.com/terret/terret-ws/internal/history"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/service"
 	"github.com/terret/terret-ws/internal/sessionlog"
 	"github.com/terret/terret-ws/internal/socket"
@@ -73,7 +73,7 @@ type kickTracker struct {
 	pumps    int // KickPump invocations asked for so far: hand-overs, hellos
 }
 
-func (k *kickTracker) Invoke(ctx context.Context, in *lambdasvc.InvokeInput, opts ...func(*lambdasvc.Options)) (*lambdasvc.InvokeOutput, error) {
+func (k *kickTracker) Invoke(ctx context.Context, in *invoke.Input) (*invoke.Output, error) {
 	var kick delivery.Kick
 	_ = json.Unmarshal(in.Payload, &kick)
 	k.mu.Lock()
@@ -82,7 +82,7 @@ func (k *kickTracker) Invoke(ctx context.Context, in *lambdasvc.InvokeInput, opt
 		k.pumps++
 	}
 	k.mu.Unlock()
-	out, err := k.InvokeAPI.Invoke(ctx, in, opts...)
+	out, err := k.InvokeAPI.Invoke(ctx, in)
 	if err != nil {
 		k.done()
 	}

@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
-
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/protocol"
 )
 
@@ -49,9 +46,9 @@ func (d *Deliverer) kick(ctx context.Context, k Kick) error {
 		return errors.New("delivery: no invoker configured")
 	}
 	payload, _ := json.Marshal(k)
-	_, err := d.invoke.Invoke(ctx, &lambda.InvokeInput{
-		FunctionName:   aws.String(d.cfg.DeliverFunction),
-		InvocationType: lambdatypes.InvocationTypeEvent,
+	_, err := d.invoke.Invoke(ctx, &invoke.Input{
+		FunctionName:   d.cfg.DeliverFunction,
+		InvocationType: invoke.Event,
 		Payload:        payload,
 	})
 	if err != nil {

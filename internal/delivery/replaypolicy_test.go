@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-
 	"github.com/terret/terret-ws/internal/connections"
+	"github.com/terret/terret-ws/internal/invoke"
 )
 
 // kickLog records the deliver invocations asked for; with err set, it refuses them all
@@ -23,7 +22,7 @@ type kickLog struct {
 	err   error
 }
 
-func (k *kickLog) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
+func (k *kickLog) Invoke(_ context.Context, in *invoke.Input) (*invoke.Output, error) {
 	var kick Kick
 	if err := json.Unmarshal(in.Payload, &kick); err != nil {
 		return nil, err
@@ -34,7 +33,7 @@ func (k *kickLog) Invoke(_ context.Context, in *lambda.InvokeInput, _ ...func(*l
 		return nil, k.err
 	}
 	k.kicks = append(k.kicks, kick)
-	return &lambda.InvokeOutput{StatusCode: 202}, nil
+	return &invoke.Output{StatusCode: 202}, nil
 }
 
 // TestBudgetedReplayHandedOver: a sender with a time budget (a subscribe's message

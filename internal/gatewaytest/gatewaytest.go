@@ -17,10 +17,10 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
-	lambdasvc "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/coder/websocket"
 
 	"github.com/terret/terret-ws/internal/dynamolocal"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/localgw"
 )
 
@@ -33,7 +33,7 @@ type Gateway struct {
 	Connect, Message, Disconnect localgw.Deferred // the $connect, $default, $disconnect routes
 	Deliver                      localgw.Deferred // DeliverFunction, through the Invoke API
 	Posts                        *apigatewaymanagementapi.Client
-	Invoke                       *lambdasvc.Client
+	Invoke                       *invoke.Client
 }
 
 // Start starts a gateway on a free local port that logs to logger; it is closed when
@@ -64,7 +64,9 @@ func Start(t testing.TB, logger *slog.Logger, options ...func(*localgw.Config)) 
 	g.Posts = apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
 		o.BaseEndpoint = aws.String(gw.ManagementEndpoint())
 	})
-	g.Invoke = lambdasvc.NewFromConfig(awsCfg, func(o *lambdasvc.Options) { o.BaseEndpoint = aws.String(gw.LambdaEndpoint()) })
+	invokeCfg := awsCfg
+	invokeCfg.BaseEndpoint = aws.String(gw.LambdaEndpoint())
+	g.Invoke = invoke.NewFromConfig(invokeCfg)
 	return g
 }
 

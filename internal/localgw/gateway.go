@@ -13,8 +13,8 @@
 //   - POST|GET|DELETE /{stage}/@connections/{id} (and the same without the stage
 //     prefix) serve PostToConnection, GetConnection and DeleteConnection for the real
 //     apigatewaymanagementapi client with BaseEndpoint = ManagementEndpoint().
-//   - POST /2015-03-31/functions/{name}/invocations serves Invoke for the real lambda
-//     client with BaseEndpoint = LambdaEndpoint().
+//   - POST /2015-03-31/functions/{name}/invocations serves Invoke for a Lambda client
+//     (package invoke's, the SDK's) with BaseEndpoint = LambdaEndpoint().
 //
 // The sockets (and Config.Pages) listen on Config.Addr. The two APIs listen apart, on
 // a loopback port of their own, behind a per-gateway secret (internal.go): they are

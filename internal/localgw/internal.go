@@ -20,7 +20,7 @@ import (
 //     Start, which only the endpoints ManagementEndpoint and LambdaEndpoint carry (no
 //     page can read them: they are in no response).
 //
-// The SDK clients keep a base endpoint's path, so the secret rides as the first
+// The SDK clients and package invoke keep a base endpoint's path, so the secret rides as the first
 // segment of every call without any change to the handlers.
 
 // internalSecretBytes is the secret's entropy: 128 bits.

@@ -112,7 +112,7 @@ func unmarshalOutput(out []byte, v any) error {
 }
 
 // serveInvoke is Lambda's Invoke API (POST /2015-03-31/functions/{name}/invocations)
-// for the aws-sdk-go-v2 lambda client:
+// for Lambda clients (package invoke's, aws-sdk-go-v2's):
 //   - X-Amz-Invocation-Type RequestResponse (default) runs the function and answers
 //     200 with its output, or 200 with X-Amz-Function-Error: Unhandled and
 //     {"errorMessage","errorType"} when it failed;

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-
 	"github.com/terret/terret-ws/internal/agent"
 	"github.com/terret/terret-ws/internal/dynamotest"
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/schedule"
 	"github.com/terret/terret-ws/internal/sessiondata"
 	"github.com/terret/terret-ws/internal/sessionlog"
@@ -25,9 +24,9 @@ import (
 // inbox is what a test reads).
 type invokes struct{ n atomic.Int64 }
 
-func (i *invokes) Invoke(context.Context, *lambda.InvokeInput, ...func(*lambda.Options)) (*lambda.InvokeOutput, error) {
+func (i *invokes) Invoke(context.Context, *invoke.Input) (*invoke.Output, error) {
 	i.n.Add(1)
-	return &lambda.InvokeOutput{StatusCode: 202}, nil
+	return &invoke.Output{StatusCode: 202}, nil
 }
 
 // clock is a time the test sets.

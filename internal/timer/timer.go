@@ -19,8 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
+
+	"github.com/terret/terret-ws/internal/invoke"
 )
 
 // DB is the part of DynamoDB the records need.
@@ -32,7 +32,7 @@ type DB interface {
 
 // Invoker starts the runner function (the Lambda Invoke API, served locally by terret dev).
 type Invoker interface {
-	Invoke(ctx context.Context, in *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+	Invoke(ctx context.Context, in *invoke.Input) (*invoke.Output, error)
 }
 
 // recordsKey is the partition of the timer records in the agents table; sk is
@@ -170,7 +170,7 @@ func (l *Local) schedule(agentID, callID string, at, when time.Time) {
 func (l *Local) fire(agentID, callID string, at time.Time) {
 	ctx := context.Background()
 	payload, _ := json.Marshal(map[string]string{"agent_id": agentID, "expire": callID})
-	_, err := l.invoker.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String(l.function), InvocationType: lambdatypes.InvocationTypeEvent, Payload: payload})
+	_, err := l.invoker.Invoke(ctx, &invoke.Input{FunctionName: l.function, InvocationType: invoke.Event, Payload: payload})
 	if err != nil {
 		l.logger.Warn("approval expiry: invoke runner, trying again", "agent_id", agentID, "call_id", callID, "error", err.Error())
 		l.mu.Lock()

@@ -23,8 +23,8 @@
 // Wiring, either from that flat spec or as a kind of the profile's tool registry
 // (see Builder for the ToolConfig shape):
 //
-//	ts, err := lambdatool.Build(spec, lambda.NewFromConfig(awsCfg))
-//	err := registry.RegisterKind(lambdatool.Kind, lambdatool.Builder(lambda.NewFromConfig(awsCfg)))
+//	ts, err := lambdatool.Build(spec, invoke.NewFromConfig(awsCfg))
+//	err := registry.RegisterKind(lambdatool.Kind, lambdatool.Builder(invoke.NewFromConfig(awsCfg)))
 package lambdatool
 
 import (
@@ -38,11 +38,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
-	"github.com/aws/smithy-go"
-
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/tools"
 )
 
@@ -62,12 +58,12 @@ var (
 	ErrResultTooLarge = errors.New("lambdatool: result too large")
 )
 
-// API is the part of the Lambda client a tool uses.
+// API is the Lambda Invoke API a tool calls.
 type API interface {
-	Invoke(ctx context.Context, in *lambda.InvokeInput, optFns ...func(*lambda.Options)) (*lambda.InvokeOutput, error)
+	Invoke(ctx context.Context, in *invoke.Input) (*invoke.Output, error)
 }
 
-var _ API = (*lambda.Client)(nil)
+var _ API = (*invoke.Client)(nil)
 
 // Config declares one Lambda tool.
 type Config struct {
@@ -194,16 +190,16 @@ func (t *Tool) Call(ctx context.Context, args json.RawMessage) (json.RawMessage,
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(t.cfg.TimeoutMS)*time.Millisecond)
 		defer cancel()
 	}
-	out, err := t.api.Invoke(ctx, &lambda.InvokeInput{
-		FunctionName:   aws.String(t.cfg.FunctionARN),
-		InvocationType: types.InvocationTypeRequestResponse,
+	out, err := t.api.Invoke(ctx, &invoke.Input{
+		FunctionName:   t.cfg.FunctionARN,
+		InvocationType: invoke.RequestResponse,
 		Payload:        payload,
 	})
 	if err != nil {
 		return nil, t.invokeError(ctx, err)
 	}
-	if out.FunctionError != nil {
-		return nil, t.functionError(*out.FunctionError, out.Payload)
+	if out.FunctionError != "" {
+		return nil, t.functionError(out.FunctionError, out.Payload)
 	}
 	result := bytes.TrimSpace(out.Payload)
 	if len(result) == 0 {
@@ -240,23 +236,24 @@ func (t *Tool) functionError(kind string, payload []byte) error {
 	return fmt.Errorf("%w: %s: %s", ErrFunction, t.cfg.Name, msg)
 }
 
-// invokeError translates an SDK error. Only the error code and message survive: the
-// SDK's own text carries request details.
+// invokeError translates an invoke error. Of Lambda's refusal only the error type and
+// message survive.
 func (t *Tool) invokeError(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("%w: %s: %w", ErrInvoke, t.cfg.Name, ctxErr)
 	}
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		return fmt.Errorf("%w: %s: %s: %s", ErrInvoke, t.cfg.Name, apiErr.ErrorCode(), scrub(apiErr.ErrorMessage()))
+	var ie *invoke.Error
+	if errors.As(err, &ie) {
+		return fmt.Errorf("%w: %s: %s: %s", ErrInvoke, t.cfg.Name, ie.Code, scrub(ie.Message))
 	}
-	return fmt.Errorf("%w: %s: %s", ErrInvoke, t.cfg.Name, scrub(err.Error()))
+	return fmt.Errorf("%w: %s: %s", ErrInvoke, t.cfg.Name, scrub(strings.TrimPrefix(err.Error(), "invoke: ")))
 }
 
 var (
-	// urlPattern matches a URL in error text: the SDK's transport errors quote the
-	// request's URL, whose path may carry a secret (terret dev's internal endpoint puts
-	// its per-instance secret there) and which then reaches tool/result in the log.
+	// urlPattern matches a URL in error text: a transport error quotes the request's
+	// URL, whose path may carry a secret (terret dev's internal endpoint puts its
+	// per-instance secret there) and which then reaches tool/result in the log. Package
+	// invoke withholds the path already; this is the second guard.
 	urlPattern        = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
 	keyIDPattern      = regexp.MustCompile(`\b(AKIA|ASIA)[A-Z0-9]{12,}\b`)
 	credentialPattern = regexp.MustCompile(`(?i)(credential|signature|x-amz-security-token)\s*[=:]\s*[^\s,'"]+`)

@@ -16,8 +16,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
 
+	"github.com/terret/terret-ws/internal/invoke"
 	"github.com/terret/terret-ws/internal/tools"
 	"github.com/terret/terret-ws/internal/tools/lambdatool"
 )
@@ -85,8 +85,8 @@ func (s *lambdaServer) received(name string) [][]byte {
 	return s.payloads[arnPrefix+name]
 }
 
-func newClient(url string) *lambda.Client {
-	return lambda.New(lambda.Options{
+func newClient(url string) *invoke.Client {
+	return invoke.NewFromConfig(aws.Config{
 		Region:           "us-east-1",
 		BaseEndpoint:     aws.String(url),
 		Credentials:      credentials.NewStaticCredentialsProvider("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", ""),
@@ -198,7 +198,7 @@ func TestCallErrors(t *testing.T) {
 	}
 }
 
-// TestTransportErrorHidesEndpointPath: a transport error (the SDK quotes the request's
+// TestTransportErrorHidesEndpointPath: a transport error (which quotes the request's
 // URL) keeps the endpoint's host but not its path, where terret dev's internal endpoint
 // carries its secret; the error text becomes the call's tool/result.
 func TestTransportErrorHidesEndpointPath(t *testing.T) {
