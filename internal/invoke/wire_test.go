@@ -3,6 +3,7 @@ package invoke
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -10,10 +11,13 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 	lambdatypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
+	"github.com/terret/terret-ws/internal/latency"
 	"github.com/terret/terret-ws/internal/localgw"
 )
 
@@ -157,5 +161,73 @@ func TestLocalGateway(t *testing.T) {
 	_, err = NewFromConfig(config(wrong, "")).Invoke(ctx, &Input{FunctionName: "echo", Payload: []byte(`{}`)})
 	if !errors.As(err, &ie) || ie.Status != 403 {
 		t.Fatalf("a wrong secret: %v", err)
+	}
+}
+
+// TestAPIOptions: aws.Config.APIOptions' Initialize step runs around each call once,
+// retries inside, seeing what it sees around the SDK's Invoke (service ID, operation
+// name) — terret dev's latency profile delays Invoke by its figure.
+func TestAPIOptions(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, "", func(n int, _ request) reply {
+		if n%2 == 0 {
+			return reply{status: 429, header: map[string]string{"X-Amzn-ErrorType": "TooManyRequestsException"}}
+		}
+		return reply{status: 202}
+	})
+	type call struct {
+		op            string
+		params, value string
+		err           error
+	}
+	var calls []call
+	record := func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("record", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleInitialize(ctx, in)
+			calls = append(calls, call{awsmiddleware.GetServiceID(ctx) + "." + awsmiddleware.GetOperationName(ctx), fmt.Sprintf("%T", in.Parameters), fmt.Sprintf("%T", out.Result), err})
+			return out, md, err
+		}), middleware.After)
+	}
+	const floor = 80 * time.Millisecond
+	cfg := latency.Profile{Invoke: floor}.Install(config(srv.URL, ""))
+	cfg.APIOptions = append(cfg.APIOptions, record)
+	c := NewFromConfig(cfg)
+	noWait(c)
+	start := time.Now()
+	if _, err := c.Invoke(context.Background(), &Input{FunctionName: "runner", InvocationType: Event, Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < floor {
+		t.Errorf("Invoke took %v under a latency profile of %v", took, floor)
+	}
+	if len(srv.requests()) != 2 || len(calls) != 1 || calls[0] != (call{"Lambda.Invoke", "*invoke.Input", "*invoke.Output", nil}) {
+		t.Errorf("%d requests, middleware saw %+v; want 2 requests (a retry) and one Lambda.Invoke of *invoke.Input", len(srv.requests()), calls)
+	}
+
+	// The SDK's client shows the same to the same middleware.
+	sdkCfg := config(srv.URL, "")
+	sdkCfg.APIOptions = []func(*middleware.Stack) error{record}
+	sdkCfg.RetryMaxAttempts = 3
+	if _, err := awslambda.NewFromConfig(sdkCfg).Invoke(context.Background(), &awslambda.InvokeInput{FunctionName: aws.String("runner"), InvocationType: lambdatypes.InvocationTypeEvent}); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[1].op != calls[0].op {
+		t.Errorf("the SDK's Invoke showed %+v, ours %+v", calls[1:], calls[0])
+	}
+
+	// An option that fails, or replaces the input, fails the call.
+	bad := config(srv.URL, "")
+	bad.APIOptions = []func(*middleware.Stack) error{func(*middleware.Stack) error { return errors.New("no") }}
+	if _, err := NewFromConfig(bad).Invoke(context.Background(), &Input{FunctionName: "f"}); err == nil || err.Error() != "invoke: API options: no" {
+		t.Errorf("a failing option: %v", err)
+	}
+	bad.APIOptions = []func(*middleware.Stack) error{func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("swap", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			in.Parameters = "something else"
+			return next.HandleInitialize(ctx, in)
+		}), middleware.After)
+	}}
+	if _, err := NewFromConfig(bad).Invoke(context.Background(), &Input{FunctionName: "f"}); err == nil || !strings.Contains(err.Error(), "replaced the input with a string") {
+		t.Errorf("a replaced input: %v", err)
 	}
 }
