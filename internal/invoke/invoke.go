@@ -172,9 +172,13 @@ func NewFromConfig(cfg aws.Config) *Client {
 		c.endpoint = "https://lambda." + cfg.Region + "." + domain
 	}
 	if c.http == nil {
-		// A redirect would re-send the signed request elsewhere; the SDK does not
-		// follow them either.
-		c.http = &http.Client{Timeout: httpTimeout, CheckRedirect: func(*http.Request, []*http.Request) error {
+		// Every call goes to one host: keep as many idle connections to it as calls
+		// run at once (net/http keeps 2 per host by default, and a burst of kicks would
+		// open a new TLS connection each). A redirect would re-send the signed request
+		// elsewhere; the SDK does not follow them either.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 100, 100
+		c.http = &http.Client{Timeout: httpTimeout, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		}}
 	}
