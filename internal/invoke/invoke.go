@@ -11,8 +11,8 @@
 // an Output with FunctionError set (the error document is the payload), not an error.
 // The service refusing the call is an *Error (Lambda's error type, HTTP status and
 // message); a throttling, a 5xx or a transport failure is tried again, three attempts
-// in all (aws.Config.RetryMaxAttempts when set) with jittered backoff from 50–200 ms,
-// doubling, cut short by ctx. Error texts start "invoke: " and never quote the
+// in all (as many as the aws.Config's Retryer or RetryMaxAttempts allows when set) with
+// jittered backoff from 50–200 ms, doubling up to 20 s, cut short by ctx. Error texts start "invoke: " and never quote the
 // endpoint's path (terret dev's carries a secret) nor a response body.
 //
 // aws.Config.APIOptions' Initialize-step middlewares run around each call, once (outside
@@ -119,6 +119,8 @@ const (
 	attempts    = 3
 	backoffMin  = 50 * time.Millisecond
 	backoffSpan = 150 * time.Millisecond
+	// maxBackoff caps a wait, as the SDK's standard retryer does (retry.DefaultMaxBackoff).
+	maxBackoff = 20 * time.Second
 	// httpTimeout bounds a request through the client's own http.Client (when
 	// aws.Config has none): longer than any function may run (15 minutes), so that
 	// only ctx ends a RequestResponse call that is still running.
@@ -153,11 +155,20 @@ type Client struct {
 }
 
 // NewFromConfig returns a Client using cfg's credentials, region, HTTP client,
-// RetryMaxAttempts (when above 0), BaseEndpoint (when set; else Lambda's regional
-// endpoint) and APIOptions (their Initialize step). It makes no request until Invoke.
+// BaseEndpoint (when set; else Lambda's regional endpoint) and APIOptions (their
+// Initialize step). Its attempts are the SDK client's: cfg.Retryer's MaxAttempts when
+// cfg has a Retryer (the local stacks' allow 10, so that a busy moment of one
+// machine does not fail a kick), then cfg.RetryMaxAttempts when above 0, else three;
+// which failures are tried again and the backoff are this package's. It makes no
+// request until Invoke.
 func NewFromConfig(cfg aws.Config) *Client {
 	c := &Client{creds: cfg.Credentials, region: cfg.Region, attempts: attempts, http: cfg.HTTPClient, signer: v4.NewSigner(), sleep: sleep,
 		options: cfg.APIOptions}
+	if cfg.Retryer != nil {
+		if r := cfg.Retryer(); r != nil && r.MaxAttempts() > 0 {
+			c.attempts = r.MaxAttempts()
+		}
+	}
 	if cfg.RetryMaxAttempts > 0 {
 		c.attempts = cfg.RetryMaxAttempts
 	}
@@ -252,7 +263,7 @@ func (c *Client) invoke(ctx context.Context, in *Input) (*Output, error) {
 		if serr := c.sleep(ctx, wait); serr != nil {
 			return nil, fmt.Errorf("invoke: %w (waiting to retry after: %s)", serr, strings.TrimPrefix(err.Error(), "invoke: "))
 		}
-		wait *= 2
+		wait = min(2*wait, maxBackoff)
 	}
 }
 

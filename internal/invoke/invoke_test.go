@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 )
 
@@ -347,6 +348,7 @@ func TestRetries(t *testing.T) {
 	tests := []struct {
 		name        string
 		maxAttempts int // aws.Config.RetryMaxAttempts
+		retryer     func() aws.Retryer // aws.Config.Retryer
 		respond     func(int, request) reply
 		wantTries   int
 		wantErr     *Error // nil: success
@@ -375,6 +377,12 @@ func TestRetries(t *testing.T) {
 			wantErr: &Error{Status: 403, Code: "Forbidden"}, wantText: "invoke: Forbidden (HTTP 403)"},
 		{name: "RetryMaxAttempts 5", maxAttempts: 5, respond: seq(service), wantTries: 5,
 			wantErr: &Error{Status: 500, Code: "ServiceException", Message: "internal"}},
+		// The local stacks' Retryer (dynamolocal.Config) allows 10: the SDK's Lambda
+		// client took its attempts from there, and so does this one.
+		{name: "a Retryer of 10 attempts", retryer: retryerOf(10), respond: seq(service), wantTries: 10,
+			wantErr: &Error{Status: 500, Code: "ServiceException", Message: "internal"}},
+		{name: "RetryMaxAttempts over the Retryer's", maxAttempts: 2, retryer: retryerOf(10), respond: seq(service), wantTries: 2,
+			wantErr: &Error{Status: 500, Code: "ServiceException", Message: "internal"}},
 		{name: "RetryMaxAttempts 1", maxAttempts: 1, respond: seq(throttled), wantTries: 1,
 			wantErr:  &Error{Status: 429, Code: "TooManyRequestsException", Message: "Rate Exceeded."},
 			wantText: "invoke: TooManyRequestsException (HTTP 429): Rate Exceeded."},
@@ -385,6 +393,7 @@ func TestRetries(t *testing.T) {
 			srv := newServer(t, "", tt.respond)
 			cfg := config(srv.URL, "")
 			cfg.RetryMaxAttempts = tt.maxAttempts
+			cfg.Retryer = tt.retryer
 			c := NewFromConfig(cfg)
 			waits := noWait(c)
 			_, err := c.Invoke(context.Background(), &Input{FunctionName: "deliver", InvocationType: Event, Payload: []byte(`{"kind":"pump"}`)})
@@ -403,7 +412,7 @@ func TestRetries(t *testing.T) {
 				if i == 0 && (w < backoffMin || w >= backoffMin+backoffSpan) {
 					t.Errorf("first wait %v, want [%v, %v)", w, backoffMin, backoffMin+backoffSpan)
 				}
-				if i > 0 && w != 2*(*waits)[i-1] {
+				if i > 0 && w != min(2*(*waits)[i-1], maxBackoff) {
 					t.Errorf("waits %v do not double", *waits)
 				}
 			}
@@ -662,4 +671,11 @@ type countingTransport struct{ n int }
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n++
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// retryerOf is an aws.Config.Retryer of n attempts, as the local stacks set one.
+func retryerOf(n int) func() aws.Retryer {
+	return func() aws.Retryer {
+		return retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = n })
+	}
 }
