@@ -347,7 +347,7 @@ func TestRetries(t *testing.T) {
 	}
 	tests := []struct {
 		name        string
-		maxAttempts int // aws.Config.RetryMaxAttempts
+		maxAttempts int                // aws.Config.RetryMaxAttempts
 		retryer     func() aws.Retryer // aws.Config.Retryer
 		respond     func(int, request) reply
 		wantTries   int

@@ -175,11 +175,26 @@ func TestRegistryResolve(t *testing.T) {
 		"acme/other":   model.ErrBadSpec,
 		"nobody/x":     model.ErrUnknownProvider,
 		"scripted/any": model.ErrBadSpec,
+		strings.Repeat("p", model.MaxProviderName+1) + "/x": model.ErrBadSpec,
+		strings.Repeat("p", model.MaxProviderName) + "/x":   model.ErrUnknownProvider,
+		"-acme/x": model.ErrBadSpec,
 	}
 	for spec, want := range cases {
 		_, err := r.Resolve(spec)
 		if !errors.Is(err, want) || !errors.Is(err, model.ErrBadSpec) {
 			t.Errorf("Resolve(%q) = %v, want %v (and ErrBadSpec)", spec, err, want)
+		}
+	}
+}
+
+func TestValidProviderName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"a": true, "acme": true, "0-a_b": true, strings.Repeat("p", model.MaxProviderName): true,
+		"": false, strings.Repeat("p", model.MaxProviderName+1): false, "-a": false, "_a": false,
+		"Acme": false, "a.b": false, "a/b": false, "a\n": false,
+	} {
+		if got := model.ValidProviderName(name); got != want {
+			t.Errorf("ValidProviderName(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

@@ -14,7 +14,19 @@ const SpecScripted = "scripted"
 // maxSpecLen bounds a spec: it is stored on the agent's state item and echoed in errors.
 const maxSpecLen = 256
 
-var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+// providerChars are a provider name's characters; ValidProviderName bounds its length
+// apart: a bounded repetition ({0,63}) would compile into 64 copies of the class, at
+// every cold start of every function that links the package.
+var providerChars = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// MaxProviderName bounds a provider name.
+const MaxProviderName = 64
+
+// ValidProviderName reports whether name can name a provider: 1–64 of a-z, 0-9, '_'
+// and '-', starting with a letter or digit. ("scripted" is one, but it is taken.)
+func ValidProviderName(name string) bool {
+	return len(name) <= MaxProviderName && providerChars.MatchString(name)
+}
 
 // ParseSpec splits a model spec into provider and model name. "scripted" is the
 // scripted model (provider "scripted", empty name); anything else must be
@@ -30,7 +42,7 @@ func ParseSpec(spec string) (provider, name string, err error) {
 		return "", "", fmt.Errorf("%w: longer than %d bytes", ErrBadSpec, maxSpecLen)
 	}
 	provider, name, ok := strings.Cut(spec, "/")
-	if !ok || !providerName.MatchString(provider) || name == "" || provider == SpecScripted {
+	if !ok || !ValidProviderName(provider) || name == "" || provider == SpecScripted {
 		return "", "", fmt.Errorf("%w: %q is not \"scripted\" or \"provider/model\"", ErrBadSpec, spec)
 	}
 	for _, r := range name {
@@ -58,7 +70,7 @@ func NewRegistry() *Registry {
 // same name replaces the earlier one. It returns an error wrapping ErrBadSpec if name
 // is not a valid provider name or is "scripted".
 func (r *Registry) Register(name string, p Provider) error {
-	if !providerName.MatchString(name) || name == SpecScripted {
+	if !ValidProviderName(name) || name == SpecScripted {
 		return fmt.Errorf("%w: provider name %q", ErrBadSpec, name)
 	}
 	r.mu.Lock()

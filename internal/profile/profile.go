@@ -123,8 +123,6 @@ type provider struct {
 	keySecret string
 }
 
-var providerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // Check reports every problem of p where env runs it, each at its JSON path, as a
@@ -327,7 +325,7 @@ func parseProviders(ctx context.Context, pe *tools.ProfileError, p tools.Profile
 	out := map[string]provider{}
 	for _, name := range sortedKeys(p.Providers) {
 		path := "providers." + name
-		if !providerName.MatchString(name) || name == model.SpecScripted {
+		if !model.ValidProviderName(name) || name == model.SpecScripted {
 			pe.Add(path, "invalid provider name: use 1-64 of a-z 0-9 _ - (not \"scripted\")")
 			continue
 		}

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -120,6 +121,13 @@ func TestBuildRefuses(t *testing.T) {
 		{"bad tz", Spec{Text: "x", Cron: "0 9 * * *", TZ: "Mars/Olympus"}, "tz"},
 		{"tz without cron", Spec{Text: "x", Every: "1h", TZ: "UTC"}, "tz"},
 		{"bad id", Spec{Text: "x", Every: "1h", ID: "a b"}, "id"},
+		{"id one over the bound", Spec{Text: "x", Every: "1h", ID: strings.Repeat("a", MaxIDLength+1)}, "id"},
+		{"id with a slash", Spec{Text: "x", Every: "1h", ID: "a/b"}, "id"},
+	}
+	for _, id := range []string{strings.Repeat("a", MaxIDLength), "a", "A.b-c_9"} {
+		if s, err := Build(Spec{Text: "x", Every: "1h", ID: id}, testBounds, now); err != nil || s.ID != id {
+			t.Errorf("Build with id %q: %+v, %v; want it kept", id, s, err)
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
@@ -308,9 +309,13 @@ func (m *Model) fail(ctx context.Context, err error) error {
 // than the model's window, as Bedrock's models word them ("Input is too long for
 // requested model", "prompt is too long", "too many input tokens", "exceeds the
 // context window", "maximum context length").
-var tooLongPattern = regexp.MustCompile(`(?i)(input is too long|prompt is too long|too many (input )?tokens|context (window|length)|exceeds? .{0,40}(maximum|max) .{0,20}tokens)`)
+// It is compiled on first use (an error path), not at every cold start: its bounded
+// repetitions make it one of the costlier patterns to compile.
+var tooLongPattern = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)(input is too long|prompt is too long|too many (input )?tokens|context (window|length)|exceeds? .{0,40}(maximum|max) .{0,20}tokens)`)
+})
 
-func tooLong(msg string) bool { return tooLongPattern.MatchString(msg) }
+func tooLong(msg string) bool { return tooLongPattern().MatchString(msg) }
 
 // classify maps a Bedrock error code to a sentinel.
 func classify(code string) error {

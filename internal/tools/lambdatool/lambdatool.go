@@ -78,8 +78,12 @@ type Config struct {
 	MaxResultBytes int               `json:"max_result_bytes,omitempty"`
 }
 
-// toolName is what model providers accept as a tool name.
-var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+// toolChars and maxToolName are what model providers accept as a tool name: 1–64 of
+// these (the length checked apart: a bounded repetition would compile into 64 copies
+// of the class at every cold start).
+var toolChars = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+const maxToolName = 64
 
 // ParseConfig parses a tool spec. It returns an error wrapping ErrBadConfig if the JSON
 // is malformed, has unknown fields, or does not declare a valid tool.
@@ -100,7 +104,7 @@ func (c Config) validate() error {
 	switch {
 	case c.Kind != "" && c.Kind != Kind:
 		return fmt.Errorf("%w: kind %q is not %q", ErrBadConfig, c.Kind, Kind)
-	case !toolName.MatchString(c.Name):
+	case len(c.Name) > maxToolName || !toolChars.MatchString(c.Name):
 		return fmt.Errorf("%w: name %q must be 1-64 letters, digits, _ or -", ErrBadConfig, c.Name)
 	case strings.TrimSpace(c.FunctionARN) == "":
 		return fmt.Errorf("%w: tool %s: function_arn is required", ErrBadConfig, c.Name)

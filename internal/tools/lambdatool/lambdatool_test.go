@@ -296,6 +296,8 @@ func TestBuildRejectsBadSpecs(t *testing.T) {
 		`{"kind":"mcp","name":"x","function_arn":"a"}`,
 		`{"name":"","function_arn":"a"}`,
 		`{"name":"has space","function_arn":"a"}`,
+		`{"name":"` + strings.Repeat("n", 65) + `","function_arn":"a"}`,
+		`{"name":"a.b","function_arn":"a"}`,
 		`{"name":"x"}`,
 		`{"name":"x","function_arn":"a","concurrency":"sometimes"}`,
 		`{"name":"x","function_arn":"a","schema":[1]}`,
@@ -305,6 +307,11 @@ func TestBuildRejectsBadSpecs(t *testing.T) {
 	} {
 		if _, err := lambdatool.Build(json.RawMessage(bad), client); !errors.Is(err, lambdatool.ErrBadConfig) {
 			t.Errorf("Build(%s) err = %v, want ErrBadConfig", bad, err)
+		}
+	}
+	for _, name := range []string{strings.Repeat("n", 64), "a", "A_b-9"} {
+		if _, err := lambdatool.Build(json.RawMessage(`{"name":"`+name+`","function_arn":"a"}`), client); err != nil {
+			t.Errorf("Build of a tool named %q: %v", name, err)
 		}
 	}
 	if _, err := lambdatool.Build(json.RawMessage(spec("x", "")), nil); !errors.Is(err, lambdatool.ErrBadConfig) {
