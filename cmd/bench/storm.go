@@ -66,6 +66,8 @@ type stormResult struct {
 	HelloP50, HelloMax   time.Duration // per client: dial → hello
 	ReplayP50, ReplayMax time.Duration // per client: subscribe sent → its last event
 	Floor                time.Duration // same events, read (≤ max_concurrent_replays at once) and posted to the open sockets
+	ConnectFloorP50      time.Duration // n connects' store requests alone, at once (connectFloor)
+	ConnectFloorMax      time.Duration
 	FloorClients         int
 	FloorMeasured        time.Duration
 	PeakReplays          int
@@ -226,6 +228,10 @@ func (b *bench) runStorm(ctx context.Context) error {
 	}
 	res.FloorClients, res.FloorMeasured = k, lastDone.Sub(t0)
 	res.Floor = time.Duration(float64(res.FloorMeasured) * float64(n) / float64(k))
+	// Last: its claims write the agents table, whose stream the stack reads.
+	if res.ConnectFloorP50, res.ConnectFloorMax, err = b.connectFloor(ctx, n); err != nil {
+		return err
+	}
 	b.res.storm = res
 	return nil
 }

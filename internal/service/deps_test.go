@@ -16,12 +16,13 @@ import (
 // into the three binaries). message, http and schedule hand frames and fires to the
 // runtime but run no turn and send no webhook: they link neither the model clients,
 // the MCP SDK, the rule engine (package turns and CEL are the runner's alone) nor the
-// SQS client (webhook's). No function links the SDK's SSM or Secrets Manager clients
-// (package secret speaks their protocol itself).
+// SQS client (webhook's). No function links the SDK's SSM, Secrets Manager or Lambda
+// clients (packages secret and invoke speak their protocols themselves).
 func TestFunctionsCarryOnlyWhatTheyRun(t *testing.T) {
 	keys := []string{
 		"github.com/aws/aws-sdk-go-v2/service/ssm",
 		"github.com/aws/aws-sdk-go-v2/service/secretsmanager",
+		"github.com/aws/aws-sdk-go-v2/service/lambda",
 	}
 	turns := append([]string{
 		"github.com/terret/terret-ws/internal/service/turns",
