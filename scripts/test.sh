@@ -75,15 +75,10 @@ ts_start=$(date +%s)
   exit $rc) >"$bin/client-ts.log" 2>&1 &
 ts=$!
 
-# The slowest packages first: go test runs as many packages at once as there are CPUs,
-# in the order given, so one of minutes started late runs alone at the end of the run
-# (docs/performance.md, "Test run times"). The rest follow in go list's order.
-slow=(./internal/devstack ./cmd/terret ./internal/agent ./internal/delivery ./internal/localgw)
-mapfile -t rest < <(go list ./... | grep -v -x -F -f <(go list "${slow[@]}"))
 # -timeout catches a hang, nothing else: every wait in the tests is for a condition, bounded
 # only by it (internal/devstack's hang), so it is well above the run's usual length.
 go_rc=0
-go test -race -count=1 -parallel 4 -timeout 50m "$@" "${slow[@]}" "${rest[@]}" || go_rc=$?
+go test -race -count=1 -parallel 4 -timeout 50m "$@" ./... || go_rc=$?
 took "go test ./..."
 # Each server's CPU time so far: how the two shared the run's store work
 # (docs/performance.md, "Where the suite's time goes").
