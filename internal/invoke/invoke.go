@@ -33,7 +33,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,13 +41,14 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/smithy-go/encoding/httpbinding"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/terret/terret-ws/internal/awsapi"
 )
 
 // InvocationType is how Lambda runs the function (the X-Amz-Invocation-Type header).
@@ -176,11 +176,7 @@ func NewFromConfig(cfg aws.Config) *Client {
 	case cfg.BaseEndpoint != nil && *cfg.BaseEndpoint != "":
 		c.endpoint = strings.TrimRight(*cfg.BaseEndpoint, "/")
 	case cfg.Region != "":
-		domain := "amazonaws.com"
-		if strings.HasPrefix(cfg.Region, "cn-") {
-			domain = "amazonaws.com.cn"
-		}
-		c.endpoint = "https://lambda." + cfg.Region + "." + domain
+		c.endpoint = awsapi.Endpoint("lambda", cfg.Region)
 	}
 	if c.http == nil {
 		// Every call goes to one host: keep as many idle connections to it as calls
@@ -316,7 +312,8 @@ func (c *Client) try(ctx context.Context, target string, invType InvocationType,
 		if int64(len(data)) > limit {
 			data = nil // cut mid-document: the status and header still say what it is
 		}
-		e := decodeError(resp, data)
+		code, msg := awsapi.DecodeError(resp, data, maxMessage)
+		e := &Error{Status: resp.StatusCode, Code: code, Message: msg}
 		return nil, e.Status >= 500 || e.Status == http.StatusTooManyRequests || retryable[e.Code], e
 	}
 	if int64(len(data)) > limit {
@@ -337,40 +334,4 @@ func redact(err error) error {
 		where = u.Scheme + "://" + u.Host + "/[redacted]"
 	}
 	return &url.Error{Op: ue.Op, URL: where, Err: ue.Err}
-}
-
-// decodeError reads Lambda's (REST-JSON) error response: the type from
-// X-Amzn-ErrorType or the body's code or __type — not its "Type", which is "User" or
-// "Service" — without a namespace ("aws.lambda#") or a suffix after ':'; the
-// message from the body's message.
-func decodeError(resp *http.Response, data []byte) *Error {
-	var doc struct {
-		Code    string
-		Type    string `json:"__type"`
-		Message string // also "message"
-	}
-	_ = json.Unmarshal(data, &doc) // a body that is not JSON leaves only the status
-	code := resp.Header.Get("X-Amzn-ErrorType")
-	for _, c := range []string{doc.Code, doc.Type} {
-		if code == "" {
-			code = c
-		}
-	}
-	code, _, _ = strings.Cut(code, ":")
-	if _, after, ok := strings.Cut(code, "#"); ok {
-		code = after
-	}
-	code = strings.TrimSpace(code)
-	if code == "" {
-		code = http.StatusText(resp.StatusCode)
-	}
-	msg := strings.TrimSpace(doc.Message)
-	if len(msg) > maxMessage {
-		n := maxMessage
-		for n > 0 && !utf8.RuneStart(msg[n]) {
-			n--
-		}
-		msg = msg[:n] + "…"
-	}
-	return &Error{Status: resp.StatusCode, Code: code, Message: msg}
 }

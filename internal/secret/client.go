@@ -13,10 +13,11 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/terret/terret-ws/internal/awsapi"
 )
 
 const (
@@ -73,11 +74,7 @@ func (c *client) url(service string) string {
 	if c.endpoint != "" {
 		return c.endpoint + "/"
 	}
-	domain := "amazonaws.com"
-	if strings.HasPrefix(c.region, "cn-") {
-		domain = "amazonaws.com.cn"
-	}
-	return "https://" + service + "." + c.region + "." + domain + "/"
+	return awsapi.Endpoint(service, c.region) + "/"
 }
 
 // apiError is an error response of the service.
@@ -165,7 +162,8 @@ func (c *client) try(ctx context.Context, service, target string, body []byte, h
 		return false, fmt.Errorf("response (HTTP %d) larger than %d bytes", resp.StatusCode, maxBody)
 	}
 	if resp.StatusCode/100 != 2 {
-		ae := decodeError(resp, data)
+		code, msg := awsapi.DecodeError(resp, data, maxMessage)
+		ae := &apiError{status: resp.StatusCode, code: code, message: msg}
 		return ae.status >= 500 || ae.status == http.StatusTooManyRequests || retryable[ae.code], ae
 	}
 	// The decoder's error would quote the body, which holds the value.
@@ -173,38 +171,4 @@ func (c *client) try(ctx context.Context, service, target string, body []byte, h
 		return false, fmt.Errorf("malformed response (HTTP %d, %d bytes)", resp.StatusCode, len(data))
 	}
 	return false, nil
-}
-
-// decodeError reads an AWS JSON error response: the type from X-Amzn-ErrorType or
-// the body's code or __type, without a namespace ("com.amazonaws.ssm#") or a suffix
-// after ':'.
-func decodeError(resp *http.Response, data []byte) *apiError {
-	var doc struct {
-		Code    string
-		Type    string `json:"__type"`
-		Message string // also "message"
-	}
-	_ = json.Unmarshal(data, &doc) // a body that is not JSON leaves only the status
-	code := resp.Header.Get("X-Amzn-ErrorType")
-	for _, c := range []string{doc.Code, doc.Type} {
-		if code == "" {
-			code = c
-		}
-	}
-	code, _, _ = strings.Cut(code, ":")
-	if _, after, ok := strings.Cut(code, "#"); ok {
-		code = after
-	}
-	if code == "" {
-		code = http.StatusText(resp.StatusCode)
-	}
-	msg := strings.TrimSpace(doc.Message)
-	if len(msg) > maxMessage {
-		n := maxMessage
-		for n > 0 && !utf8.RuneStart(msg[n]) {
-			n--
-		}
-		msg = msg[:n] + "…"
-	}
-	return &apiError{status: resp.StatusCode, code: code, message: msg}
 }
