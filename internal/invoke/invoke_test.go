@@ -571,16 +571,20 @@ func TestContextEndsBackoff(t *testing.T) {
 		t.Errorf("the wait took %v after ctx ended", waited)
 	}
 
-	// A deadline that passes during a request is not retried either.
+	// A deadline that passes during a request is not retried either: the server
+	// answers only once the call has returned.
+	release := make(chan struct{})
 	slow := newServer(t, "", func(_ int, req request) reply {
-		time.Sleep(100 * time.Millisecond)
+		<-release
 		return reply{status: 200, body: `{}`}
 	})
 	c = NewFromConfig(config(slow.URL, ""))
 	waits := noWait(c)
 	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := c.Invoke(ctx, &Input{FunctionName: "tool", Payload: []byte(`{}`)}); !errors.Is(err, context.DeadlineExceeded) {
+	_, err = c.Invoke(ctx, &Input{FunctionName: "tool", Payload: []byte(`{}`)})
+	close(release)
+	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
 	}
 	if len(*waits) != 0 {
