@@ -104,9 +104,13 @@ func TestPausedReaderLaggedWhilePostWaits(t *testing.T) {
 	c.hello(t)
 	h := history.New()
 	s := c.subscribe(t, h, "c", 0)
-	r.appendN(t, r.log, agent, 5, "read") // seqs 1–5, received
-	if err := c.follow(s, 5, patience); err != nil {
-		t.Fatal(err)
+	// Seqs 1–5, received, in two steps: never more than 3 past the cursor, so that a
+	// post slower than watchAfter (a loaded machine) finds no reader behind yet.
+	for _, step := range []struct{ n, upTo int64 }{{2, 2}, {3, 5}} {
+		r.appendN(t, r.log, agent, int(step.n), "read")
+		if err := c.follow(s, step.upTo, patience); err != nil {
+			t.Fatal(err)
+		}
 	}
 	r.fast.FlushAll()
 	o, err := r.conns.Owner(ctx, agent)
