@@ -6,8 +6,10 @@
 // leave the machine's other core idle (docs/performance.md, "Where the suite's time
 // goes"). Each top-level test gets the server the fewest of the binary's running tests
 // hold (pick), and keeps it for its subtests and cleanups. Otherwise the first test that
-// asks starts DynamoDB Local for the test binary. Tests get tables under unique names,
-// so packages and tests run in parallel. When no DynamoDB can be had, tests are skipped
+// asks starts DynamoDB Local for the test binary. Each top-level test reaches its server
+// through a proxy of its own that gives it a database of its own there (isolate.go):
+// a server's cost per write grows with the stream records its database holds. Tests
+// get tables under unique names, so packages and tests run in parallel. When no DynamoDB can be had, tests are skipped
 // — except under CI=true, where that is a failure: CI never passes by skipping the
 // store.
 package dynamotest
@@ -83,7 +85,7 @@ func Endpoint(t testing.TB) string {
 		}
 		t.Skipf("dynamotest: no DynamoDB (%v); run `make test`", startErr)
 	}
-	return pick(t, endpoints)
+	return isolate(t, pick(t, endpoints))
 }
 
 // pick gives t's top-level test (a subtest's name starts with its parent's, then "/")
@@ -174,7 +176,7 @@ func CreateTables(t testing.TB) tables.Names {
 	defer cancel()
 	db := Client(t)
 	// Drop the tables with the test: a long-lived shared DynamoDB Local slows down as
-	// data piles up.
+	// data piles up (their stream records stay, in the test's own database: isolate.go).
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), hang.Bound())
 		defer cancel()
