@@ -106,8 +106,11 @@ func TestPausedReaderLaggedWhilePostWaits(t *testing.T) {
 	s := c.subscribe(t, h, "c", 0)
 	// Seqs 1–5, received, in two steps: never more than 3 past the cursor, so that a
 	// post slower than watchAfter (a loaded machine) finds no reader behind yet.
-	for _, step := range []struct{ n, upTo int64 }{{2, 2}, {3, 5}} {
-		r.appendN(t, r.log, agent, int(step.n), "read")
+	for _, step := range []struct {
+		n    int
+		upTo int64
+	}{{2, 2}, {3, 5}} {
+		r.appendN(t, r.log, agent, step.n, "read")
 		if err := c.follow(s, step.upTo, patience); err != nil {
 			t.Fatal(err)
 		}

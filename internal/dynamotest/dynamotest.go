@@ -9,9 +9,9 @@
 // asks starts DynamoDB Local for the test binary. Each top-level test reaches its server
 // through a proxy of its own that gives it a database of its own there (isolate.go):
 // a server's cost per write grows with the stream records its database holds. Tests
-// get tables under unique names, so packages and tests run in parallel. When no DynamoDB can be had, tests are skipped
-// — except under CI=true, where that is a failure: CI never passes by skipping the
-// store.
+// get tables under unique names, so packages and tests run in parallel. When no
+// DynamoDB can be had, tests are skipped — except under CI=true, where that is a
+// failure: CI never passes by skipping the store.
 package dynamotest
 
 import (
@@ -98,7 +98,7 @@ func pick(t testing.TB, eps []string) string {
 	if len(eps) == 1 {
 		return eps[0]
 	}
-	top, _, _ := strings.Cut(t.Name(), "/")
+	top := topLevel(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if i, ok := assigned[top]; ok {
@@ -122,6 +122,13 @@ func pick(t testing.TB, eps []string) string {
 		running[best]--
 	})
 	return eps[best]
+}
+
+// topLevel is the name of t's top-level test: a subtest's name starts with its
+// parent's, then "/".
+func topLevel(t testing.TB) string {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	return top
 }
 
 // binaryOffset is where this test binary starts its turns.

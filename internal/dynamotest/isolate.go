@@ -18,10 +18,8 @@ import (
 // one table of stream records, which it keeps for 24 hours as DynamoDB does — past the
 // deletion of the table they came from — and which it scans, having no index for it,
 // on every write to a table with a stream and every stream read. A server shared by a
-// whole test run therefore slowed down with every record the run had written: the
-// same 12,800 requests cost it 1.7, 2.8, then 5.7 ms of CPU each, three times in a
-// row, tables dropped in between (docs/performance.md, "Where the suite's time goes").
-// So each top-level test reaches its server through a proxy of its own, in the test
+// whole test run therefore slowed down with every record the run had written
+// (docs/performance.md, "Where the suite's time goes"). So each top-level test reaches its server through a proxy of its own, in the test
 // binary, that stamps every request with an access key of the test's: the test's
 // records sit in a database that holds only its own.
 
@@ -32,7 +30,7 @@ var (
 	// proxyTransport is every proxy's connection pool to the servers: many
 	// concurrent requests per test (whole stacks), so more idle connections kept than
 	// net/http's default of two per host.
-	proxyTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, DisableCompression: true}
+	proxyTransport = &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 )
 
 // isolate returns the endpoint through which t's top-level test reaches the server at
@@ -43,7 +41,7 @@ var (
 // server stamps last.
 func isolate(t testing.TB, ep string) string {
 	t.Helper()
-	top, _, _ := strings.Cut(t.Name(), "/")
+	top := topLevel(t)
 	proxyMu.Lock()
 	defer proxyMu.Unlock()
 	if p, ok := proxies[top]; ok {
